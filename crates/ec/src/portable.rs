@@ -1,0 +1,185 @@
+//! kioku's own GF(2^8) region kernels: a table-driven scalar one that runs anywhere and an
+//! AVX2 split-nibble one (the same technique ISA-L uses) chosen at run time on x86-64.
+//! Both use the ISA-L table layout: 32 bytes per coefficient, low-nibble products then
+//! high-nibble products.
+
+use crate::gf;
+
+/// `dst[r] (=|^=) sum_c M[r][c] * src[c]`, scalar. `matrix` is `dsts.len() x srcs.len()`.
+pub fn dot_scalar(matrix: &[u8], srcs: &[&[u8]], dsts: &mut [&mut [u8]], accumulate: bool) {
+    let mt = gf::mul_table();
+    let k = srcs.len();
+    for (r, dst) in dsts.iter_mut().enumerate() {
+        let row = &matrix[r * k..(r + 1) * k];
+        let mut first = !accumulate;
+        for (c, src) in srcs.iter().enumerate() {
+            let t = &mt[row[c] as usize];
+            if first {
+                for (d, s) in dst.iter_mut().zip(src.iter()) {
+                    *d = t[*s as usize];
+                }
+                first = false;
+            } else {
+                for (d, s) in dst.iter_mut().zip(src.iter()) {
+                    *d ^= t[*s as usize];
+                }
+            }
+        }
+    }
+}
+
+/// `dst[r] ^= coef[r] * src`, scalar.
+pub fn mad_scalar(coefs: &[u8], src: &[u8], dsts: &mut [&mut [u8]]) {
+    let mt = gf::mul_table();
+    for (dst, c) in dsts.iter_mut().zip(coefs) {
+        let t = &mt[*c as usize];
+        for (d, s) in dst.iter_mut().zip(src.iter()) {
+            *d ^= t[*s as usize];
+        }
+    }
+}
+
+/// Whether this CPU runs the AVX2 kernels.
+pub fn have_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2 {
+    use std::arch::x86_64::*;
+
+    /// Rows processed together per pass over the sources.
+    pub const MAX_ROWS: usize = 6;
+
+    /// Dot product of `R` rows: `dst[r] (=|^=) sum_c T[r][c] * src[c]`, `tables` row-major
+    /// with row stride `32 * srcs.len()`. Requires AVX2 (checked by the caller).
+    pub fn dot<const R: usize>(
+        tables: &[u8],
+        srcs: &[&[u8]],
+        dsts: &mut [&mut [u8]],
+        accumulate: bool,
+    ) {
+        let k = srcs.len();
+        assert!(k >= 1 && dsts.len() == R && tables.len() >= 32 * k * R);
+        let len = srcs[0].len();
+        assert!(srcs.iter().all(|s| s.len() == len) && dsts.iter().all(|d| d.len() == len));
+        let body = len & !31;
+        if body > 0 {
+            let mut dp = [std::ptr::null_mut::<u8>(); R];
+            for (p, d) in dp.iter_mut().zip(dsts.iter_mut()) {
+                *p = d.as_mut_ptr();
+            }
+            // SAFETY: AVX2 is present (the caller checked `have_avx2`); every source and
+            // destination holds `len >= body` bytes, the kernel touches [0, body) of each,
+            // reads `32*k*R` table bytes; destinations are distinct &mut slices.
+            unsafe { dot_body::<R>(tables.as_ptr(), k, srcs, &dp, body, accumulate) };
+        }
+        if body < len {
+            tail_dot(tables, srcs, dsts, body, accumulate);
+        }
+    }
+
+    fn tail_dot(tables: &[u8], srcs: &[&[u8]], dsts: &mut [&mut [u8]], from: usize, acc: bool) {
+        let k = srcs.len();
+        for (r, dst) in dsts.iter_mut().enumerate() {
+            for (x, d) in dst.iter_mut().enumerate().skip(from) {
+                let mut v = if acc { *d } else { 0 };
+                for (c, s) in srcs.iter().enumerate() {
+                    let t = &tables[(r * k + c) * 32..(r * k + c) * 32 + 32];
+                    v ^= t[(s[x] & 15) as usize] ^ t[16 + (s[x] >> 4) as usize];
+                }
+                *d = v;
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn dot_body<const R: usize>(
+        tables: *const u8,
+        k: usize,
+        srcs: &[&[u8]],
+        dsts: &[*mut u8; R],
+        body: usize,
+        accumulate: bool,
+    ) {
+        let mask = _mm256_set1_epi8(0x0f);
+        let mut pos = 0;
+        while pos < body {
+            let mut acc = [_mm256_setzero_si256(); R];
+            if accumulate {
+                for r in 0..R {
+                    acc[r] = _mm256_loadu_si256(dsts[r].add(pos) as *const __m256i);
+                }
+            }
+            for (c, s) in srcs.iter().enumerate() {
+                let v = _mm256_loadu_si256(s.as_ptr().add(pos) as *const __m256i);
+                let lo = _mm256_and_si256(v, mask);
+                let hi = _mm256_and_si256(_mm256_srli_epi64(v, 4), mask);
+                for r in 0..R {
+                    let t = tables.add((r * k + c) * 32);
+                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t as *const __m128i));
+                    let thi =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16) as *const __m128i));
+                    let p = _mm256_xor_si256(
+                        _mm256_shuffle_epi8(tlo, lo),
+                        _mm256_shuffle_epi8(thi, hi),
+                    );
+                    acc[r] = _mm256_xor_si256(acc[r], p);
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_si256(dsts[r].add(pos) as *mut __m256i, acc[r]);
+            }
+            pos += 32;
+        }
+    }
+
+    /// `dst[r] ^= T[r] * src` for up to [`MAX_ROWS`] rows; `tables` holds one 32-byte table
+    /// per row, at `row_stride` bytes apart. Requires AVX2 (checked by the caller).
+    pub fn mad(tables: &[u8], row_stride: usize, src: &[u8], dsts: &mut [&mut [u8]]) {
+        let len = src.len();
+        let rows = dsts.len();
+        assert!(rows >= 1 && dsts.iter().all(|d| d.len() == len));
+        assert!(tables.len() >= (rows - 1) * row_stride + 32);
+        let body = len & !31;
+        if body > 0 {
+            for (r, d) in dsts.iter_mut().enumerate() {
+                // SAFETY: AVX2 is present (caller checked); `src` and `d` hold `len >= body`
+                // bytes and do not alias (shared vs &mut); the table has 32 bytes at
+                // `r * row_stride` (asserted above).
+                unsafe { mad_body(tables.as_ptr().add(r * row_stride), src, d, body) };
+            }
+        }
+        for (r, d) in dsts.iter_mut().enumerate() {
+            let t = &tables[r * row_stride..r * row_stride + 32];
+            for (x, b) in d.iter_mut().enumerate().skip(body) {
+                *b ^= t[(src[x] & 15) as usize] ^ t[16 + (src[x] >> 4) as usize];
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx2")]
+    unsafe fn mad_body(t: *const u8, src: &[u8], dst: &mut [u8], body: usize) {
+        let mask = _mm256_set1_epi8(0x0f);
+        let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t as *const __m128i));
+        let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16) as *const __m128i));
+        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
+        let mut pos = 0;
+        while pos < body {
+            let v = _mm256_loadu_si256(s.add(pos) as *const __m256i);
+            let lo = _mm256_and_si256(v, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi64(v, 4), mask);
+            let p = _mm256_xor_si256(_mm256_shuffle_epi8(tlo, lo), _mm256_shuffle_epi8(thi, hi));
+            let o = _mm256_loadu_si256(d.add(pos) as *const __m256i);
+            _mm256_storeu_si256(d.add(pos) as *mut __m256i, _mm256_xor_si256(o, p));
+            pos += 32;
+        }
+    }
+}

@@ -1,0 +1,390 @@
+//! One mmap'd range owned by Rust, and the few system calls every medium shares.
+//!
+//! `Mapping` is the only place that calls `mmap`/`munmap`/`mremap`; `MappedFile` (crate-private)
+//! is a descriptor plus its shared mapping of `[0, len)`, which every medium is built on.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+use super::{check_range, MediumError, Result};
+
+// Offsets and lengths are u64 on the medium side and usize for pointers; the conversion is
+// lossless only on 64-bit targets, which is all kioku supports.
+const _: () = assert!(usize::BITS == 64, "kioku-pool needs a 64-bit target");
+
+/// `mmap` sharing type that makes the kernel reject unknown flags instead of ignoring them;
+/// required for `MAP_SYNC` (linux/mman.h, not in Debian 12's headers for every libc).
+pub const MAP_SHARED_VALIDATE: i32 = 0x03;
+/// `mmap` flag: a write fault on a DAX file completes only after the file's metadata for that
+/// page is durable, so cache-line write-back alone makes stores durable.
+pub const MAP_SYNC: i32 = 0x80000;
+/// `statfs.f_type` of tmpfs (linux/magic.h).
+pub const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// The system page size, asked once.
+pub fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        usize::try_from(size)
+            .ok()
+            .filter(|s| s.is_power_of_two())
+            .unwrap_or(4096)
+    })
+}
+
+/// An owned mmap'd range `[ptr, ptr+len)`, unmapped on drop.
+///
+/// An empty mapping (length 0) owns nothing and has a dangling, non-null pointer; it exists so
+/// that a zero-length medium needs no special case.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Mapping only hands out raw pointers; it owns an address range, not Rust values, and
+// munmap may be called from any thread.
+unsafe impl Send for Mapping {}
+// SAFETY: shared access to a Mapping only reads its (ptr, len) fields.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// A mapping of nothing.
+    pub fn empty() -> Self {
+        Mapping {
+            ptr: NonNull::dangling(),
+            len: 0,
+        }
+    }
+
+    /// Maps `len` bytes of `fd` from offset `off` (a multiple of the page size), readable and
+    /// writable, with sharing flags `share` (`MAP_SHARED`, or `MAP_SHARED_VALIDATE | MAP_SYNC`).
+    /// `hint` (an address, 0 for none) is only a hint: the kernel places the mapping where it
+    /// likes if the address is taken. A zero `len` gives an empty mapping without a system call.
+    pub fn map(
+        fd: BorrowedFd<'_>,
+        off: u64,
+        len: usize,
+        share: i32,
+        hint: usize,
+    ) -> io::Result<Self> {
+        if share & libc::MAP_FIXED != 0 {
+            // Replacing mappings is `map_fixed`'s job, which is unsafe for that reason.
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: without MAP_FIXED (refused above) the kernel never replaces an existing
+        // mapping, so no memory the program already uses can change under it.
+        unsafe { Self::map_raw(fd, off, len, share, hint as *mut u8, 0) }
+    }
+
+    /// Like `map`, but at exactly `addr` (MAP_FIXED), replacing whatever was mapped there.
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` must be page-aligned address space that the caller owns and that no
+    /// live Rust reference or other owner points into: its old contents are discarded.
+    pub unsafe fn map_fixed(
+        addr: *mut u8,
+        fd: BorrowedFd<'_>,
+        off: u64,
+        len: usize,
+        share: i32,
+    ) -> io::Result<Self> {
+        // SAFETY: the caller guarantees the range at `addr` may be replaced.
+        unsafe { Self::map_raw(fd, off, len, share, addr, libc::MAP_FIXED) }
+    }
+
+    /// # Safety
+    /// With `MAP_FIXED` in `extra`, the same as `map_fixed`.
+    unsafe fn map_raw(
+        fd: BorrowedFd<'_>,
+        off: u64,
+        len: usize,
+        share: i32,
+        addr: *mut u8,
+        extra: i32,
+    ) -> io::Result<Self> {
+        if len == 0 {
+            return Ok(Self::empty());
+        }
+        let off = libc::off_t::try_from(off)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EOVERFLOW))?;
+        // SAFETY: mmap only creates a new mapping; the caller vouches for MAP_FIXED.
+        let ptr = unsafe {
+            libc::mmap(
+                addr.cast(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                share | extra,
+                fd.as_raw_fd(),
+                off,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(ptr.cast())
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?,
+            len,
+        })
+    }
+
+    /// Start of the range.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length of the range in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a mapping of nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Resizes the mapping to `new_len` bytes with mremap; it may move. Both lengths must be
+    /// non-zero (an empty mapping has no pages to resize).
+    pub fn remap(&mut self, new_len: usize) -> io::Result<()> {
+        if self.len == 0 || new_len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: `ptr, len` is a live mapping owned by self; MREMAP_MAYMOVE without
+        // MREMAP_FIXED never touches other mappings. Pointers into the old range become stale,
+        // which the media document ("valid until the next grow").
+        let ptr = unsafe {
+            libc::mremap(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                new_len,
+                libc::MREMAP_MAYMOVE,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        self.ptr =
+            NonNull::new(ptr.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+        self.len = new_len;
+        Ok(())
+    }
+
+    /// Gives up ownership without unmapping: the range stays mapped for the rest of the process
+    /// (or until the caller unmaps it).
+    pub fn into_raw(self) -> (*mut u8, usize) {
+        let parts = (self.ptr.as_ptr(), self.len);
+        std::mem::forget(self);
+        parts
+    }
+
+    /// Takes ownership of a range returned by `into_raw`.
+    ///
+    /// # Safety
+    /// `(ptr, len)` must come from `into_raw` (or be a mapping nobody else will unmap), and must
+    /// not be owned twice.
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Self {
+        match NonNull::new(ptr) {
+            Some(ptr) if len > 0 => Mapping { ptr, len },
+            _ => Self::empty(),
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        // SAFETY: self owns this range and nobody can use it after drop.
+        let rc = unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        if rc != 0 {
+            tracing::warn!(error = %io::Error::last_os_error(), len = self.len, "munmap failed");
+        }
+    }
+}
+
+/// `statfs.f_type` of the filesystem holding `file`.
+pub fn filesystem_magic(file: &File) -> io::Result<i64> {
+    let mut stat = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: fstatfs fills the struct it is given; we read it only on success.
+    let rc = unsafe { libc::fstatfs(file.as_raw_fd(), stat.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fstatfs succeeded, so the struct is initialised.
+    let stat = unsafe { stat.assume_init() };
+    Ok(stat.f_type)
+}
+
+/// True when `file` lives on tmpfs (such as /dev/shm).
+pub fn is_tmpfs(file: &File) -> io::Result<bool> {
+    Ok(filesystem_magic(file)? == TMPFS_MAGIC)
+}
+
+/// Extends `file` from `old_len` to `new_len` bytes of zeros. Blocks are reserved with
+/// fallocate where the filesystem can, so a full disk fails here rather than as SIGBUS on a
+/// later store through the mapping.
+pub fn extend_file(file: &File, old_len: u64, new_len: u64) -> io::Result<()> {
+    if new_len <= old_len {
+        return Ok(());
+    }
+    let start =
+        libc::off_t::try_from(old_len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let count = libc::off_t::try_from(new_len - old_len)
+        .map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: fallocate only acts on the descriptor.
+        let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, start, count) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => return file.set_len(new_len),
+            _ => return Err(err),
+        }
+    }
+}
+
+/// fsyncs the directory holding `path`, so that a newly created file's name survives a crash.
+pub fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()
+}
+
+/// A descriptor and its shared mapping of `[0, len)`: the common body of every medium.
+#[derive(Debug)]
+pub(crate) struct MappedFile {
+    file: File,
+    path: PathBuf,
+    map: Mapping,
+    len: u64,
+    /// Sharing flags used for every mapping of this file.
+    share: i32,
+    /// Whether the parent directory has been fsynced since open (done once, on first growth).
+    dir_synced: bool,
+}
+
+impl MappedFile {
+    /// Maps all of `file` (its current length) with `share`.
+    pub(crate) fn open(file: File, path: &Path, share: i32) -> Result<Self> {
+        let len = file
+            .metadata()
+            .map_err(|e| MediumError::io("stat", path, e))?
+            .len();
+        let map = Mapping::map(file.as_fd(), 0, len as usize, share, 0)
+            .map_err(|e| MediumError::io("mmap", path, e))?;
+        Ok(MappedFile {
+            file,
+            path: path.to_path_buf(),
+            map,
+            len,
+            share,
+            dir_synced: false,
+        })
+    }
+
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut u8 {
+        self.map.as_ptr()
+    }
+
+    /// Pointer to offset `off` of the main mapping after checking `[off, off+len)`.
+    pub(crate) fn checked_ptr(&self, off: u64, len: u64) -> Result<*mut u8> {
+        check_range(off, len, self.len)?;
+        // SAFETY: off <= self.len == map.len(), so the result is inside or one past the mapping.
+        Ok(unsafe { self.map.as_ptr().add(off as usize) })
+    }
+
+    /// Extends the file to `new_len` and remaps it. With `durable`, the new size is fsynced
+    /// (and, the first time, the directory entry, in case the file was just created).
+    /// `fresh_mapping` maps anew instead of mremap (for MAP_SYNC, whose guarantee we want the
+    /// kernel to establish from scratch).
+    pub(crate) fn grow(&mut self, new_len: u64, durable: bool, fresh_mapping: bool) -> Result<()> {
+        if new_len < self.len {
+            return Err(MediumError::Shrink {
+                path: self.path.display().to_string(),
+                len: self.len,
+                new_len,
+            });
+        }
+        if new_len == self.len {
+            return Ok(());
+        }
+        extend_file(&self.file, self.len, new_len)
+            .map_err(|e| MediumError::io("fallocate", &self.path, e))?;
+        if durable {
+            self.file
+                .sync_all()
+                .map_err(|e| MediumError::io("fsync", &self.path, e))?;
+            if !self.dir_synced {
+                sync_parent_dir(&self.path)
+                    .map_err(|e| MediumError::io("fsync of directory", &self.path, e))?;
+                self.dir_synced = true;
+            }
+        }
+        if fresh_mapping || self.map.is_empty() {
+            let map = Mapping::map(self.file.as_fd(), 0, new_len as usize, self.share, 0)
+                .map_err(|e| MediumError::io("mmap", &self.path, e))?;
+            self.map = map;
+        } else {
+            self.map
+                .remap(new_len as usize)
+                .map_err(|e| MediumError::io("mremap", &self.path, e))?;
+        }
+        tracing::debug!(path = %self.path.display(), from = self.len, to = new_len, "medium grown");
+        self.len = new_len;
+        Ok(())
+    }
+
+    /// Maps `[off, off+len)` again, at `addr` (exactly, when `fixed`), with this file's flags.
+    pub(crate) fn map_range(
+        &self,
+        addr: *mut u8,
+        off: u64,
+        len: u64,
+        fixed: bool,
+    ) -> Result<Mapping> {
+        check_range(off, len, self.len)?;
+        let page = page_size() as u64;
+        if off & (page - 1) != 0 {
+            return Err(MediumError::Misaligned { off, align: page });
+        }
+        let result = if fixed {
+            // SAFETY: the `Medium::map_range` contract makes a caller passing `fixed` promise
+            // that it owns `[addr, addr+len)` and that nothing else refers into it.
+            unsafe { Mapping::map_fixed(addr, self.file.as_fd(), off, len as usize, self.share) }
+        } else {
+            Mapping::map(
+                self.file.as_fd(),
+                off,
+                len as usize,
+                self.share,
+                addr as usize,
+            )
+        };
+        result.map_err(|e| MediumError::io("mmap", &self.path, e))
+    }
+}

@@ -1,0 +1,38 @@
+//! Reading `/proc/PID/maps` to explain registration failures and to validate mprotect ranges.
+
+use crate::PageRange;
+
+/// Whether `r` is entirely covered by contiguous mappings that are readable and, unless
+/// `allow_readonly`, writable. Mappings tracked by the mprotect backend read `r--`, which is why
+/// the caller may allow read-only parts it knows to be its own.
+pub(crate) fn covered(pid: i32, r: PageRange, need_write: bool) -> std::io::Result<bool> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    let mut cur = r.start;
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(span), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((a, b)) = span.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if b <= cur {
+            continue;
+        }
+        if a > cur {
+            return Ok(false);
+        }
+        let p = perms.as_bytes();
+        if p.first() != Some(&b'r') || (need_write && p.get(1) != Some(&b'w')) {
+            return Ok(false);
+        }
+        cur = b;
+        if cur >= r.end {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
