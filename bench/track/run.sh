@@ -13,7 +13,7 @@ trap 'rm -f "$body"' EXIT
   echo "## Page tracker (kioku-track)"
   echo
   echo "Command: \`bench/track/run.sh ${args[*]:-}\` (runs \`cargo build --release -p kioku-track --bin track-bench\` then \`track-bench ${args[*]:-}\`)."
-  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), THP \`$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\`; $(date -u +%Y-%m-%d)."
+  echo "Machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r), THP \`$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\`; load average $(cut -d' ' -f1-3 /proc/loadavg) at start; $(date -u +%Y-%m-%d)."
   echo
   "$bin" "${args[@]}"
 } >"$body"

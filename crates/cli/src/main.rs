@@ -3,6 +3,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod ec;
 mod pool_cmd;
 
 /// kioku makes in-memory state survive crashes, power loss and node failures.
@@ -17,6 +18,8 @@ struct Cli {
 enum Command {
     /// Create and examine pool files.
     Pool(pool_cmd::PoolArgs),
+    /// Erasure-code files into shards and rebuild them (Reed–Solomon).
+    Ec(ec::EcArgs),
 }
 
 fn main() {
@@ -40,5 +43,6 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Pool(a) => pool_cmd::run(a),
+        Command::Ec(a) => ec::run(a),
     }
 }

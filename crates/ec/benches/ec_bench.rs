@@ -66,25 +66,40 @@ fn parse_opts() -> Opts {
     o
 }
 
-/// Runs `f` for at least `min_time` seconds, `reps` times; returns (best, median) GB/s.
-fn measure(o: &Opts, bytes: usize, mut f: impl FnMut()) -> (f64, f64) {
-    f();
-    let mut r: Vec<f64> = (0..o.reps)
-        .map(|_| {
+/// One measured operation: its codec and operation names and the work to repeat.
+type Job<'a> = (String, String, Box<dyn FnMut() + 'a>);
+
+/// Runs every job for at least `min_time` seconds per round, `reps` rounds, interleaving
+/// the jobs so that load from other processes spreads over all of them; prints each job's
+/// best and median GB/s.
+fn run_jobs(o: &Opts, k: usize, m: usize, size: usize, bytes: usize, mut jobs: Vec<Job<'_>>) {
+    let mut res: Vec<Vec<f64>> = vec![Vec::new(); jobs.len()];
+    for j in jobs.iter_mut() {
+        (j.2)();
+    }
+    for _ in 0..o.reps {
+        for (j, r) in jobs.iter_mut().zip(res.iter_mut()) {
             let t0 = Instant::now();
             let mut it = 0u64;
             loop {
-                f();
+                (j.2)();
                 it += 1;
                 let t = t0.elapsed().as_secs_f64();
                 if t >= o.min_time {
-                    break it as f64 * bytes as f64 / t / 1e9;
+                    r.push(it as f64 * bytes as f64 / t / 1e9);
+                    break;
                 }
             }
-        })
-        .collect();
-    r.sort_by(|a, b| a.total_cmp(b));
-    (r[r.len() - 1], r[r.len() / 2])
+        }
+    }
+    for (j, mut r) in jobs.into_iter().zip(res) {
+        r.sort_by(|a, b| a.total_cmp(b));
+        emit(&j.0, &j.1, k, m, size, (r[r.len() - 1], r[r.len() / 2]));
+    }
+}
+
+fn job<'a>(c: &str, op: &str, f: Box<dyn FnMut() + 'a>) -> Job<'a> {
+    (c.to_string(), op.to_string(), f)
 }
 
 fn emit(codec: &str, op: &str, k: usize, m: usize, size: usize, (best, med): (f64, f64)) {
@@ -155,72 +170,108 @@ fn main() {
                 .collect();
             let bytes = k * size;
             let dref: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-            emit("memread", "read", k, m, size, measure(&o, bytes, || {
+            let reference = Codec::new(k, m).expect("codec");
+            let good_parity = reference.encode_to_vec(&dref).expect("encode");
+            let mut jobs: Vec<Job<'_>> = Vec::new();
+            jobs.push(job("memread", "read", Box::new(|| {
                 black_box(read_all(black_box(&data)));
-            }));
+            })));
+            #[cfg(kioku_isal)]
+            {
+                // ISA-L straight through FFI, one unchunked call: the in-process reference.
+                let full = kioku_ec::isal_raw::gen_cauchy1_matrix(k, m);
+                let tables = kioku_ec::isal_raw::init_tables(k, m, &full[k * k..]);
+                let mut parity = vec![vec![0u8; size]; m];
+                let dref = dref.clone();
+                jobs.push(job("isal_ffi", "encode", Box::new(move || {
+                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    kioku_ec::isal_raw::encode(&tables, &dref, &mut p);
+                })));
+            }
             let mut engines = vec![Engine::best()];
-            if Engine::best() != Engine::Avx2 && Engine::Avx2.is_available() {
-                engines.push(Engine::Avx2);
+            for e in [Engine::Isal, Engine::Avx2] {
+                if e.is_available() && !engines.contains(&e) {
+                    engines.push(e);
+                }
             }
             for (n, &engine) in engines.iter().enumerate() {
                 let name = if n == 0 { "kioku".to_string() } else { format!("kioku_{engine}") };
-                let codec = Codec::with_engine(k, m, engine).expect("codec");
-                let mut parity = vec![vec![0u8; size]; m];
-                emit(&name, "encode", k, m, size, measure(&o, bytes, || {
-                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
-                    codec.encode(&dref, &mut p).expect("encode");
-                }));
+                let codec = std::sync::Arc::new(Codec::with_engine(k, m, engine).expect("codec"));
+                {
+                    let mut parity = vec![vec![0u8; size]; m];
+                    let (codec, dref) = (codec.clone(), dref.clone());
+                    jobs.push(job(&name, "encode", Box::new(move || {
+                        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                        codec.encode(&dref, &mut p).expect("encode");
+                    })));
+                }
                 // Decode: data shards 0..m lost, the m parity shards used in their place.
                 let surv: Vec<(usize, &[u8])> = (m..k)
                     .map(|i| (i, &data[i][..]))
-                    .chain((0..m).map(|j| (k + j, &parity[j][..])))
+                    .chain((0..m).map(|j| (k + j, &good_parity[j][..])))
                     .collect();
-                let mut out = vec![vec![0u8; size]; m];
-                let mut run_decode = |codec: &Codec| {
-                    let mut w: Vec<(usize, &mut [u8])> =
-                        out.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
-                    codec.decode(&surv, &mut w).expect("decode");
-                };
-                emit(&name, "decode", k, m, size, measure(&o, bytes, || run_decode(&codec)));
-                codec.set_decode_cache_capacity(0);
-                emit(&name, "decode_nocache", k, m, size, measure(&o, bytes, || run_decode(&codec)));
-                for (i, b) in out.iter().enumerate() {
-                    assert_eq!(b, &data[i], "kioku decoded shard {i} wrong");
+                for cached in [true, false] {
+                    let codec = if cached {
+                        codec.clone()
+                    } else {
+                        let c = Codec::with_engine(k, m, engine).expect("codec");
+                        c.set_decode_cache_capacity(0);
+                        std::sync::Arc::new(c)
+                    };
+                    let surv = surv.clone();
+                    let mut out = vec![vec![0u8; size]; m];
+                    let mut checked = false;
+                    let data = &data;
+                    let op = if cached { "decode" } else { "decode_nocache" };
+                    jobs.push(job(&name, op, Box::new(move || {
+                        let mut w: Vec<(usize, &mut [u8])> =
+                            out.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
+                        codec.decode(&surv, &mut w).expect("decode");
+                        if !checked {
+                            for (i, b) in out.iter().enumerate() {
+                                assert_eq!(b, &data[i], "kioku decoded shard {i} wrong");
+                            }
+                            checked = true;
+                        }
+                    })));
                 }
                 if n == 0 && o.delta {
                     for pct in [1usize, 10, 100] {
-                        let n = (size * pct / 100).max(1);
-                        let old = data[k / 2][..n].to_vec();
+                        let len = (size * pct / 100).max(1);
+                        let old = data[k / 2][..len].to_vec();
                         let new: Vec<u8> = old.iter().map(|b| b ^ 0x5a).collect();
                         let mut flip = false;
-                        emit("kioku", &format!("update_{pct}pct"), k, m, size, measure(&o, bytes, || {
+                        let mut parity = good_parity.clone();
+                        let codec = codec.clone();
+                        jobs.push(job("kioku", &format!("update_{pct}pct"), Box::new(move || {
                             let mut p: Vec<&mut [u8]> =
                                 parity.iter_mut().map(|v| v.as_mut_slice()).collect();
                             let (a, b) = if flip { (&new, &old) } else { (&old, &new) };
                             codec.update(k / 2, 0, a, b, &mut p).expect("update");
                             flip = !flip;
-                        }));
+                        })));
                     }
                 }
             }
             // reed-solomon-simd (Leopard-style FFT codec, its own matrix).
             if reed_solomon_simd::ReedSolomonEncoder::supports(k, m) && size % 2 == 0 {
                 let mut enc = reed_solomon_simd::ReedSolomonEncoder::new(k, m, size).expect("rs");
-                let mut rec: Vec<Vec<u8>> = Vec::new();
-                emit("rs_simd", "encode", k, m, size, measure(&o, bytes, || {
-                    for d in &data {
+                for d in &data {
+                    enc.add_original_shard(d).expect("add");
+                }
+                let rec: Vec<Vec<u8>> =
+                    enc.encode().expect("encode").recovery_iter().map(|r| r.to_vec()).collect();
+                let data = &data;
+                jobs.push(job("rs_simd", "encode", Box::new(move || {
+                    for d in data {
                         enc.add_original_shard(d).expect("add");
                     }
                     let r = enc.encode().expect("encode");
                     black_box(r.recovery(0));
-                }));
-                for d in &data {
-                    enc.add_original_shard(d).expect("add");
-                }
-                rec.extend(enc.encode().expect("encode").recovery_iter().map(|r| r.to_vec()));
+                })));
                 let mut dec = reed_solomon_simd::ReedSolomonDecoder::new(k, m, size).expect("rs");
-                let mut check = true;
-                emit("rs_simd", "decode", k, m, size, measure(&o, bytes, || {
+                let mut checked = false;
+                jobs.push(job("rs_simd", "decode", Box::new(move || {
                     for (i, d) in data.iter().enumerate().skip(m) {
                         dec.add_original_shard(i, d).expect("add");
                     }
@@ -228,15 +279,16 @@ fn main() {
                         dec.add_recovery_shard(j, r).expect("add");
                     }
                     let res = dec.decode().expect("decode");
-                    if check {
-                        for i in 0..m {
-                            assert_eq!(res.restored_original(i), Some(&data[i][..]), "rs_simd");
+                    if !checked {
+                        for (i, d) in data.iter().enumerate().take(m) {
+                            assert_eq!(res.restored_original(i), Some(&d[..]), "rs_simd");
                         }
-                        check = false;
+                        checked = true;
                     }
                     black_box(res.restored_original(0));
-                }));
+                })));
             }
+            run_jobs(&o, k, m, size, bytes, jobs);
         }
     }
 }

@@ -118,6 +118,9 @@ impl Plan {
             return;
         }
         let seg = self.segment(len);
+        if seg >= len {
+            return self.dot_once(srcs, dsts);
+        }
         let mut s_seg: Vec<&[u8]> = Vec::with_capacity(srcs.len());
         let mut off = 0;
         while off < len {

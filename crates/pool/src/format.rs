@@ -170,7 +170,7 @@ impl Header {
             return Err(HeaderProblem::Invalid("metadata layout"));
         }
         let data_off = u64_at(b, 112);
-        if data_off < METADATA_END || data_off % page_size as u64 != 0 {
+        if data_off < METADATA_END || !data_off.is_multiple_of(page_size as u64) {
             return Err(HeaderProblem::Invalid("data offset"));
         }
         let kind = str_field(&b[48..80]).ok_or(HeaderProblem::Invalid("kind tag"))?;
@@ -335,7 +335,7 @@ pub fn decode_table(b: &[u8], slot: &Slot, header: &Header) -> Result<Vec<Sectio
             len: u64_at(e, 40),
             flags: u32_at(e, 48),
         };
-        if s.offset % page != 0 || s.len % page != 0 || s.offset < header.data_off {
+        if !s.offset.is_multiple_of(page) || !s.len.is_multiple_of(page) || s.offset < header.data_off {
             return Err(format!("section '{}': extent is not page-aligned in the data area", s.name));
         }
         if s.offset.checked_add(s.len).is_none_or(|end| end > slot.pool_len) {

@@ -108,12 +108,17 @@ pub(crate) fn header_error(path: &Path, p: HeaderProblem, file_len: u64) -> Pool
     }
 }
 
-/// Turns an examination into the header, live slot and sections, or the error to report.
-fn choose_commit(
-    path: &Path,
-    ex: Examination,
-    opts: &OpenOptions,
-) -> Result<(Header, usize, Slot, Vec<Section>, Option<usize>)> {
+/// The commit an open will use.
+struct Chosen {
+    header: Header,
+    live: usize,
+    slot: Slot,
+    sections: Vec<Section>,
+    rolled_back_from: Option<usize>,
+}
+
+/// Turns an examination into the commit to use, or the error to report.
+fn choose_commit(path: &Path, ex: Examination, opts: &OpenOptions) -> Result<Chosen> {
     let header = ex.header.map_err(|p| header_error(path, p, ex.file_len))?;
     let sys = system_page_size();
     if header.page_size != sys {
@@ -157,7 +162,7 @@ fn choose_commit(
     let SlotState::Intact { slot, sections } = ex.slots[live].clone() else {
         unreachable!("verdict names an intact slot")
     };
-    Ok((header, live, slot, sections, rolled_back_from))
+    Ok(Chosen { header, live, slot, sections, rolled_back_from })
 }
 
 /// Renames `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE).
@@ -329,18 +334,8 @@ impl Pool {
         Ok(Pool::assemble(path, medium, chosen, opts))
     }
 
-    fn assemble(
-        path: &Path,
-        medium: Box<dyn Medium>,
-        (header, live, committed, sections, rolled_back_from): (
-            Header,
-            usize,
-            Slot,
-            Vec<Section>,
-            Option<usize>,
-        ),
-        opts: &OpenOptions,
-    ) -> Pool {
+    fn assemble(path: &Path, medium: Box<dyn Medium>, chosen: Chosen, opts: &OpenOptions) -> Pool {
+        let Chosen { header, live, slot: committed, sections, rolled_back_from } = chosen;
         if MediumKind::from_code(header.created_medium) != Some(medium.kind()) {
             tracing::info!(
                 created = ?MediumKind::from_code(header.created_medium),
@@ -457,7 +452,7 @@ impl Pool {
 
     /// One aligned 8-byte store: failure-atomic on every medium.
     fn write_u64_atomic(&mut self, off: u64, v: u64) {
-        assert!(off % 8 == 0 && off + 8 <= self.len());
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len());
         // SAFETY: in bounds and 8-byte aligned (the mapping is page-aligned); no other
         // reference to these bytes exists while we hold `&mut self`.
         let word = unsafe { AtomicU64::from_ptr(self.medium.as_ptr().add(off as usize).cast()) };

@@ -3,6 +3,7 @@
 use kioku_pool::media::{MediumChoice, MediumKind};
 use kioku_pool::{CreateOptions, OpenOptions, Pool, PoolError};
 use std::os::unix::fs::FileExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 fn opts() -> CreateOptions {
@@ -19,6 +20,14 @@ fn new_pool(dir: &Path) -> (PathBuf, Pool) {
     let path = dir.join("p.pool");
     let pool = Pool::create(&path, &opts()).expect("create");
     (path, pool)
+}
+
+/// Inverts one byte, so the file surely changes whatever it held.
+fn flip(path: &Path, off: u64) {
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, off).unwrap();
+    f.write_all_at(&[!b[0]], off).unwrap();
 }
 
 fn patch(path: &Path, off: u64, bytes: &[u8]) {
@@ -179,32 +188,42 @@ fn bad_inputs_are_typed_and_change_nothing() {
         (err, after)
     };
 
+    let mut msgs = Vec::new();
     let (e, _) = case("magic", &|p| patch(p, 0, b"NOTAPOOL"));
     assert!(matches!(e, PoolError::NotAPool { .. }), "{e}");
+    msgs.push(e.to_string());
     let (e, _) = case("version", &|p| patch(p, 8, &9u32.to_le_bytes()));
     assert!(matches!(e, PoolError::UnsupportedVersion { found: 9, .. }), "{e}");
-    let (e, _) = case("hdrcrc", &|p| patch(p, 20, &[0xFF]));
+    msgs.push(e.to_string());
+    let (e, _) = case("hdrcrc", &|p| flip(p, 20));
     assert!(matches!(e, PoolError::HeaderChecksum { .. }), "{e}");
+    msgs.push(e.to_string());
     let (e, _) = case("short", &|p| {
         std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(100).unwrap()
     });
     assert!(matches!(e, PoolError::Truncated { .. }), "{e}");
+    msgs.push(e.to_string());
     let (e, _) = case("datatrunc", &|p| {
         std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(16384).unwrap()
     });
     assert!(matches!(e, PoolError::Truncated { what: "the live commit", .. }), "{e}");
+    msgs.push(e.to_string());
     let (e, _) = case("index", &|p| patch(p, 4096, &7u64.to_le_bytes()));
     assert!(matches!(e, PoolError::CommitDamaged { .. }), "{e}");
+    msgs.push(e.to_string());
     // Live slot is 1 after one commit; damage it: the previous commit is offered, not used.
-    let (e, _) = case("slot", &|p| patch(p, 4608 + 9, &[0x55]));
+    let (e, _) = case("slot", &|p| flip(p, 4608 + 9));
     assert!(matches!(e, PoolError::LiveSlotDamaged { previous_epoch: 0, slot: 1, .. }), "{e}");
-    let (e, _) = case("table", &|p| patch(p, 12288 + 40, &[0x01]));
+    msgs.push(e.to_string());
+    let (e, _) = case("table", &|p| flip(p, 12288 + 40));
     assert!(matches!(e, PoolError::LiveSlotDamaged { .. }), "{e}");
+    msgs.push(e.to_string());
     let (e, _) = case("both", &|p| {
-        patch(p, 4608 + 9, &[0x55]);
-        patch(p, 4352 + 9, &[0x55]);
+        flip(p, 4608 + 9);
+        flip(p, 4352 + 9);
     });
     assert!(matches!(e, PoolError::CommitDamaged { .. }), "{e}");
+    msgs.push(e.to_string());
     // Page size 64 KiB recorded (with a valid checksum): mismatch with this system.
     let (e, _) = case("pagesize", &|p| {
         let mut h = std::fs::read(p).unwrap()[..256].to_vec();
@@ -215,8 +234,10 @@ fn bad_inputs_are_typed_and_change_nothing() {
         patch(p, 0, &h);
     });
     assert!(matches!(e, PoolError::PageSizeMismatch { pool: 65536, .. }), "{e}");
-    for e in [&e] {
-        assert!(!e.to_string().contains('\n'), "one-line messages");
+    msgs.push(e.to_string());
+    assert_eq!(msgs.len(), 10);
+    for m in msgs {
+        assert!(!m.contains('\n') && m.contains(';') || m.contains("use a matching"), "one line saying what to do: {m}");
     }
 }
 
@@ -227,7 +248,7 @@ fn rollback_only_when_allowed() {
     pool.commit(&[1]).unwrap();
     pool.commit(&[2]).unwrap(); // live slot 0 (epoch 2), previous slot 1 (epoch 1)
     drop(pool);
-    patch(&path, 4352 + 3, &[0xEE]);
+    flip(&path, 4352 + 3);
     assert!(matches!(
         Pool::open(&path, &open_opts()),
         Err(PoolError::LiveSlotDamaged { previous_epoch: 1, .. })
@@ -279,7 +300,7 @@ fn inspect_reports_damage_precisely() {
     assert_eq!(r.summary, "healthy");
     assert_eq!(r.live_index, Some(1));
     drop(pool);
-    patch(&path, 4608 + 9, &[0x55]);
+    flip(&path, 4608 + 9);
     let r = kioku_pool::inspect::inspect(&path).unwrap();
     assert!(r.summary.contains("live slot 1: slot checksum mismatch"), "{}", r.summary);
     assert!(r.summary.contains("epoch 0"), "{}", r.summary);
@@ -287,4 +308,49 @@ fn inspect_reports_damage_precisely() {
     assert!(text.contains("slot 0    previous: epoch 0"), "{text}");
     let json = serde_json::to_value(&r).unwrap();
     assert_eq!(json["slots"][1]["state"], "damaged");
+}
+
+#[test]
+fn busy_pool_held_by_another_process_names_its_pid() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, pool) = new_pool(dir.path());
+    drop(pool);
+    // flock(1) takes the same kind of lock kioku takes (flock(2)), from another process.
+    let mut holder = match std::process::Command::new("flock")
+        .arg("-x")
+        .arg(&path)
+        .args(["sleep", "30"])
+        .process_group(0)
+        .spawn()
+    {
+        Ok(c) => c,
+        Err(e) => panic!("flock(1) from util-linux is needed for this test: {e}"),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let err = loop {
+        match Pool::open(&path, &open_opts()) {
+            Err(e @ PoolError::Busy { .. }) => break e,
+            Ok(p) if std::time::Instant::now() < deadline => {
+                drop(p);
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => panic!("expected Busy, got {other:?}"),
+        }
+    };
+    // flock(1) runs `sleep` as its child, which inherits the locked descriptor: end both.
+    // SAFETY: kill(2) of the process group we just created; no memory is involved.
+    unsafe { libc::kill(-(holder.id() as i32), libc::SIGKILL) };
+    holder.wait().unwrap();
+    match &err {
+        PoolError::Busy { pid, .. } => assert_eq!(*pid, Some(holder.id())),
+        _ => unreachable!(),
+    }
+    assert!(err.to_string().contains(&format!("process {}", holder.id())), "{err}");
+    // The killed `sleep` releases the lock when it has exited, shortly after the signal.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while let Err(PoolError::Busy { .. }) = Pool::open(&path, &open_opts()) {
+        assert!(std::time::Instant::now() < deadline, "lock not released after the holder died");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Pool::open(&path, &open_opts()).expect("free once the holder died");
 }

@@ -65,6 +65,14 @@ impl PageRange {
         }
     }
 
+    /// The smallest page-aligned range holding the `len` bytes at `ptr` (rounded outwards).
+    pub fn covering(ptr: *const u8, len: usize) -> PageRange {
+        let ps = page_size();
+        let start = ptr as usize & !(ps - 1);
+        let end = (ptr as usize + len + ps - 1) & !(ps - 1);
+        PageRange { start, end }
+    }
+
     /// Length in bytes.
     pub const fn len(&self) -> usize {
         self.end - self.start
@@ -100,7 +108,7 @@ impl PageRange {
         if self.end <= self.start {
             return Err(bad("empty or reversed"));
         }
-        if self.start % ps != 0 || self.end % ps != 0 {
+        if !self.start.is_multiple_of(ps) || !self.end.is_multiple_of(ps) {
             return Err(bad("not page aligned"));
         }
         Ok(())
@@ -436,6 +444,12 @@ mod tests {
         assert!(PageRange::new(ps, ps).check().is_err());
         assert!(PageRange::new(1, ps + 1).check().is_err());
         assert_eq!(PageRange::new(ps, 5 * ps).len_pages(), 4);
+        let c = PageRange::covering((ps + 10) as *const u8, ps);
+        assert_eq!(c, PageRange::new(ps, 3 * ps));
+        assert_eq!(
+            PageRange::covering(ps as *const u8, ps),
+            PageRange::new(ps, 2 * ps)
+        );
     }
 
     #[test]

@@ -2,9 +2,8 @@
 
 use crate::PageRange;
 
-/// Whether `r` is entirely covered by contiguous mappings that are readable and, unless
-/// `allow_readonly`, writable. Mappings tracked by the mprotect backend read `r--`, which is why
-/// the caller may allow read-only parts it knows to be its own.
+/// Whether `r` is entirely covered by contiguous mappings of process `pid` that are readable
+/// and, if `need_write`, writable.
 pub(crate) fn covered(pid: i32, r: PageRange, need_write: bool) -> std::io::Result<bool> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let mut cur = r.start;

@@ -459,13 +459,24 @@ impl PageTracker for MprotectTracker {
         for i in affected {
             let old = Self::slot_range(i);
             // 1. New slots for the parts that stay tracked (handlers may record in old or new).
-            let mut keep = Vec::new();
+            let mut keep: Vec<(PageRange, usize)> = Vec::new();
             for part in [
                 PageRange::new(old.start, range.start.max(old.start)),
                 PageRange::new(range.end.min(old.end), old.end),
             ] {
-                if !part.is_empty() {
-                    keep.push((part, Self::claim(part)?));
+                if part.is_empty() {
+                    continue;
+                }
+                match Self::claim(part) {
+                    Ok(j) => keep.push((part, j)),
+                    Err(e) => {
+                        // Undo: the old slot still tracks everything.
+                        for (_, j) in keep {
+                            drop(Self::retire(j));
+                            SLOTS[j].state.store(FREE, Ordering::SeqCst);
+                        }
+                        return Err(e);
+                    }
                 }
             }
             // 2. The removed part becomes writable again.

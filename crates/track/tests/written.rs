@@ -267,7 +267,11 @@ fn thousands_of_separate_regions_survive_output_buffer_refills() {
             }
             let out = t.scan().unwrap();
             assert_eq!(out.len(), idx.len(), "{kind:?} round {round}");
-            assert_eq!(page_set(&out), expect_set(&m, idx), "{kind:?} round {round}");
+            assert_eq!(
+                page_set(&out),
+                expect_set(&m, idx),
+                "{kind:?} round {round}"
+            );
         }
     }
 }

@@ -14,7 +14,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::Path;
 
-use super::mapping::{is_tmpfs, page_size, MappedFile, Mapping};
+use super::mapping::{is_tmpfs, MappedFile, Mapping};
 use super::{Medium, MediumError, MediumKind, Result};
 
 /// An ordinary file, durable through msync and fsync.
