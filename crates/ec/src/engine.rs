@@ -17,21 +17,41 @@ pub enum Engine {
 
 impl Engine {
     /// Every engine this build and CPU can run, fastest first.
+    ///
+    /// On x86-64 with AVX2 but without AVX-512, kioku's own AVX2 kernels measured faster
+    /// than ISA-L's AVX2 code (docs/perf.md) and come first; where AVX-512 is present ISA-L
+    /// has wider kernels than kioku and comes first. `KIOKU_EC_ENGINE=isal|avx2|scalar`
+    /// moves that engine to the front when it is available.
     pub fn available() -> Vec<Engine> {
         let mut v = Vec::new();
-        if cfg!(kioku_isal) {
+        let isal = cfg!(kioku_isal);
+        let avx2 = portable::have_avx2();
+        if isal && (portable::have_avx512() || !avx2) {
             v.push(Engine::Isal);
         }
-        if portable::have_avx2() {
+        if avx2 {
             v.push(Engine::Avx2);
         }
+        if isal && !v.contains(&Engine::Isal) {
+            v.push(Engine::Isal);
+        }
         v.push(Engine::Scalar);
+        if let Some(e) = std::env::var("KIOKU_EC_ENGINE")
+            .ok()
+            .and_then(|s| s.parse::<Engine>().ok())
+        {
+            if let Some(pos) = v.iter().position(|x| *x == e) {
+                let e = v.remove(pos);
+                v.insert(0, e);
+            }
+        }
         v
     }
 
     /// The fastest available engine.
     pub fn best() -> Engine {
-        Engine::available()[0]
+        static BEST: std::sync::OnceLock<Engine> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| Engine::available()[0])
     }
 
     /// Whether this engine can run here.

@@ -69,9 +69,10 @@ pub fn mul_table() -> &'static [[u8; 256]; 256] {
 /// Expands one coefficient into the 32-byte split-nibble table ISA-L's `ec_init_tables`
 /// produces: products with 0..16 (low nibble) followed by products with 0x00,0x10..0xf0.
 pub fn nibble_table(c: u8, out: &mut [u8]) {
-    for n in 0..16u8 {
-        out[n as usize] = mul(c, n);
-        out[16 + n as usize] = mul(c, n << 4);
+    let t = &mul_table()[c as usize];
+    for n in 0..16usize {
+        out[n] = t[n];
+        out[16 + n] = t[n << 4];
     }
 }
 

@@ -51,6 +51,18 @@ pub fn have_avx2() -> bool {
     }
 }
 
+/// Whether this CPU has AVX-512 (BW), where ISA-L's wider kernels are preferred.
+pub fn have_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512bw")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod avx2 {
     use std::arch::x86_64::*;

@@ -105,7 +105,7 @@ pub fn examine(file_len: u64, read: &mut dyn FnMut(u64, usize) -> Vec<u8>) -> Ex
                 }
                 Ok(slot) if slot.pool_len > file_len => SlotState::Truncated { slot, file_len },
                 Ok(slot) => {
-                    let table = read(format::TABLE_OFF[i], format::MAX_SECTIONS * format::ENTRY_LEN);
+                    let table = read(format::TABLE_OFF[i], format::TABLE_LEN);
                     match format::decode_table(&table, &slot, h) {
                         Ok(sections) => SlotState::Intact { slot, sections },
                         Err(detail) => SlotState::TableDamaged { slot, detail },

@@ -23,17 +23,19 @@ const SLOT_CRC_AT: usize = SLOT_LEN - 4;
 /// Most roots a commit carries.
 pub const MAX_ROOTS: usize = 16;
 /// Offsets of the two section tables; table `i` belongs to slot `i`.
-pub const TABLE_OFF: [u64; 2] = [8192, 12288];
+pub const TABLE_OFF: [u64; 2] = [8192, 8192 + TABLE_LEN as u64];
+/// Bytes of one section table.
+pub const TABLE_LEN: usize = MAX_SECTIONS * ENTRY_LEN;
 /// Bytes of one section-table entry.
 pub const ENTRY_LEN: usize = 64;
-/// Entries per table (one 4 KiB page).
-pub const MAX_SECTIONS: usize = 64;
+/// Entries per table (32 KiB): enough for a process checkpoint's regions in two contexts.
+pub const MAX_SECTIONS: usize = 512;
 /// Longest section name in bytes (UTF-8, NUL-padded on media).
 pub const MAX_NAME_LEN: usize = 32;
 /// Longest pool kind tag in bytes.
 pub const MAX_KIND_LEN: usize = 32;
 /// End of the fixed metadata; the data area starts here, rounded up to the page size.
-pub const METADATA_END: u64 = 16384;
+pub const METADATA_END: u64 = 8192 + 2 * TABLE_LEN as u64;
 
 /// Offset of commit slot `i`.
 pub fn slot_off(i: usize) -> u64 {
@@ -416,20 +418,20 @@ mod tests {
     #[test]
     fn table_rejects_overlap_and_bounds() {
         let h = header();
-        let a = Section { name: "a".into(), offset: 16384, len: 8192, flags: 0 };
-        let b = Section { name: "b".into(), offset: 20480, len: 4096, flags: 0 };
+        let a = Section { name: "a".into(), offset: METADATA_END, len: 8192, flags: 0 };
+        let b = Section { name: "b".into(), offset: METADATA_END + 4096, len: 4096, flags: 0 };
         let bytes = encode_table(&[a.clone(), b]);
         let slot = Slot {
             epoch: 1,
             committed_unix_ns: 0,
-            pool_len: 65536,
+            pool_len: 1 << 20,
             table_entries: 2,
             table_crc: crc(&bytes),
             roots: vec![],
         };
         assert!(decode_table(&bytes, &slot, &h).unwrap_err().contains("overlap"));
         let bytes = encode_table(&[a]);
-        let slot = Slot { pool_len: 20000, table_entries: 1, table_crc: crc(&bytes), ..slot };
+        let slot = Slot { pool_len: METADATA_END + 4000, table_entries: 1, table_crc: crc(&bytes), ..slot };
         assert!(decode_table(&bytes, &slot, &h).unwrap_err().contains("past the committed"));
     }
 }

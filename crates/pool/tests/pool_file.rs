@@ -124,7 +124,7 @@ fn section_errors() {
     assert!(matches!(pool.create_section(&long, 1, 0), Err(PoolError::BadName { .. })));
     assert!(matches!(pool.delete_section("nope"), Err(PoolError::NoSuchSection { .. })));
     assert!(matches!(pool.commit(&[0; 17]), Err(PoolError::TooManyRoots { .. })));
-    for i in 1..64 {
+    for i in 1..512 {
         pool.create_section(&format!("s{i}"), 1, 0).unwrap();
     }
     assert!(matches!(pool.create_section("one-more", 1, 0), Err(PoolError::TooManySections { .. })));
@@ -204,7 +204,7 @@ fn bad_inputs_are_typed_and_change_nothing() {
     assert!(matches!(e, PoolError::Truncated { .. }), "{e}");
     msgs.push(e.to_string());
     let (e, _) = case("datatrunc", &|p| {
-        std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(16384).unwrap()
+        std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(73728).unwrap()
     });
     assert!(matches!(e, PoolError::Truncated { what: "the live commit", .. }), "{e}");
     msgs.push(e.to_string());
@@ -215,7 +215,7 @@ fn bad_inputs_are_typed_and_change_nothing() {
     let (e, _) = case("slot", &|p| flip(p, 4608 + 9));
     assert!(matches!(e, PoolError::LiveSlotDamaged { previous_epoch: 0, slot: 1, .. }), "{e}");
     msgs.push(e.to_string());
-    let (e, _) = case("table", &|p| flip(p, 12288 + 40));
+    let (e, _) = case("table", &|p| flip(p, 40960 + 40));
     assert!(matches!(e, PoolError::LiveSlotDamaged { .. }), "{e}");
     msgs.push(e.to_string());
     let (e, _) = case("both", &|p| {
@@ -228,7 +228,7 @@ fn bad_inputs_are_typed_and_change_nothing() {
     let (e, _) = case("pagesize", &|p| {
         let mut h = std::fs::read(p).unwrap()[..256].to_vec();
         h[32..36].copy_from_slice(&65536u32.to_le_bytes());
-        h[112..120].copy_from_slice(&65536u64.to_le_bytes());
+        h[112..120].copy_from_slice(&131072u64.to_le_bytes());
         let c = crc32c::crc32c(&h[..252]);
         h[252..256].copy_from_slice(&c.to_le_bytes());
         patch(p, 0, &h);

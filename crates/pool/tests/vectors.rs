@@ -59,7 +59,7 @@ fn generate(dir: &Path) -> Value {
     variant("bad-magic.pool", &|b| patch(b, 0, b"KIOKUPOX"));
     variant("bad-version.pool", &|b| patch(b, 8, &2u32.to_le_bytes()));
     variant("truncated-header.pool", &|b| b.truncate(100));
-    variant("truncated-data.pool", &|b| b.truncate(16384 + 4096));
+    variant("truncated-data.pool", &|b| b.truncate(73728 + 4096));
     variant("header-checksum.pool", &|b| b[17] ^= 0x01);
     variant("torn-live-slot.pool", &|b| patch(b, 4352 + 8, &[0, 0, 0, 0]));
     variant("bad-live-table.pool", &|b| b[8192 + 33] ^= 0x10);
@@ -70,15 +70,15 @@ fn generate(dir: &Path) -> Value {
     });
     variant("page-size-64k.pool", &|b| {
         patch(b, 32, &65536u32.to_le_bytes());
-        patch(b, 112, &65536u64.to_le_bytes());
+        patch(b, 112, &131072u64.to_le_bytes());
         let c = crc32c::crc32c(&b[..252]);
         patch(b, 252, &c.to_le_bytes());
     });
 
     let sections = json!([
-        {"name": "alpha", "offset": 16384, "len": 4096, "flags": 1, "byte": "a"},
-        {"name": "beta", "offset": 32768, "len": 12288, "flags": 0, "byte": "b"},
-        {"name": "gamma", "offset": 28672, "len": 4096, "flags": 2147483648u64, "byte": "g"}
+        {"name": "alpha", "offset": 73728, "len": 4096, "flags": 1, "byte": "a"},
+        {"name": "beta", "offset": 90112, "len": 12288, "flags": 0, "byte": "b"},
+        {"name": "gamma", "offset": 86016, "len": 4096, "flags": 2147483648u64, "byte": "g"}
     ]);
     json!({
         "format_version": 1,
