@@ -139,7 +139,10 @@ fn encode(
             .truncate(true)
             .open(p)
             .with_context(|| {
-                format!("create {} (use --force to overwrite shard files)", p.display())
+                format!(
+                    "create {} (use --force to overwrite shard files)",
+                    p.display()
+                )
             })?;
         outs.push(BufWriter::with_capacity(1 << 20, f));
     }
@@ -259,7 +262,10 @@ fn decode(paths: &[PathBuf], output: &Path, force: bool) -> Result<()> {
         tracing::warn!("skipping {}: {why}", p.display());
     }
     let Some(first) = cands.first().map(|c| c.header) else {
-        bail!("no usable shard among the {} given: nothing to decode", paths.len());
+        bail!(
+            "no usable shard among the {} given: nothing to decode",
+            paths.len()
+        );
     };
     let k = first.k as usize;
     tracing::info!(k, m = first.m, engine = %Engine::best(), "decoding");
@@ -297,7 +303,11 @@ fn decode(paths: &[PathBuf], output: &Path, force: bool) -> Result<()> {
                     .position(|c| c.header.index as usize == index)
                     .expect("used shard is a candidate");
                 let c = cands.remove(pos);
-                tracing::warn!("shard {} ({}) is damaged; retrying without it", index, c.path.display());
+                tracing::warn!(
+                    "shard {} ({}) is damaged; retrying without it",
+                    index,
+                    c.path.display()
+                );
             }
             Err(e) => break Err(anyhow::Error::from(e)),
         }
@@ -348,9 +358,7 @@ fn verify(paths: &[PathBuf], json: bool) -> Result<()> {
         let r = File::open(p).map_err(EcError::from).and_then(|f| {
             let len = f.metadata().map(|md| md.len()).unwrap_or(0);
             let pb = progress(len, "verify");
-            let r = stream::verify_shard(BufReader::with_capacity(1 << 20, f), &mut |n| {
-                pb.inc(n)
-            });
+            let r = stream::verify_shard(BufReader::with_capacity(1 << 20, f), &mut |n| pb.inc(n));
             pb.finish_and_clear();
             r
         });
@@ -392,9 +400,8 @@ fn verify(paths: &[PathBuf], json: bool) -> Result<()> {
         if recoverable {
             let mut inputs = open_inputs(&cands)?;
             let pb = progress(h.original_len, "check");
-            let r = stream::decode_stream(&mut inputs, std::io::sink(), &mut |x| {
-                pb.set_position(x)
-            });
+            let r =
+                stream::decode_stream(&mut inputs, std::io::sink(), &mut |x| pb.set_position(x));
             pb.finish_and_clear();
             file_ok = Some(r.is_ok());
             if let Err(e) = r {
@@ -445,7 +452,11 @@ fn verify(paths: &[PathBuf], json: bool) -> Result<()> {
         bail!(
             "{} damaged shard file(s){}",
             report.damaged,
-            if report.recoverable { "; the file is still recoverable" } else { "; the file is NOT recoverable" }
+            if report.recoverable {
+                "; the file is still recoverable"
+            } else {
+                "; the file is NOT recoverable"
+            }
         );
     }
     Ok(())

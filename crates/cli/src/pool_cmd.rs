@@ -39,7 +39,12 @@ enum PoolCommand {
 
 pub fn run(args: PoolArgs) -> Result<()> {
     match args.cmd {
-        PoolCommand::Create { path, kind, medium, size } => {
+        PoolCommand::Create {
+            path,
+            kind,
+            medium,
+            size,
+        } => {
             let mut o = CreateOptions::new(&kind);
             o.medium = medium.map_or(MediumChoice::Auto, MediumChoice::Exactly);
             o.data_len = size;

@@ -40,7 +40,15 @@ fn encode(dir: &Path, data: &[u8], k: usize, m: usize, unit: Option<usize>) -> V
     fs::write(&file, data).unwrap();
     let (ks, ms) = (k.to_string(), m.to_string());
     let us = unit.map(|u| u.to_string());
-    let mut args = vec!["ec", "encode", "--k", &ks, "--m", &ms, file.to_str().unwrap()];
+    let mut args = vec![
+        "ec",
+        "encode",
+        "--k",
+        &ks,
+        "--m",
+        &ms,
+        file.to_str().unwrap(),
+    ];
     if let Some(u) = &us {
         args.extend(["--stripe-unit", u]);
     }
@@ -86,9 +94,16 @@ fn round_trip_with_every_loss_of_m_shards() {
     let out = dir.path().join("out.bin");
     for a in 0..6 {
         for b in a + 1..6 {
-            let keep: Vec<&PathBuf> = (0..6).filter(|i| *i != a && *i != b).map(|i| &paths[i]).collect();
+            let keep: Vec<&PathBuf> = (0..6)
+                .filter(|i| *i != a && *i != b)
+                .map(|i| &paths[i])
+                .collect();
             let o = decode(&keep, &out);
-            assert!(o.status.success(), "lost {a},{b}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "lost {a},{b}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             assert_eq!(fs::read(&out).unwrap(), data, "lost {a},{b}");
         }
     }
@@ -108,9 +123,16 @@ fn too_few_shards_is_refused_and_leaves_no_output() {
     let o = decode(&keep, &out);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("only 2 intact shards of the 3 needed"), "{err}");
+    assert!(
+        err.contains("only 2 intact shards of the 3 needed"),
+        "{err}"
+    );
     assert!(!out.exists());
-    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 6, "no temp file left behind");
+    assert_eq!(
+        fs::read_dir(dir.path()).unwrap().count(),
+        6,
+        "no temp file left behind"
+    );
 }
 
 #[test]
@@ -134,7 +156,12 @@ fn corrupted_payload_is_detected_and_skipped() {
     assert_eq!(v["recoverable"], true);
     assert_eq!(v["file_checksum_ok"], true);
     assert_eq!(v["missing"], serde_json::json!([1, 4]));
-    let bad: Vec<&serde_json::Value> = v["shards"].as_array().unwrap().iter().filter(|s| s["ok"] == false).collect();
+    let bad: Vec<&serde_json::Value> = v["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["ok"] == false)
+        .collect();
     assert_eq!(bad.len(), 1);
     assert!(bad[0]["path"].as_str().unwrap().ends_with(".001.kec"));
     assert!(bad[0]["error"].as_str().unwrap().contains("checksum"));
@@ -161,8 +188,14 @@ fn corrupted_header_and_foreign_files_are_reported() {
     assert!(!status);
     assert_eq!(v["damaged"], 2);
     assert_eq!(v["shards"][0]["ok"], false);
-    assert!(v["shards"][0]["error"].as_str().unwrap().contains("header checksum"));
-    assert!(v["shards"][4]["error"].as_str().unwrap().contains("bad magic"));
+    assert!(v["shards"][0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("header checksum"));
+    assert!(v["shards"][4]["error"]
+        .as_str()
+        .unwrap()
+        .contains("bad magic"));
     assert_eq!(v["recoverable"], true);
     let out = dir.path().join("out.bin");
     let o = decode(&given, &out);
@@ -183,7 +216,10 @@ fn shards_of_another_file_are_inconsistent() {
     let (status, v) = verify_json(&given);
     assert!(!status);
     assert_eq!(v["shards"][2]["ok"], false);
-    assert!(v["shards"][2]["error"].as_str().unwrap().contains("disagrees"));
+    assert!(v["shards"][2]["error"]
+        .as_str()
+        .unwrap()
+        .contains("disagrees"));
     let out = dir.path().join("out.bin");
     assert!(decode(&given, &out).status.success());
     assert_eq!(fs::read(&out).unwrap(), bytes(5000, 5));
@@ -216,7 +252,11 @@ fn empty_file_and_exact_stripe_multiple() {
         let out = dir.path().join("out.bin");
         let keep: Vec<&PathBuf> = paths[1..].iter().collect();
         let o = decode(&keep, &out);
-        assert!(o.status.success(), "n={n}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "n={n}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
         assert_eq!(fs::read(&out).unwrap(), data, "n={n}");
         for p in &paths {
             fs::remove_file(p).unwrap();
@@ -249,7 +289,12 @@ fn larger_file_with_default_stripe_unit() {
     // More than one default stripe for 10+4 (64 MiB / 14 -> 4 MiB... capped at 1 MiB units).
     let data = bytes(10 * (1 << 20) * 2 + 12345, 9);
     let paths = encode(dir.path(), &data, 10, 4, None);
-    let keep: Vec<&PathBuf> = paths.iter().enumerate().filter(|(i, _)| ![0, 3, 9, 12].contains(i)).map(|(_, p)| p).collect();
+    let keep: Vec<&PathBuf> = paths
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| ![0, 3, 9, 12].contains(i))
+        .map(|(_, p)| p)
+        .collect();
     let out = dir.path().join("out.bin");
     let o = decode(&keep, &out);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

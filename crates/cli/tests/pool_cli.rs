@@ -4,7 +4,10 @@ use std::path::Path;
 use std::process::Command;
 
 fn kioku(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kioku")).args(args).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kioku"))
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -25,7 +28,15 @@ fn create_then_inspect_json() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("a.pool");
     let ps = p.to_str().unwrap();
-    let (code, out, err) = kioku(&["pool", "create", ps, "--kind", "kioku.cli-test", "--medium", "file"]);
+    let (code, out, err) = kioku(&[
+        "pool",
+        "create",
+        ps,
+        "--kind",
+        "kioku.cli-test",
+        "--medium",
+        "file",
+    ]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("on file"), "{out}");
     let (code, out, _) = kioku(&["pool", "inspect", ps, "--json"]);
@@ -62,7 +73,10 @@ fn inspect_reports_each_broken_vector_with_a_failing_status() {
         let (code, out, err) = kioku(&["pool", "inspect", &vector(file)]);
         assert_eq!(code, 1, "{file}");
         assert!(err.lines().count() == 1, "{file}: one-line error: {err}");
-        assert!(out.contains(words) || err.contains(words), "{file}: {out}{err}");
+        assert!(
+            out.contains(words) || err.contains(words),
+            "{file}: {out}{err}"
+        );
     }
 }
 

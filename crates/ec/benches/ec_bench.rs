@@ -106,8 +106,46 @@ fn emit(codec: &str, op: &str, k: usize, m: usize, size: usize, (best, med): (f6
     println!("{codec} {op} {k} {m} {size} {best:.4} {med:.4}");
 }
 
+/// A zeroed byte buffer starting on a 64-byte boundary, as the C benchmark allocates them.
+#[derive(Clone)]
+struct Aligned {
+    buf: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let buf = vec![0u8; len + 64];
+        let off = buf.as_ptr().align_offset(64);
+        Aligned { buf, off, len }
+    }
+    fn from_slice(s: &[u8]) -> Aligned {
+        let mut a = Aligned::new(s.len());
+        a.copy_from_slice(s);
+        a
+    }
+}
+
+impl std::ops::Deref for Aligned {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.off..self.off + self.len]
+    }
+}
+
+impl std::ops::DerefMut for Aligned {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + self.len]
+    }
+}
+
+fn aligned_set(n: usize, size: usize) -> Vec<Aligned> {
+    (0..n).map(|_| Aligned::new(size)).collect()
+}
+
 /// A plain read of every byte of `bufs`, as fast as this CPU reads.
-fn read_all(bufs: &[Vec<u8>]) -> u64 {
+fn read_all(bufs: &[Aligned]) -> u64 {
     let mut acc = 0u64;
     for b in bufs {
         acc ^= read_one(b);
@@ -161,17 +199,22 @@ fn main() {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
     for &(k, m) in &o.points {
         for &size in &o.sizes {
-            let data: Vec<Vec<u8>> = (0..k)
+            let data: Vec<Aligned> = (0..k)
                 .map(|_| {
-                    let mut v = vec![0u8; size];
+                    let mut v = Aligned::new(size);
                     rng.fill(&mut v[..]);
                     v
                 })
                 .collect();
             let bytes = k * size;
-            let dref: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            let dref: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
             let reference = Codec::new(k, m).expect("codec");
-            let good_parity = reference.encode_to_vec(&dref).expect("encode");
+            let good_parity: Vec<Aligned> = reference
+                .encode_to_vec(&dref)
+                .expect("encode")
+                .iter()
+                .map(|p| Aligned::from_slice(p))
+                .collect();
             let mut jobs: Vec<Job<'_>> = Vec::new();
             jobs.push(job("memread", "read", Box::new(|| {
                 black_box(read_all(black_box(&data)));
@@ -181,10 +224,10 @@ fn main() {
                 // ISA-L straight through FFI, one unchunked call: the in-process reference.
                 let full = kioku_ec::isal_raw::gen_cauchy1_matrix(k, m);
                 let tables = kioku_ec::isal_raw::init_tables(k, m, &full[k * k..]);
-                let mut parity = vec![vec![0u8; size]; m];
+                let mut parity = aligned_set(m, size);
                 let dref = dref.clone();
                 jobs.push(job("isal_ffi", "encode", Box::new(move || {
-                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| &mut v[..]).collect();
                     kioku_ec::isal_raw::encode(&tables, &dref, &mut p);
                 })));
             }
@@ -198,10 +241,10 @@ fn main() {
                 let name = if n == 0 { "kioku".to_string() } else { format!("kioku_{engine}") };
                 let codec = std::sync::Arc::new(Codec::with_engine(k, m, engine).expect("codec"));
                 {
-                    let mut parity = vec![vec![0u8; size]; m];
+                    let mut parity = aligned_set(m, size);
                     let (codec, dref) = (codec.clone(), dref.clone());
                     jobs.push(job(&name, "encode", Box::new(move || {
-                        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| &mut v[..]).collect();
                         codec.encode(&dref, &mut p).expect("encode");
                     })));
                 }
@@ -219,17 +262,17 @@ fn main() {
                         std::sync::Arc::new(c)
                     };
                     let surv = surv.clone();
-                    let mut out = vec![vec![0u8; size]; m];
+                    let mut out = aligned_set(m, size);
                     let mut checked = false;
                     let data = &data;
                     let op = if cached { "decode" } else { "decode_nocache" };
                     jobs.push(job(&name, op, Box::new(move || {
                         let mut w: Vec<(usize, &mut [u8])> =
-                            out.iter_mut().enumerate().map(|(i, b)| (i, b.as_mut_slice())).collect();
+                            out.iter_mut().enumerate().map(|(i, b)| (i, &mut b[..])).collect();
                         codec.decode(&surv, &mut w).expect("decode");
                         if !checked {
                             for (i, b) in out.iter().enumerate() {
-                                assert_eq!(b, &data[i], "kioku decoded shard {i} wrong");
+                                assert_eq!(&b[..], &data[i][..], "kioku decoded shard {i} wrong");
                             }
                             checked = true;
                         }
@@ -245,7 +288,7 @@ fn main() {
                         let codec = codec.clone();
                         jobs.push(job("kioku", &format!("update_{pct}pct"), Box::new(move || {
                             let mut p: Vec<&mut [u8]> =
-                                parity.iter_mut().map(|v| v.as_mut_slice()).collect();
+                                parity.iter_mut().map(|v| &mut v[..]).collect();
                             let (a, b) = if flip { (&new, &old) } else { (&old, &new) };
                             codec.update(k / 2, 0, a, b, &mut p).expect("update");
                             flip = !flip;
@@ -257,14 +300,14 @@ fn main() {
             if reed_solomon_simd::ReedSolomonEncoder::supports(k, m) && size % 2 == 0 {
                 let mut enc = reed_solomon_simd::ReedSolomonEncoder::new(k, m, size).expect("rs");
                 for d in &data {
-                    enc.add_original_shard(d).expect("add");
+                    enc.add_original_shard(&d[..]).expect("add");
                 }
                 let rec: Vec<Vec<u8>> =
                     enc.encode().expect("encode").recovery_iter().map(|r| r.to_vec()).collect();
                 let data = &data;
                 jobs.push(job("rs_simd", "encode", Box::new(move || {
                     for d in data {
-                        enc.add_original_shard(d).expect("add");
+                        enc.add_original_shard(&d[..]).expect("add");
                     }
                     let r = enc.encode().expect("encode");
                     black_box(r.recovery(0));
@@ -273,7 +316,7 @@ fn main() {
                 let mut checked = false;
                 jobs.push(job("rs_simd", "decode", Box::new(move || {
                     for (i, d) in data.iter().enumerate().skip(m) {
-                        dec.add_original_shard(i, d).expect("add");
+                        dec.add_original_shard(i, &d[..]).expect("add");
                     }
                     for (j, r) in rec.iter().enumerate() {
                         dec.add_recovery_shard(j, r).expect("add");

@@ -68,7 +68,7 @@ pub mod avx2 {
     use std::arch::x86_64::*;
 
     /// Rows processed together per pass over the sources.
-    pub const MAX_ROWS: usize = 6;
+    pub const MAX_ROWS: usize = 4;
 
     /// Dot product of `R` rows: `dst[r] (=|^=) sum_c T[r][c] * src[c]`, `tables` row-major
     /// with row stride `32 * srcs.len()`. Requires AVX2 (checked by the caller).
@@ -123,6 +123,45 @@ pub mod avx2 {
     ) {
         let mask = _mm256_set1_epi8(0x0f);
         let mut pos = 0;
+        // 64 bytes per step: each table pair loaded once serves two vectors.
+        while pos + 64 <= body {
+            let mut a0 = [_mm256_setzero_si256(); R];
+            let mut a1 = [_mm256_setzero_si256(); R];
+            if accumulate {
+                for r in 0..R {
+                    a0[r] = _mm256_loadu_si256(dsts[r].add(pos) as *const __m256i);
+                    a1[r] = _mm256_loadu_si256(dsts[r].add(pos + 32) as *const __m256i);
+                }
+            }
+            for (c, s) in srcs.iter().enumerate() {
+                let p = s.as_ptr().add(pos);
+                let v0 = _mm256_loadu_si256(p as *const __m256i);
+                let v1 = _mm256_loadu_si256(p.add(32) as *const __m256i);
+                let lo0 = _mm256_and_si256(v0, mask);
+                let hi0 = _mm256_and_si256(_mm256_srli_epi64(v0, 4), mask);
+                let lo1 = _mm256_and_si256(v1, mask);
+                let hi1 = _mm256_and_si256(_mm256_srli_epi64(v1, 4), mask);
+                for r in 0..R {
+                    let t = tables.add((r * k + c) * 32);
+                    let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t as *const __m128i));
+                    let thi =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16) as *const __m128i));
+                    a0[r] = _mm256_xor_si256(
+                        a0[r],
+                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, lo0), _mm256_shuffle_epi8(thi, hi0)),
+                    );
+                    a1[r] = _mm256_xor_si256(
+                        a1[r],
+                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, lo1), _mm256_shuffle_epi8(thi, hi1)),
+                    );
+                }
+            }
+            for r in 0..R {
+                _mm256_storeu_si256(dsts[r].add(pos) as *mut __m256i, a0[r]);
+                _mm256_storeu_si256(dsts[r].add(pos + 32) as *mut __m256i, a1[r]);
+            }
+            pos += 64;
+        }
         while pos < body {
             let mut acc = [_mm256_setzero_si256(); R];
             if accumulate {

@@ -73,9 +73,17 @@ fn main() {
     let sizes = [(4096u64, 300usize), (1 << 20, 60)];
     let mut rows = Vec::new();
     for (len, reps) in sizes {
-        let label = if len == 4096 { "1 page (4 KiB)" } else { "1 MiB" };
+        let label = if len == 4096 {
+            "1 page (4 KiB)"
+        } else {
+            "1 MiB"
+        };
         let (m, p) = median_p99(memcpy_baseline(len as usize, reps));
-        rows.push(format!("| {label} | memcpy (baseline) | {} | {} | 1.0 |", us(m), us(p)));
+        rows.push(format!(
+            "| {label} | memcpy (baseline) | {} | {} | 1.0 |",
+            us(m),
+            us(p)
+        ));
         let base = m;
         for kind in [MediumKind::File, MediumKind::Shm, MediumKind::Sim] {
             let mut pool = match kind {
@@ -85,7 +93,11 @@ fn main() {
                 )
                 .unwrap(),
                 _ => {
-                    let dir = if kind == MediumKind::Shm { shm.path() } else { disk.path() };
+                    let dir = if kind == MediumKind::Shm {
+                        shm.path()
+                    } else {
+                        disk.path()
+                    };
                     let mut o = CreateOptions::new("kioku.bench");
                     o.medium = MediumChoice::Exactly(kind);
                     Pool::create(&dir.join(format!("{len}.pool")), &o).unwrap()

@@ -24,8 +24,14 @@ fn image_byte(counter: u64, i: u64) -> u8 {
 
 /// The child: commit forever, telling the parent each committed counter.
 fn child(path: &Path) -> ! {
-    let mut pool = Pool::open(path, &OpenOptions { kind: Some(KIND.into()), ..Default::default() })
-        .unwrap_or_else(|e| panic!("child: {e}"));
+    let mut pool = Pool::open(
+        path,
+        &OpenOptions {
+            kind: Some(KIND.into()),
+            ..Default::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("child: {e}"));
     for ctx in ["ctx0", "ctx1"] {
         if pool.section(ctx).is_none() {
             pool.create_section(ctx, IMAGE, 0).unwrap();
@@ -54,8 +60,14 @@ fn child(path: &Path) -> ! {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let get = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
-    let path = get("--pool").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(".kioku/demo.pool"));
+    let get = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .map(|i| args[i + 1].clone())
+    };
+    let path = get("--pool")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(".kioku/demo.pool"));
     if args.iter().any(|a| a == "--child") {
         child(&path);
     }
@@ -64,12 +76,29 @@ fn main() {
         std::fs::create_dir_all(dir).expect("create pool directory");
     }
     if path.exists() {
-        let pool = Pool::open(&path, &OpenOptions { kind: Some(KIND.into()), ..Default::default() })
-            .unwrap_or_else(|e| fail(&e.to_string()));
-        println!("pool {} exists: resuming from epoch {} (counter {:?})", path.display(), pool.epoch(), pool.roots().first());
+        let pool = Pool::open(
+            &path,
+            &OpenOptions {
+                kind: Some(KIND.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| fail(&e.to_string()));
+        println!(
+            "pool {} exists: resuming from epoch {} (counter {:?})",
+            path.display(),
+            pool.epoch(),
+            pool.roots().first()
+        );
     } else {
-        let pool = Pool::create(&path, &CreateOptions::new(KIND)).unwrap_or_else(|e| fail(&e.to_string()));
-        println!("created pool {} on medium {} ({})", path.display(), pool.medium().kind(), pool.medium().kind().durability());
+        let pool =
+            Pool::create(&path, &CreateOptions::new(KIND)).unwrap_or_else(|e| fail(&e.to_string()));
+        println!(
+            "created pool {} on medium {} ({})",
+            path.display(),
+            pool.medium().kind(),
+            pool.medium().kind().durability()
+        );
     }
     for round in 1..=rounds {
         let mut kid = Command::new(std::env::current_exe().unwrap())
@@ -79,7 +108,11 @@ fn main() {
             .spawn()
             .expect("start child");
         let mut lines = BufReader::new(kid.stdout.take().unwrap()).lines();
-        let first: u64 = lines.next().and_then(|l| l.ok()).and_then(|l| l.parse().ok()).unwrap_or_else(|| fail("child made no commit"));
+        let first: u64 = lines
+            .next()
+            .and_then(|l| l.ok())
+            .and_then(|l| l.parse().ok())
+            .unwrap_or_else(|| fail("child made no commit"));
         let run_for = Duration::from_millis(150 + (rand::random::<u64>() % 350));
         let start = Instant::now();
         let mut last = first;
@@ -94,13 +127,24 @@ fn main() {
         unsafe { libc::kill(kid.id() as i32, libc::SIGKILL) };
         let status = kid.wait().unwrap();
         let t = Instant::now();
-        let pool = Pool::open(&path, &OpenOptions { kind: Some(KIND.into()), ..Default::default() })
-            .unwrap_or_else(|e| fail(&format!("reopen after SIGKILL: {e}")));
-        let [counter, ctx, sum] = *pool.roots() else { fail("roots missing") };
+        let pool = Pool::open(
+            &path,
+            &OpenOptions {
+                kind: Some(KIND.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap_or_else(|e| fail(&format!("reopen after SIGKILL: {e}")));
+        let [counter, ctx, sum] = *pool.roots() else {
+            fail("roots missing")
+        };
         let s = pool.section(&format!("ctx{ctx}")).unwrap();
         let img = pool.bytes(s.offset, IMAGE);
         let ok_sum = crc32c::crc32c(img) as u64 == sum;
-        let ok_bytes = img.iter().enumerate().all(|(i, &b)| b == image_byte(counter, i as u64));
+        let ok_bytes = img
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == image_byte(counter, i as u64));
         let ok_counter = counter == last || counter == last + 1;
         println!(
             "round {round}: {} commits of 1 MiB in {:?}, child killed ({status}); last acknowledged {last}, recovered {counter} (epoch {}) in {:?}: {}",

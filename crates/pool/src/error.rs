@@ -15,19 +15,47 @@ pub enum PoolError {
     #[error("{path}: not a kioku pool (bad magic); check the path")]
     NotAPool { path: PathBuf },
     #[error("{path}: pool format version {found} is not supported (this kioku reads version {supported}); use a matching kioku release")]
-    UnsupportedVersion { path: PathBuf, found: u32, supported: u32 },
+    UnsupportedVersion {
+        path: PathBuf,
+        found: u32,
+        supported: u32,
+    },
     #[error("{path}: truncated: {what} needs {needed} bytes but the file has {found}; restore the file from a copy")]
-    Truncated { path: PathBuf, what: &'static str, needed: u64, found: u64 },
+    Truncated {
+        path: PathBuf,
+        what: &'static str,
+        needed: u64,
+        found: u64,
+    },
     #[error("{path}: header checksum mismatch (stored {stored:#010x}, computed {computed:#010x}); the header is damaged — restore the file from a copy")]
-    HeaderChecksum { path: PathBuf, stored: u32, computed: u32 },
-    #[error("{path}: header field '{field}' is invalid; the file is damaged or not written by kioku")]
+    HeaderChecksum {
+        path: PathBuf,
+        stored: u32,
+        computed: u32,
+    },
+    #[error(
+        "{path}: header field '{field}' is invalid; the file is damaged or not written by kioku"
+    )]
     HeaderInvalid { path: PathBuf, field: &'static str },
     #[error("{path}: pool page size is {pool} bytes but this system's is {system}; open it on a machine with {pool}-byte pages")]
-    PageSizeMismatch { path: PathBuf, pool: u32, system: u32 },
+    PageSizeMismatch {
+        path: PathBuf,
+        pool: u32,
+        system: u32,
+    },
     #[error("{path}: pool holds '{found}' state, not '{expected}'; point this command at a '{expected}' pool")]
-    KindMismatch { path: PathBuf, expected: String, found: String },
+    KindMismatch {
+        path: PathBuf,
+        expected: String,
+        found: String,
+    },
     #[error("{path}: live commit slot {slot} is damaged ({detail}); the previous commit (epoch {previous_epoch}) is intact — open with rollback allowed (`--allow-rollback`) to use it")]
-    LiveSlotDamaged { path: PathBuf, slot: usize, detail: String, previous_epoch: u64 },
+    LiveSlotDamaged {
+        path: PathBuf,
+        slot: usize,
+        detail: String,
+        previous_epoch: u64,
+    },
     #[error("{path}: commit record damaged ({detail}); no intact commit is left — restore the file from a copy")]
     CommitDamaged { path: PathBuf, detail: String },
     #[error("section name '{name}' is invalid (1 to 32 bytes of UTF-8, no NUL)")]

@@ -57,7 +57,12 @@ pub enum Verdict {
     /// The live slot is intact.
     Healthy { live: usize },
     /// The live slot is damaged but the other one is intact (an older commit).
-    RollbackAvailable { damaged: usize, detail: String, previous: usize, previous_epoch: u64 },
+    RollbackAvailable {
+        damaged: usize,
+        detail: String,
+        previous: usize,
+        previous_epoch: u64,
+    },
     /// The live commit needs more file than exists.
     Truncated { needed: u64, found: u64 },
     /// No usable commit.
@@ -83,11 +88,26 @@ pub fn examine(file_len: u64, read: &mut dyn FnMut(u64, usize) -> Vec<u8>) -> Ex
     let head = read(0, format::HEADER_LEN);
     let header = Header::decode(&head);
     let Ok(h) = &header else {
-        return Examination { file_len, header, index: None, slots: vec![], verdict: Verdict::BadHeader };
+        return Examination {
+            file_len,
+            header,
+            index: None,
+            slots: vec![],
+            verdict: Verdict::BadHeader,
+        };
     };
     if file_len < h.data_off {
-        let verdict = Verdict::Truncated { needed: h.data_off, found: file_len };
-        return Examination { file_len, header, index: None, slots: vec![], verdict };
+        let verdict = Verdict::Truncated {
+            needed: h.data_off,
+            found: file_len,
+        };
+        return Examination {
+            file_len,
+            header,
+            index: None,
+            slots: vec![],
+            verdict,
+        };
     }
     let index = u64::from_le_bytes(read(format::INDEX_OFF, 8).try_into().expect("8 bytes"));
     let slots: Vec<SlotState> = (0..2)
@@ -100,9 +120,9 @@ pub fn examine(file_len: u64, read: &mut dyn FnMut(u64, usize) -> Vec<u8>) -> Ex
                         "slot checksum mismatch (stored {stored:#010x}, computed {computed:#010x})"
                     ),
                 },
-                Err(SlotProblem::Invalid { what }) => {
-                    SlotState::Damaged { detail: format!("slot field invalid: {what}") }
-                }
+                Err(SlotProblem::Invalid { what }) => SlotState::Damaged {
+                    detail: format!("slot field invalid: {what}"),
+                },
                 Ok(slot) if slot.pool_len > file_len => SlotState::Truncated { slot, file_len },
                 Ok(slot) => {
                     let table = read(format::TABLE_OFF[i], format::TABLE_LEN);
@@ -115,20 +135,29 @@ pub fn examine(file_len: u64, read: &mut dyn FnMut(u64, usize) -> Vec<u8>) -> Ex
         })
         .collect();
     let verdict = decide(index, &slots);
-    Examination { file_len, header, index: Some(index), slots, verdict }
+    Examination {
+        file_len,
+        header,
+        index: Some(index),
+        slots,
+        verdict,
+    }
 }
 
 fn decide(index: u64, slots: &[SlotState]) -> Verdict {
     if index > 1 {
-        return Verdict::CommitDamaged { detail: format!("live index holds {index}, not 0 or 1") };
+        return Verdict::CommitDamaged {
+            detail: format!("live index holds {index}, not 0 or 1"),
+        };
     }
     let live = index as usize;
     let other = 1 - live;
     match &slots[live] {
         SlotState::Intact { .. } => Verdict::Healthy { live },
-        SlotState::Truncated { slot, file_len } => {
-            Verdict::Truncated { needed: slot.pool_len, found: *file_len }
-        }
+        SlotState::Truncated { slot, file_len } => Verdict::Truncated {
+            needed: slot.pool_len,
+            found: *file_len,
+        },
         damaged => {
             let detail = format!(
                 "live slot {live}: {}",

@@ -337,10 +337,19 @@ pub fn decode_table(b: &[u8], slot: &Slot, header: &Header) -> Result<Vec<Sectio
             len: u64_at(e, 40),
             flags: u32_at(e, 48),
         };
-        if !s.offset.is_multiple_of(page) || !s.len.is_multiple_of(page) || s.offset < header.data_off {
-            return Err(format!("section '{}': extent is not page-aligned in the data area", s.name));
+        if !s.offset.is_multiple_of(page)
+            || !s.len.is_multiple_of(page)
+            || s.offset < header.data_off
+        {
+            return Err(format!(
+                "section '{}': extent is not page-aligned in the data area",
+                s.name
+            ));
         }
-        if s.offset.checked_add(s.len).is_none_or(|end| end > slot.pool_len) {
+        if s.offset
+            .checked_add(s.len)
+            .is_none_or(|end| end > slot.pool_len)
+        {
             return Err(format!(
                 "section '{}': extent {}+{} ends past the committed pool length {}",
                 s.name, s.offset, s.len, slot.pool_len
@@ -349,7 +358,10 @@ pub fn decode_table(b: &[u8], slot: &Slot, header: &Header) -> Result<Vec<Sectio
         if out.iter().any(|o| o.name == s.name) {
             return Err(format!("section '{}' appears twice", s.name));
         }
-        if let Some(o) = out.iter().find(|o| o.offset < s.end() && s.offset < o.end()) {
+        if let Some(o) = out
+            .iter()
+            .find(|o| o.offset < s.end() && s.offset < o.end())
+        {
             return Err(format!("sections '{}' and '{}' overlap", o.name, s.name));
         }
         out.push(s);
@@ -389,7 +401,10 @@ mod tests {
         let mut b = h.encode().to_vec();
         assert_eq!(Header::decode(&b), Ok(h));
         b[20] ^= 1;
-        assert!(matches!(Header::decode(&b), Err(HeaderProblem::Checksum { .. })));
+        assert!(matches!(
+            Header::decode(&b),
+            Err(HeaderProblem::Checksum { .. })
+        ));
         b[0] = b'X';
         assert_eq!(Header::decode(&b), Err(HeaderProblem::NotAPool));
     }
@@ -418,8 +433,18 @@ mod tests {
     #[test]
     fn table_rejects_overlap_and_bounds() {
         let h = header();
-        let a = Section { name: "a".into(), offset: METADATA_END, len: 8192, flags: 0 };
-        let b = Section { name: "b".into(), offset: METADATA_END + 4096, len: 4096, flags: 0 };
+        let a = Section {
+            name: "a".into(),
+            offset: METADATA_END,
+            len: 8192,
+            flags: 0,
+        };
+        let b = Section {
+            name: "b".into(),
+            offset: METADATA_END + 4096,
+            len: 4096,
+            flags: 0,
+        };
         let bytes = encode_table(&[a.clone(), b]);
         let slot = Slot {
             epoch: 1,
@@ -429,9 +454,18 @@ mod tests {
             table_crc: crc(&bytes),
             roots: vec![],
         };
-        assert!(decode_table(&bytes, &slot, &h).unwrap_err().contains("overlap"));
+        assert!(decode_table(&bytes, &slot, &h)
+            .unwrap_err()
+            .contains("overlap"));
         let bytes = encode_table(&[a]);
-        let slot = Slot { pool_len: METADATA_END + 4000, table_entries: 1, table_crc: crc(&bytes), ..slot };
-        assert!(decode_table(&bytes, &slot, &h).unwrap_err().contains("past the committed"));
+        let slot = Slot {
+            pool_len: METADATA_END + 4000,
+            table_entries: 1,
+            table_crc: crc(&bytes),
+            ..slot
+        };
+        assert!(decode_table(&bytes, &slot, &h)
+            .unwrap_err()
+            .contains("past the committed"));
     }
 }

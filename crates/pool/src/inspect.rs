@@ -84,12 +84,19 @@ pub fn inspect(path: &Path) -> std::io::Result<Report> {
                 (SlotState::Intact { .. }, _) => "previous",
                 _ => "unusable",
             };
-            SlotReport { slot: i, role, state }
+            SlotReport {
+                slot: i,
+                role,
+                state,
+            }
         })
         .collect();
     let (header, header_problem) = match &ex.header {
         Ok(h) => (Some(HeaderReport::new(h)), None),
-        Err(p) => (None, Some(header_error(path, p.clone(), file_len).to_string())),
+        Err(p) => (
+            None,
+            Some(header_error(path, p.clone(), file_len).to_string()),
+        ),
     };
     let summary = match (&ex.verdict, &ex.header) {
         (_, Err(HeaderProblem::NotAPool)) => "not a kioku pool".to_string(),
@@ -130,7 +137,12 @@ impl fmt::Display for Report {
             writeln!(f, "uuid      {}", h.uuid)?;
             writeln!(f, "kind      {}", h.kind)?;
             writeln!(f, "page size {}", h.page_size)?;
-            writeln!(f, "created   on {} at {}", h.created_medium, format_ns(h.created_unix_ns))?;
+            writeln!(
+                f,
+                "created   on {} at {}",
+                h.created_medium,
+                format_ns(h.created_unix_ns)
+            )?;
             writeln!(f, "data at   {}", h.data_off)?;
         }
         if let Some(i) = self.live_index {
@@ -162,7 +174,10 @@ impl fmt::Display for Report {
                     "slot {}    {}{}: {}",
                     s.slot,
                     s.role,
-                    other.epoch().map(|e| format!(" (epoch {e})")).unwrap_or_default(),
+                    other
+                        .epoch()
+                        .map(|e| format!(" (epoch {e})"))
+                        .unwrap_or_default(),
                     other.problem().unwrap_or_default()
                 )?,
             }

@@ -13,7 +13,11 @@ pub enum LockOutcome {
 
 /// Takes an exclusive (or shared) flock without waiting.
 pub fn try_lock(file: &File, exclusive: bool) -> std::io::Result<LockOutcome> {
-    let op = if exclusive { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+    let op = if exclusive {
+        libc::LOCK_EX
+    } else {
+        libc::LOCK_SH
+    } | libc::LOCK_NB;
     // SAFETY: flock on a descriptor we own; no memory is passed.
     let rc = unsafe { libc::flock(file.as_raw_fd(), op) };
     if rc == 0 {

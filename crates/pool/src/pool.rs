@@ -84,7 +84,11 @@ fn round_up(v: u64, to: u64) -> u64 {
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> PoolError + 'a {
-    move |source| PoolError::Io { op, path: path.to_path_buf(), source }
+    move |source| PoolError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Translates a header problem into the error a user sees.
@@ -98,12 +102,16 @@ pub(crate) fn header_error(path: &Path, p: HeaderProblem, file_len: u64) -> Pool
             found: file_len,
         },
         HeaderProblem::NotAPool => PoolError::NotAPool { path },
-        HeaderProblem::Version(found) => {
-            PoolError::UnsupportedVersion { path, found, supported: format::FORMAT_VERSION }
-        }
-        HeaderProblem::Checksum { stored, computed } => {
-            PoolError::HeaderChecksum { path, stored, computed }
-        }
+        HeaderProblem::Version(found) => PoolError::UnsupportedVersion {
+            path,
+            found,
+            supported: format::FORMAT_VERSION,
+        },
+        HeaderProblem::Checksum { stored, computed } => PoolError::HeaderChecksum {
+            path,
+            stored,
+            computed,
+        },
         HeaderProblem::Invalid(field) => PoolError::HeaderInvalid { path, field },
     }
 }
@@ -139,7 +147,12 @@ fn choose_commit(path: &Path, ex: Examination, opts: &OpenOptions) -> Result<Cho
     }
     let (live, rolled_back_from) = match ex.verdict {
         Verdict::Healthy { live } => (live, None),
-        Verdict::RollbackAvailable { damaged, detail, previous, previous_epoch } => {
+        Verdict::RollbackAvailable {
+            damaged,
+            detail,
+            previous,
+            previous_epoch,
+        } => {
             if !opts.allow_rollback {
                 return Err(PoolError::LiveSlotDamaged {
                     path: path.into(),
@@ -152,17 +165,31 @@ fn choose_commit(path: &Path, ex: Examination, opts: &OpenOptions) -> Result<Cho
             (previous, Some(damaged))
         }
         Verdict::Truncated { needed, found } => {
-            return Err(PoolError::Truncated { path: path.into(), what: "the live commit", needed, found })
+            return Err(PoolError::Truncated {
+                path: path.into(),
+                what: "the live commit",
+                needed,
+                found,
+            })
         }
         Verdict::CommitDamaged { detail } => {
-            return Err(PoolError::CommitDamaged { path: path.into(), detail })
+            return Err(PoolError::CommitDamaged {
+                path: path.into(),
+                detail,
+            })
         }
         Verdict::BadHeader => unreachable!("header already checked"),
     };
     let SlotState::Intact { slot, sections } = ex.slots[live].clone() else {
         unreachable!("verdict names an intact slot")
     };
-    Ok(Chosen { header, live, slot, sections, rolled_back_from })
+    Ok(Chosen {
+        header,
+        live,
+        slot,
+        sections,
+        rolled_back_from,
+    })
 }
 
 /// Renames `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE).
@@ -188,7 +215,10 @@ fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
 }
 
 fn fsync_dir(path: &Path) -> io::Result<()> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     File::open(dir)?.sync_all()
 }
 
@@ -200,7 +230,10 @@ impl Pool {
         if path.exists() {
             return Err(PoolError::Exists { path: path.into() });
         }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let tmp = path.with_file_name(format!(".{name}.creating-{}", std::process::id()));
         let file = FsOpenOptions::new()
             .read(true)
@@ -212,7 +245,10 @@ impl Pool {
             .map_err(io_err("create", &tmp))?;
         let result = (|| {
             if let LockOutcome::Busy(pid) = try_lock(&file, true).map_err(io_err("lock", &tmp))? {
-                return Err(PoolError::Busy { path: tmp.clone(), pid });
+                return Err(PoolError::Busy {
+                    path: tmp.clone(),
+                    pid,
+                });
             }
             let page = system_page_size() as u64;
             let data_off = round_up(format::METADATA_END, page);
@@ -248,7 +284,9 @@ impl Pool {
 
     fn format(medium: Box<dyn Medium>, path: &Path, opts: &CreateOptions) -> Result<Pool> {
         if !format::valid_name(&opts.kind, format::MAX_KIND_LEN) {
-            return Err(PoolError::BadName { name: opts.kind.clone() });
+            return Err(PoolError::BadName {
+                name: opts.kind.clone(),
+            });
         }
         let page = system_page_size();
         let uuid = opts.uuid.unwrap_or_else(|| {
@@ -305,7 +343,10 @@ impl Pool {
                 _ => io_err("open", path)(e),
             })?;
         if let LockOutcome::Busy(pid) = try_lock(&file, true).map_err(io_err("lock", path))? {
-            return Err(PoolError::Busy { path: path.into(), pid });
+            return Err(PoolError::Busy {
+                path: path.into(),
+                pid,
+            });
         }
         let file_len = file.metadata().map_err(io_err("stat", path))?.len();
         // Read through pread before mapping: a damaged or truncated file is diagnosed without
@@ -335,7 +376,13 @@ impl Pool {
     }
 
     fn assemble(path: &Path, medium: Box<dyn Medium>, chosen: Chosen, opts: &OpenOptions) -> Pool {
-        let Chosen { header, live, slot: committed, sections, rolled_back_from } = chosen;
+        let Chosen {
+            header,
+            live,
+            slot: committed,
+            sections,
+            rolled_back_from,
+        } = chosen;
         if MediumKind::from_code(header.created_medium) != Some(medium.kind()) {
             tracing::info!(
                 created = ?MediumKind::from_code(header.created_medium),
@@ -524,11 +571,18 @@ impl Pool {
             return Err(PoolError::SectionExists { name: name.into() });
         }
         if self.sections.len() >= format::MAX_SECTIONS {
-            return Err(PoolError::TooManySections { max: format::MAX_SECTIONS });
+            return Err(PoolError::TooManySections {
+                max: format::MAX_SECTIONS,
+            });
         }
         let len = round_up(len.max(1), self.header.page_size as u64);
         let offset = self.allocate(len, None)?;
-        let s = Section { name: name.into(), offset, len, flags };
+        let s = Section {
+            name: name.into(),
+            offset,
+            len,
+            flags,
+        };
         self.sections.push(s.clone());
         Ok(s)
     }
@@ -594,7 +648,10 @@ impl Pool {
     /// A crash before the index store's drain leaves the previous commit live; after it, this one.
     pub fn commit(&mut self, roots: &[u64]) -> Result<u64> {
         if roots.len() > format::MAX_ROOTS {
-            return Err(PoolError::TooManyRoots { max: format::MAX_ROOTS, given: roots.len() });
+            return Err(PoolError::TooManyRoots {
+                max: format::MAX_ROOTS,
+                given: roots.len(),
+            });
         }
         let next = 1 - self.live;
         let table = format::encode_table(&self.sections);
@@ -608,10 +665,12 @@ impl Pool {
         };
         if !table.is_empty() {
             self.write_bytes(format::TABLE_OFF[next], &table);
-            self.medium.flush(format::TABLE_OFF[next], table.len() as u64)?;
+            self.medium
+                .flush(format::TABLE_OFF[next], table.len() as u64)?;
         }
         self.write_bytes(format::slot_off(next), &slot.encode());
-        self.medium.flush(format::slot_off(next), format::SLOT_LEN as u64)?;
+        self.medium
+            .flush(format::slot_off(next), format::SLOT_LEN as u64)?;
         self.medium.drain()?;
         self.write_u64_atomic(format::INDEX_OFF, next as u64);
         self.medium.persist(format::INDEX_OFF, 8)?;

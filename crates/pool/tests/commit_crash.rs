@@ -23,7 +23,12 @@ fn fill(seed: u64, i: u64) -> u8 {
 /// The workload: each epoch adds a section, deletes an old one, grows an append-only log,
 /// writes data into space the live commit does not use, persists it, and commits. Returns the
 /// model of every epoch and, per commit, the ordering points it spanned.
-fn workload(pool: &mut Pool, ctl: &SimControl, seed: u64, epochs: u64) -> (Vec<Model>, Vec<(u64, u64)>) {
+fn workload(
+    pool: &mut Pool,
+    ctl: &SimControl,
+    seed: u64,
+    epochs: u64,
+) -> (Vec<Model>, Vec<(u64, u64)>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut models = vec![Model::new()];
     let mut spans = vec![(0, 0)];
@@ -68,19 +73,26 @@ fn workload(pool: &mut Pool, ctl: &SimControl, seed: u64, epochs: u64) -> (Vec<M
 /// Checks a recovered pool against the models; returns its epoch.
 fn verify(pool: &Pool, models: &[Model]) -> u64 {
     let e = pool.epoch();
-    let model = models.get(e as usize).unwrap_or_else(|| panic!("epoch {e} was never committed"));
+    let model = models
+        .get(e as usize)
+        .unwrap_or_else(|| panic!("epoch {e} was never committed"));
     if e > 0 {
         assert_eq!(pool.roots(), &[e, model.len() as u64], "roots of epoch {e}");
     }
     let names: Vec<&String> = pool.sections().iter().map(|s| &s.name).collect();
     assert_eq!(names.len(), model.len(), "sections of epoch {e}: {names:?}");
     for (name, &(len, content)) in model {
-        let s = pool.section(name).unwrap_or_else(|| panic!("epoch {e}: section {name} missing"));
+        let s = pool
+            .section(name)
+            .unwrap_or_else(|| panic!("epoch {e}: section {name} missing"));
         assert_eq!(s.len, len, "epoch {e}: length of {name}");
         let bytes = pool.bytes(s.offset, len);
         if name == "log" {
             for (p, page) in bytes.chunks(PAGE as usize).enumerate() {
-                assert!(page.iter().all(|&b| b == p as u8 + 1), "epoch {e}: log page {p}");
+                assert!(
+                    page.iter().all(|&b| b == p as u8 + 1),
+                    "epoch {e}: log page {p}"
+                );
             }
         } else {
             for (i, &b) in bytes.iter().enumerate() {
@@ -93,12 +105,23 @@ fn verify(pool: &Pool, models: &[Model]) -> u64 {
 
 /// The epochs a cut at ordering point `p` may leave.
 fn allowed(p: u64, spans: &[(u64, u64)]) -> (u64, u64) {
-    let done = spans.iter().skip(1).filter(|&&(_, after)| after <= p).count() as u64;
-    let in_progress = spans.iter().skip(1).any(|&(before, after)| before <= p && p < after);
+    let done = spans
+        .iter()
+        .skip(1)
+        .filter(|&&(_, after)| after <= p)
+        .count() as u64;
+    let in_progress = spans
+        .iter()
+        .skip(1)
+        .any(|&(before, after)| before <= p && p < after);
     (done, if in_progress { done + 1 } else { done })
 }
 
-fn fresh(seed: u64, epochs: u64, cut: Option<u64>) -> (Pool, SimControl, Vec<Model>, Vec<(u64, u64)>, u64) {
+fn fresh(
+    seed: u64,
+    epochs: u64,
+    cut: Option<u64>,
+) -> (Pool, SimControl, Vec<Model>, Vec<(u64, u64)>, u64) {
     let sim = SimMedium::new(0).unwrap();
     let ctl = sim.control();
     let mut opts = CreateOptions::new("kioku.test");
@@ -113,8 +136,11 @@ fn fresh(seed: u64, epochs: u64, cut: Option<u64>) -> (Pool, SimControl, Vec<Mod
 }
 
 fn reopen(image: Vec<u8>) -> Pool {
-    Pool::open_on(Box::new(SimMedium::from_image(image).unwrap()), &OpenOptions::default())
-        .expect("every crash image must open")
+    Pool::open_on(
+        Box::new(SimMedium::from_image(image).unwrap()),
+        &OpenOptions::default(),
+    )
+    .expect("every crash image must open")
 }
 
 #[test]
@@ -147,15 +173,25 @@ fn exhaustive_crash_at_every_ordering_point() {
             images += 1;
             let mut pool = reopen(image);
             let e = verify(&pool, &models);
-            assert!(lo <= e && e <= hi, "cut at point {p}: epoch {e} not in {lo}..={hi}");
+            assert!(
+                lo <= e && e <= hi,
+                "cut at point {p}: epoch {e} not in {lo}..={hi}"
+            );
             seen.insert(e);
             // The recovered pool must work on: commit again and find it after a reopen.
             pool.commit(&[99]).unwrap();
             assert_eq!(pool.epoch(), e + 1);
         }
     }
-    assert_eq!(seen.len() as u64, epochs + 1, "every epoch must be reachable by some cut");
-    eprintln!("exhaustive: {} ordering points, {images} crash images checked", total + 1);
+    assert_eq!(
+        seen.len() as u64,
+        epochs + 1,
+        "every epoch must be reachable by some cut"
+    );
+    eprintln!(
+        "exhaustive: {} ordering points, {images} crash images checked",
+        total + 1
+    );
 }
 
 #[test]
@@ -180,7 +216,10 @@ fn random_crash_states_with_torn_words_and_evictions() {
             };
             let pool = reopen(ctl.crash(mode).unwrap());
             let e = verify(&pool, &models);
-            assert!(lo <= e && e <= hi, "trial {t}, cut {p}: epoch {e} not in {lo}..={hi}");
+            assert!(
+                lo <= e && e <= hi,
+                "trial {t}, cut {p}: epoch {e} not in {lo}..={hi}"
+            );
             states += 1;
         }
     }

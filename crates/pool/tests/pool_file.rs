@@ -13,7 +13,10 @@ fn opts() -> CreateOptions {
 }
 
 fn open_opts() -> OpenOptions {
-    OpenOptions { medium: MediumChoice::Exactly(MediumKind::File), ..Default::default() }
+    OpenOptions {
+        medium: MediumChoice::Exactly(MediumKind::File),
+        ..Default::default()
+    }
 }
 
 fn new_pool(dir: &Path) -> (PathBuf, Pool) {
@@ -24,7 +27,11 @@ fn new_pool(dir: &Path) -> (PathBuf, Pool) {
 
 /// Inverts one byte, so the file surely changes whatever it held.
 fn flip(path: &Path, off: u64) {
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8];
     f.read_exact_at(&mut b, off).unwrap();
     f.write_all_at(&[!b[0]], off).unwrap();
@@ -83,11 +90,17 @@ fn deleted_space_is_reused_only_after_commit_and_zeroed() {
     pool.commit(&[]).unwrap();
     pool.delete_section("a").unwrap();
     let b = pool.create_section("b", 8192, 0).unwrap();
-    assert!(b.offset >= a.end(), "space of the live commit reused before the next commit");
+    assert!(
+        b.offset >= a.end(),
+        "space of the live commit reused before the next commit"
+    );
     pool.commit(&[]).unwrap();
     let c = pool.create_section("c", 8192, 0).unwrap();
     assert_eq!(c.offset, a.offset, "freed space is reused after the commit");
-    assert!(pool.bytes(c.offset, 8192).iter().all(|&x| x == 0), "reused space not zeroed");
+    assert!(
+        pool.bytes(c.offset, 8192).iter().all(|&x| x == 0),
+        "reused space not zeroed"
+    );
 }
 
 #[test]
@@ -103,7 +116,10 @@ fn resize_in_place_and_by_moving() {
     let moved = pool.resize_section("a", 5 * 4096).unwrap();
     assert_ne!(moved.offset, a.offset, "blocked by b: must move");
     assert_eq!(pool.bytes(moved.offset, 4), b"abcd");
-    assert!(pool.bytes(moved.offset + 4096, 4 * 4096).iter().all(|&x| x == 0));
+    assert!(pool
+        .bytes(moved.offset + 4096, 4 * 4096)
+        .iter()
+        .all(|&x| x == 0));
     let shrunk = pool.resize_section("a", 4096).unwrap();
     assert_eq!(shrunk.len, 4096);
     pool.commit(&[]).unwrap();
@@ -118,16 +134,34 @@ fn section_errors() {
     let dir = tempfile::tempdir().unwrap();
     let (_path, mut pool) = new_pool(dir.path());
     pool.create_section("x", 1, 0).unwrap();
-    assert!(matches!(pool.create_section("x", 1, 0), Err(PoolError::SectionExists { .. })));
-    assert!(matches!(pool.create_section("", 1, 0), Err(PoolError::BadName { .. })));
+    assert!(matches!(
+        pool.create_section("x", 1, 0),
+        Err(PoolError::SectionExists { .. })
+    ));
+    assert!(matches!(
+        pool.create_section("", 1, 0),
+        Err(PoolError::BadName { .. })
+    ));
     let long = "n".repeat(33);
-    assert!(matches!(pool.create_section(&long, 1, 0), Err(PoolError::BadName { .. })));
-    assert!(matches!(pool.delete_section("nope"), Err(PoolError::NoSuchSection { .. })));
-    assert!(matches!(pool.commit(&[0; 17]), Err(PoolError::TooManyRoots { .. })));
+    assert!(matches!(
+        pool.create_section(&long, 1, 0),
+        Err(PoolError::BadName { .. })
+    ));
+    assert!(matches!(
+        pool.delete_section("nope"),
+        Err(PoolError::NoSuchSection { .. })
+    ));
+    assert!(matches!(
+        pool.commit(&[0; 17]),
+        Err(PoolError::TooManyRoots { .. })
+    ));
     for i in 1..512 {
         pool.create_section(&format!("s{i}"), 1, 0).unwrap();
     }
-    assert!(matches!(pool.create_section("one-more", 1, 0), Err(PoolError::TooManySections { .. })));
+    assert!(matches!(
+        pool.create_section("one-more", 1, 0),
+        Err(PoolError::TooManySections { .. })
+    ));
     pool.commit(&[]).unwrap();
 }
 
@@ -193,27 +227,59 @@ fn bad_inputs_are_typed_and_change_nothing() {
     assert!(matches!(e, PoolError::NotAPool { .. }), "{e}");
     msgs.push(e.to_string());
     let (e, _) = case("version", &|p| patch(p, 8, &9u32.to_le_bytes()));
-    assert!(matches!(e, PoolError::UnsupportedVersion { found: 9, .. }), "{e}");
+    assert!(
+        matches!(e, PoolError::UnsupportedVersion { found: 9, .. }),
+        "{e}"
+    );
     msgs.push(e.to_string());
     let (e, _) = case("hdrcrc", &|p| flip(p, 20));
     assert!(matches!(e, PoolError::HeaderChecksum { .. }), "{e}");
     msgs.push(e.to_string());
     let (e, _) = case("short", &|p| {
-        std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(100).unwrap()
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_len(100)
+            .unwrap()
     });
     assert!(matches!(e, PoolError::Truncated { .. }), "{e}");
     msgs.push(e.to_string());
     let (e, _) = case("datatrunc", &|p| {
-        std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(73728).unwrap()
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(p)
+            .unwrap()
+            .set_len(73728)
+            .unwrap()
     });
-    assert!(matches!(e, PoolError::Truncated { what: "the live commit", .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            PoolError::Truncated {
+                what: "the live commit",
+                ..
+            }
+        ),
+        "{e}"
+    );
     msgs.push(e.to_string());
     let (e, _) = case("index", &|p| patch(p, 4096, &7u64.to_le_bytes()));
     assert!(matches!(e, PoolError::CommitDamaged { .. }), "{e}");
     msgs.push(e.to_string());
     // Live slot is 1 after one commit; damage it: the previous commit is offered, not used.
     let (e, _) = case("slot", &|p| flip(p, 4608 + 9));
-    assert!(matches!(e, PoolError::LiveSlotDamaged { previous_epoch: 0, slot: 1, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            PoolError::LiveSlotDamaged {
+                previous_epoch: 0,
+                slot: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
     msgs.push(e.to_string());
     let (e, _) = case("table", &|p| flip(p, 40960 + 40));
     assert!(matches!(e, PoolError::LiveSlotDamaged { .. }), "{e}");
@@ -233,11 +299,17 @@ fn bad_inputs_are_typed_and_change_nothing() {
         h[252..256].copy_from_slice(&c.to_le_bytes());
         patch(p, 0, &h);
     });
-    assert!(matches!(e, PoolError::PageSizeMismatch { pool: 65536, .. }), "{e}");
+    assert!(
+        matches!(e, PoolError::PageSizeMismatch { pool: 65536, .. }),
+        "{e}"
+    );
     msgs.push(e.to_string());
     assert_eq!(msgs.len(), 10);
     for m in msgs {
-        assert!(!m.contains('\n') && m.contains(';') || m.contains("use a matching"), "one line saying what to do: {m}");
+        assert!(
+            !m.contains('\n') && m.contains(';') || m.contains("use a matching"),
+            "one line saying what to do: {m}"
+        );
     }
 }
 
@@ -251,7 +323,10 @@ fn rollback_only_when_allowed() {
     flip(&path, 4352 + 3);
     assert!(matches!(
         Pool::open(&path, &open_opts()),
-        Err(PoolError::LiveSlotDamaged { previous_epoch: 1, .. })
+        Err(PoolError::LiveSlotDamaged {
+            previous_epoch: 1,
+            ..
+        })
     ));
     let mut o = open_opts();
     o.allow_rollback = true;
@@ -281,7 +356,8 @@ fn grows_and_survives_reopen() {
     let (path, mut pool) = new_pool(dir.path());
     let s = pool.create_section("big", 64 << 20, 0).unwrap();
     let last = s.end() - 8;
-    pool.bytes_mut(last, 8).copy_from_slice(&u64::MAX.to_le_bytes());
+    pool.bytes_mut(last, 8)
+        .copy_from_slice(&u64::MAX.to_le_bytes());
     pool.persist(last, 8).unwrap();
     pool.commit(&[]).unwrap();
     drop(pool);
@@ -302,7 +378,11 @@ fn inspect_reports_damage_precisely() {
     drop(pool);
     flip(&path, 4608 + 9);
     let r = kioku_pool::inspect::inspect(&path).unwrap();
-    assert!(r.summary.contains("live slot 1: slot checksum mismatch"), "{}", r.summary);
+    assert!(
+        r.summary.contains("live slot 1: slot checksum mismatch"),
+        "{}",
+        r.summary
+    );
     assert!(r.summary.contains("epoch 0"), "{}", r.summary);
     let text = r.to_string();
     assert!(text.contains("slot 0    previous: epoch 0"), "{text}");
@@ -345,11 +425,18 @@ fn busy_pool_held_by_another_process_names_its_pid() {
         PoolError::Busy { pid, .. } => assert_eq!(*pid, Some(holder.id())),
         _ => unreachable!(),
     }
-    assert!(err.to_string().contains(&format!("process {}", holder.id())), "{err}");
+    assert!(
+        err.to_string()
+            .contains(&format!("process {}", holder.id())),
+        "{err}"
+    );
     // The killed `sleep` releases the lock when it has exited, shortly after the signal.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while let Err(PoolError::Busy { .. }) = Pool::open(&path, &open_opts()) {
-        assert!(std::time::Instant::now() < deadline, "lock not released after the holder died");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "lock not released after the holder died"
+        );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     Pool::open(&path, &open_opts()).expect("free once the holder died");

@@ -61,7 +61,9 @@ fn generate(dir: &Path) -> Value {
     variant("truncated-header.pool", &|b| b.truncate(100));
     variant("truncated-data.pool", &|b| b.truncate(73728 + 4096));
     variant("header-checksum.pool", &|b| b[17] ^= 0x01);
-    variant("torn-live-slot.pool", &|b| patch(b, 4352 + 8, &[0, 0, 0, 0]));
+    variant("torn-live-slot.pool", &|b| {
+        patch(b, 4352 + 8, &[0, 0, 0, 0])
+    });
     variant("bad-live-table.pool", &|b| b[8192 + 33] ^= 0x10);
     variant("bad-index.pool", &|b| patch(b, 4096, &2u64.to_le_bytes()));
     variant("both-slots-damaged.pool", &|b| {
@@ -132,25 +134,43 @@ fn vectors_are_reproducible_and_read_as_specified() {
     }
     let committed: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("vectors.json")).unwrap()).unwrap();
-    assert_eq!(committed, manifest, "vectors.json differs from the generator");
+    assert_eq!(
+        committed, manifest,
+        "vectors.json differs from the generator"
+    );
 
     for v in committed["vectors"].as_array().unwrap() {
         let file = v["file"].as_str().unwrap();
         let path = out.join(file);
         let bytes = std::fs::read(&path).unwrap();
-        assert_eq!(bytes, std::fs::read(tmp.path().join(file)).unwrap(), "{file}: bytes differ");
+        assert_eq!(
+            bytes,
+            std::fs::read(tmp.path().join(file)).unwrap(),
+            "{file}: bytes differ"
+        );
         // Open a copy: opening needs write access and must not change the shared file anyway.
         let copy = tmp.path().join(format!("open-{file}"));
         std::fs::write(&copy, &bytes).unwrap();
-        let opts = OpenOptions { medium: MediumChoice::Exactly(MediumKind::File), ..Default::default() };
+        let opts = OpenOptions {
+            medium: MediumChoice::Exactly(MediumKind::File),
+            ..Default::default()
+        };
         let expect = v["expect"].as_str().unwrap();
         match Pool::open(&copy, &opts) {
             Ok(pool) => {
                 assert_eq!(expect, "ok", "{file}");
                 assert_eq!(pool.epoch(), v["epoch"].as_u64().unwrap(), "{file}");
-                assert_eq!(pool.live_slot() as u64, v["live_slot"].as_u64().unwrap(), "{file}");
-                let roots: Vec<u64> =
-                    v["roots"].as_array().unwrap().iter().map(|r| r.as_u64().unwrap()).collect();
+                assert_eq!(
+                    pool.live_slot() as u64,
+                    v["live_slot"].as_u64().unwrap(),
+                    "{file}"
+                );
+                let roots: Vec<u64> = v["roots"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r.as_u64().unwrap())
+                    .collect();
                 assert_eq!(pool.roots(), roots.as_slice(), "{file}");
                 let want = v["sections"].as_array().unwrap();
                 assert_eq!(pool.sections().len(), want.len(), "{file}");
@@ -172,12 +192,19 @@ fn vectors_are_reproducible_and_read_as_specified() {
             Err(e) => {
                 assert_eq!(error_name(&e), expect, "{file}: {e}");
                 if let Some(rb) = v.get("with_rollback") {
-                    let o = OpenOptions { allow_rollback: true, ..opts.clone() };
+                    let o = OpenOptions {
+                        allow_rollback: true,
+                        ..opts.clone()
+                    };
                     let pool = Pool::open(&copy, &o).unwrap();
                     assert_eq!(pool.epoch(), rb["epoch"].as_u64().unwrap());
                 }
             }
         }
-        assert_eq!(std::fs::read(&copy).unwrap(), bytes, "{file}: opening changed the file");
+        assert_eq!(
+            std::fs::read(&copy).unwrap(),
+            bytes,
+            "{file}: opening changed the file"
+        );
     }
 }

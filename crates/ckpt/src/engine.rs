@@ -1,0 +1,773 @@
+//! The engine: regions of memory that live in a pool, in NDCKPT's two contexts.
+//!
+//! Contexts `ctx[0]` and `ctx[1]` each hold a full image of every region (pool sections
+//! `ckpt.r<id>.<ctx>`) and its metadata (`ckpt.meta.<ctx>`: region table, page checksums, the
+//! caller's metadata). The program runs directly on the pages of the *running* context, mapped
+//! shared at the region's address. The pool's commit roots say which context is *valid*
+//! (restorable) — NDCKPT's `valid_ctx_idx`, flipped with one 8-byte store.
+//!
+//! A checkpoint (program quiescent): (1) scan the pages written since the last checkpoint,
+//! write them back and update their checksums; (2) write the metadata into the running context;
+//! (3) commit `valid = running` — the checkpoint is durable from here on; (4) sync the other
+//! context (its sections follow region creation, growth, shrinking and deletion; then only the
+//! pages written in the epoch are copied) and commit `valid = other`; the program continues on
+//! the running context.
+//!
+//! Departure from the paper, on purpose: NDCKPT continues on the *other* context after (4),
+//! switching page tables. From user space, switching contexts means remapping every region,
+//! after which every page the program touches faults again and write tracking must be
+//! re-armed — a cost per touched page per epoch. Keeping the running context fixed and making
+//! the other context the valid copy (a second commit, two more fences) keeps the program's
+//! mappings and tracking untouched across checkpoints. The invariant is the paper's: at every
+//! instant one context is a complete, durable checkpoint, and the index says which.
+
+use crate::error::{CkptError, Result};
+use crate::meta::{ContextMeta, RegionRecord, MAX_NAME};
+use crate::space::{AddressSpace, SelfSpace};
+use kioku_pool::{CreateOptions, Medium, MediumChoice, OpenOptions, Pool};
+use kioku_track::{PageRange, PageTracker};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The pool kind tag of checkpoint pools.
+pub const POOL_KIND: &str = "kioku.ckpt";
+
+/// Indexes of the pool's commit roots.
+mod root {
+    pub const VALID: usize = 0;
+    pub const RUNNING: usize = 1;
+    pub const EPOCH: usize = 2;
+    pub const META_LEN: usize = 3;
+    pub const META_CRC: usize = 4;
+    pub const TIME: usize = 5;
+    pub const COUNT: usize = 6;
+}
+
+/// How to create or open a checkpoint pool.
+#[derive(Clone, Debug, Default)]
+pub struct EngineOptions {
+    pub medium: MediumChoice,
+    /// Use the pool's previous commit when its live commit slot is damaged.
+    pub allow_rollback: bool,
+}
+
+/// Where a region is and how large.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionInfo {
+    pub name: String,
+    /// First byte (page-aligned); valid until the region is deleted or the engine dropped.
+    pub addr: usize,
+    pub len: usize,
+    /// Address space reserved for growth in place.
+    pub reserve: usize,
+}
+
+impl RegionInfo {
+    /// The region as a pointer.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+}
+
+/// How to place a new region.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RegionOptions {
+    /// Exact address (page-aligned); the kernel chooses when `None`.
+    pub addr: Option<usize>,
+    /// Address space to reserve for growth; default: the larger of 2 × len and 1 GiB.
+    pub reserve: Option<usize>,
+}
+
+/// What one checkpoint did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CheckpointStats {
+    pub epoch: u64,
+    pub dirty_pages: u64,
+    pub dirty_bytes: u64,
+    /// Finding written pages.
+    pub scan: Duration,
+    /// From the end of the scan until the checkpoint was durable (write-back, metadata, commit).
+    pub persist: Duration,
+    /// Syncing the other context.
+    pub sync: Duration,
+    pub total: Duration,
+}
+
+/// What `recover` found.
+#[derive(Clone, Debug)]
+pub struct Recovered {
+    /// Epoch of the checkpoint restored (0: no checkpoint was ever taken).
+    pub epoch: u64,
+    pub time_ns: u64,
+    /// The metadata passed to that checkpoint.
+    pub metadata: Vec<u8>,
+    /// Context the state came from, and whether it was the valid one or, the valid one being
+    /// damaged, the other (a complete copy).
+    pub source_ctx: usize,
+    pub used_copy: bool,
+    /// Pages copied to make the other context equal.
+    pub pages_synced: u64,
+}
+
+struct Region {
+    rec: RegionRecord,
+    crcs: Vec<u32>,
+}
+
+/// The checkpoint engine over an address space `S` (the calling process by default).
+pub struct Engine<S: AddressSpace = SelfSpace> {
+    pool: Pool,
+    space: S,
+    tracker: Box<dyn PageTracker>,
+    running: usize,
+    epoch: u64,
+    /// Sorted by address.
+    regions: Vec<Region>,
+    next_id: u64,
+    page: u64,
+    zero_page_crc: u32,
+    /// Pages to treat as written at the next checkpoint besides what the tracker reports
+    /// (a region moved in the pool, or grown back over space it had shrunk away from).
+    carried: Vec<PageRange>,
+    scratch: Vec<PageRange>,
+}
+
+impl<S: AddressSpace> std::fmt::Debug for Engine<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("pool", &self.pool.path())
+            .field("epoch", &self.epoch)
+            .field("running", &self.running)
+            .field("regions", &self.regions.len())
+            .finish()
+    }
+}
+
+fn section_name(id: u64, ctx: usize) -> String {
+    format!("ckpt.r{id}.{ctx}")
+}
+
+fn meta_name(ctx: usize) -> String {
+    format!("ckpt.meta.{ctx}")
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Engine<SelfSpace> {
+    /// Creates a new checkpoint pool at `path` for regions of the calling process.
+    pub fn create(path: &Path, opts: &EngineOptions) -> Result<Self> {
+        let mut c = CreateOptions::new(POOL_KIND);
+        c.medium = opts.medium;
+        Engine::init(Pool::create(path, &c)?, SelfSpace)
+    }
+
+    /// Formats `medium` (e.g. the `sim` medium in tests) as a new checkpoint pool.
+    pub fn create_on(medium: Box<dyn Medium>) -> Result<Self> {
+        Engine::init(
+            Pool::create_on(medium, &CreateOptions::new(POOL_KIND))?,
+            SelfSpace,
+        )
+    }
+
+    /// Reopens the pool at `path` after a crash (or a clean exit) and restores the last
+    /// checkpoint into the calling process.
+    pub fn recover(path: &Path, opts: &EngineOptions) -> Result<(Self, Recovered)> {
+        let o = OpenOptions {
+            medium: opts.medium,
+            kind: Some(POOL_KIND.into()),
+            allow_rollback: opts.allow_rollback,
+            fixed_time_ns: None,
+        };
+        Engine::recover_in(Pool::open(path, &o)?, SelfSpace)
+    }
+
+    /// `recover` from a medium built by the caller (a `sim` crash image).
+    pub fn recover_on(medium: Box<dyn Medium>) -> Result<(Self, Recovered)> {
+        let o = OpenOptions {
+            kind: Some(POOL_KIND.into()),
+            ..Default::default()
+        };
+        Engine::recover_in(Pool::open_on(medium, &o)?, SelfSpace)
+    }
+}
+
+impl<S: AddressSpace> Engine<S> {
+    /// Makes a fresh pool a checkpoint pool with no regions (epoch 0) acting on `space`.
+    pub fn init(mut pool: Pool, mut space: S) -> Result<Self> {
+        let page = pool.header().page_size as u64;
+        let meta = ContextMeta {
+            epoch: 0,
+            time_ns: now_ns(),
+            page_size: page as u32,
+            regions: vec![],
+            crcs: vec![],
+            user: vec![],
+        }
+        .encode();
+        write_meta(&mut pool, 0, &meta)?;
+        write_meta(&mut pool, 1, &meta)?;
+        let roots = roots(1, 0, 0, &meta);
+        pool.commit(&roots)?;
+        let tracker = space.tracker()?;
+        Ok(Engine {
+            pool,
+            space,
+            tracker,
+            running: 0,
+            epoch: 0,
+            regions: vec![],
+            next_id: 1,
+            page,
+            zero_page_crc: crc32c::crc32c(&vec![0u8; page as usize]),
+            carried: vec![],
+            scratch: vec![],
+        })
+    }
+
+    /// Restores the last checkpoint of `pool` into `space`: verifies the valid context (or, if
+    /// it is damaged, the other one when it is a complete copy), makes the other context equal
+    /// to it, maps every region at its address and returns the checkpoint's metadata. A crash
+    /// at any point of this leaves a pool that recovers again.
+    pub fn recover_in(mut pool: Pool, mut space: S) -> Result<(Self, Recovered)> {
+        let r = pool.roots().to_vec();
+        if r.len() != root::COUNT || r[root::VALID] > 1 || r[root::RUNNING] > 1 {
+            return Err(CkptError::NotACheckpoint {
+                detail: format!("commit roots {r:?}"),
+            });
+        }
+        let valid = r[root::VALID] as usize;
+        let epoch = r[root::EPOCH];
+        let page = pool.header().page_size as u64;
+        // The metadata: the valid context's copy, or the other's when it has the same checksum.
+        let mut meta_bytes = None;
+        let mut meta_damaged = [false; 2];
+        for ctx in [valid, 1 - valid] {
+            match read_meta(&pool, ctx, r[root::META_LEN], r[root::META_CRC]) {
+                Some(b) => {
+                    meta_bytes = Some(b);
+                    break;
+                }
+                None => meta_damaged[ctx] = true,
+            }
+        }
+        let meta_bytes = meta_bytes.ok_or(CkptError::MetaDamaged { epoch })?;
+        let meta = ContextMeta::decode(&meta_bytes)
+            .map_err(|detail| CkptError::NotACheckpoint { detail })?;
+        if meta.epoch != epoch || meta.page_size as u64 != page {
+            return Err(CkptError::NotACheckpoint {
+                detail: format!(
+                    "metadata of epoch {} under roots of epoch {epoch}",
+                    meta.epoch
+                ),
+            });
+        }
+        // The pages: the valid context if it verifies, else the other one if it is a complete
+        // copy (for instance right after a checkpoint, before the program wrote again).
+        let (source, used_copy) = match verify_context(&pool, &meta, valid) {
+            Ok(()) => (valid, false),
+            Err((region, page_no)) => {
+                if verify_context(&pool, &meta, 1 - valid).is_ok() {
+                    tracing::warn!(epoch, region = %region, page = page_no, "valid context damaged; recovering from its complete copy");
+                    (1 - valid, true)
+                } else {
+                    return Err(CkptError::ContextDamaged {
+                        epoch,
+                        region,
+                        page: page_no,
+                    });
+                }
+            }
+        };
+        let target = 1 - source;
+        let pages_synced = sync_context(&mut pool, &meta, source, target, None)?;
+        for ctx in [source, target] {
+            if ctx == target || meta_damaged[ctx] {
+                write_meta(&mut pool, ctx, &meta_bytes)?;
+            }
+        }
+        drop_foreign_sections(&mut pool, &meta)?;
+        pool.commit(&roots(source, target, epoch, &meta_bytes))?;
+
+        let tracker = space.tracker()?;
+        let mut engine = Engine {
+            pool,
+            space,
+            tracker,
+            running: target,
+            epoch,
+            regions: vec![],
+            next_id: meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1),
+            page,
+            zero_page_crc: crc32c::crc32c(&vec![0u8; page as usize]),
+            carried: vec![],
+            scratch: vec![],
+        };
+        for (rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
+            engine
+                .space
+                .reserve(&rec.name, Some(rec.addr), rec.reserve as usize)?;
+            engine.attach(&rec, 0, rec.len as usize)?;
+            engine.insert(Region { rec, crcs });
+        }
+        let recovered = Recovered {
+            epoch,
+            time_ns: meta.time_ns,
+            metadata: meta.user,
+            source_ctx: source,
+            used_copy,
+            pages_synced,
+        };
+        Ok((engine, recovered))
+    }
+
+    /// Epoch of the last checkpoint (0 before the first).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The pool underneath (for inspection).
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Which written-page tracker is in use.
+    pub fn tracker_backend(&self) -> kioku_track::BackendKind {
+        self.tracker.backend()
+    }
+
+    /// All regions, by address.
+    pub fn regions(&self) -> Vec<RegionInfo> {
+        self.regions.iter().map(|r| info(&r.rec)).collect()
+    }
+
+    /// The region called `name`.
+    pub fn region(&self, name: &str) -> Option<RegionInfo> {
+        self.regions
+            .iter()
+            .find(|r| r.rec.name == name)
+            .map(|r| info(&r.rec))
+    }
+
+    fn index(&self, name: &str) -> Result<usize> {
+        self.regions
+            .iter()
+            .position(|r| r.rec.name == name)
+            .ok_or_else(|| CkptError::NoSuchRegion { name: name.into() })
+    }
+
+    fn insert(&mut self, r: Region) {
+        let at = self.regions.partition_point(|x| x.rec.addr < r.rec.addr);
+        self.regions.insert(at, r);
+    }
+
+    fn round(&self, len: usize) -> usize {
+        (len.max(1) as u64).div_ceil(self.page) as usize * self.page as usize
+    }
+
+    /// Maps `[from, to)` bytes of region `rec` onto its running-context section and tracks it.
+    fn attach(&mut self, rec: &RegionRecord, from: usize, to: usize) -> Result<()> {
+        let sec = self
+            .pool
+            .section(&section_name(rec.id, self.running))
+            .expect("region section exists")
+            .clone();
+        self.space.map_pool(
+            rec.addr + from,
+            to - from,
+            self.pool.medium(),
+            sec.offset + from as u64,
+        )?;
+        self.tracker
+            .track(PageRange::new(rec.addr + from, rec.addr + to))?;
+        Ok(())
+    }
+
+    /// Creates a zero-filled region of `len` bytes (rounded up to pages). It becomes part of
+    /// the next checkpoint.
+    pub fn create_region(
+        &mut self,
+        name: &str,
+        len: usize,
+        opts: RegionOptions,
+    ) -> Result<RegionInfo> {
+        if name.is_empty() || name.len() > MAX_NAME || name.contains('\0') {
+            return Err(CkptError::BadName { name: name.into() });
+        }
+        if self.regions.iter().any(|r| r.rec.name == name) {
+            return Err(CkptError::RegionExists { name: name.into() });
+        }
+        if let Some(a) = opts.addr {
+            if a as u64 % self.page != 0 {
+                return Err(CkptError::Misaligned { addr: a });
+            }
+        }
+        let len = self.round(len);
+        let reserve = self.round(opts.reserve.unwrap_or((2 * len).max(1 << 30)).max(len));
+        let id = self.next_id;
+        self.pool
+            .create_section(&section_name(id, self.running), len as u64, 0)?;
+        let addr = match self.space.reserve(name, opts.addr, reserve) {
+            Ok(a) => a,
+            Err(e) => {
+                self.pool.delete_section(&section_name(id, self.running))?;
+                return Err(e);
+            }
+        };
+        self.next_id += 1;
+        let rec = RegionRecord {
+            name: name.into(),
+            id,
+            addr,
+            len: len as u64,
+            reserve: reserve as u64,
+            flags: 0,
+        };
+        self.attach(&rec, 0, len)?;
+        let crcs = vec![self.zero_page_crc; len / self.page as usize];
+        self.insert(Region {
+            rec: rec.clone(),
+            crcs,
+        });
+        Ok(info(&rec))
+    }
+
+    /// Grows or shrinks a region in place (within its reservation). New bytes read as zero.
+    pub fn resize_region(&mut self, name: &str, new_len: usize) -> Result<RegionInfo> {
+        let i = self.index(name)?;
+        let new_len = self.round(new_len);
+        let rec = self.regions[i].rec.clone();
+        let old_len = rec.len as usize;
+        if new_len as u64 > rec.reserve {
+            return Err(CkptError::BeyondReservation {
+                name: name.into(),
+                len: new_len as u64,
+                reserve: rec.reserve,
+            });
+        }
+        let sname = section_name(rec.id, self.running);
+        if new_len < old_len {
+            self.tracker
+                .untrack(PageRange::new(rec.addr + new_len, rec.addr + old_len))?;
+            self.space
+                .unmap_to_reserved(rec.addr + new_len, old_len - new_len)?;
+            self.pool.resize_section(&sname, new_len as u64)?;
+        } else if new_len > old_len {
+            let before = self.pool.section(&sname).expect("region section").offset;
+            let after = self.pool.resize_section(&sname, new_len as u64)?.offset;
+            let mut grown = rec.clone();
+            grown.len = new_len as u64;
+            if after == before {
+                self.attach(&grown, old_len, new_len)?;
+                // The other context may still hold bytes there from before a shrink.
+                self.carried
+                    .push(PageRange::new(rec.addr + old_len, rec.addr + new_len));
+            } else {
+                // Moved in the pool: remap all of it; tracking restarts, so count it all written.
+                self.tracker
+                    .untrack(PageRange::new(rec.addr, rec.addr + old_len))?;
+                self.attach(&grown, 0, new_len)?;
+                self.carried
+                    .push(PageRange::new(rec.addr, rec.addr + new_len));
+            }
+        }
+        let zero = self.zero_page_crc;
+        let r = &mut self.regions[i];
+        r.rec.len = new_len as u64;
+        r.crcs.resize(new_len / self.page as usize, zero);
+        Ok(info(&r.rec))
+    }
+
+    /// Deletes a region: unmaps it now; its pool space is reclaimed once no checkpoint needs it.
+    pub fn delete_region(&mut self, name: &str) -> Result<()> {
+        let i = self.index(name)?;
+        let r = self.regions.remove(i);
+        let (addr, len) = (r.rec.addr, r.rec.len as usize);
+        self.tracker.untrack(PageRange::new(addr, addr + len))?;
+        self.carried
+            .retain(|c| c.end <= addr || c.start >= addr + len);
+        self.space.release(addr, r.rec.reserve as usize)?;
+        self.pool
+            .delete_section(&section_name(r.rec.id, self.running))?;
+        Ok(())
+    }
+
+    /// Takes a checkpoint: the regions as they are now plus `metadata` become durable, and the
+    /// call returns once they are. The program must not write its regions during the call
+    /// (stop other threads first). Only pages written since the last checkpoint are written
+    /// back and copied.
+    pub fn checkpoint(&mut self, metadata: &[u8]) -> Result<CheckpointStats> {
+        let t0 = Instant::now();
+        let (run, other) = (self.running, 1 - self.running);
+        let page = self.page as usize;
+
+        // (1) pages written in this epoch: write them back, update their checksums.
+        let mut dirty = std::mem::take(&mut self.scratch);
+        dirty.clear();
+        self.tracker.scan_into(&mut dirty)?;
+        dirty.append(&mut self.carried);
+        dirty.sort_unstable();
+        let t_scan = t0.elapsed();
+        // Per region: (first page, pages) runs, clipped to the region.
+        let mut runs: Vec<(usize, usize, usize)> = Vec::new();
+        for d in &dirty {
+            let mut start = d.start;
+            while start < d.end {
+                let i = self
+                    .regions
+                    .partition_point(|r| r.rec.addr + r.rec.len as usize <= start);
+                let Some(r) = self.regions.get(i).filter(|r| r.rec.addr < d.end) else {
+                    break;
+                };
+                let lo = start.max(r.rec.addr);
+                let hi = d.end.min(r.rec.addr + r.rec.len as usize);
+                if lo < hi {
+                    runs.push((i, (lo - r.rec.addr) / page, (hi - lo) / page));
+                }
+                start = hi.max(lo);
+            }
+        }
+        runs.sort_unstable();
+        runs.dedup();
+        let mut dirty_pages = 0u64;
+        for &(i, first, n) in &runs {
+            let off = self.section_off(i, run) + (first * page) as u64;
+            let bytes = self.pool.bytes(off, (n * page) as u64);
+            for (k, p) in bytes.chunks_exact(page).enumerate() {
+                self.regions[i].crcs[first + k] = crc32c::crc32c(p);
+            }
+            self.pool.flush(off, (n * page) as u64)?;
+            dirty_pages += n as u64;
+        }
+
+        // (2) metadata into the running context; (3) flip: durable from here on.
+        let epoch = self.epoch + 1;
+        let meta = ContextMeta {
+            epoch,
+            time_ns: now_ns(),
+            page_size: page as u32,
+            regions: self.regions.iter().map(|r| r.rec.clone()).collect(),
+            crcs: self.regions.iter().map(|r| r.crcs.clone()).collect(),
+            user: metadata.to_vec(),
+        }
+        .encode();
+        write_meta(&mut self.pool, run, &meta)?;
+        self.pool.commit(&roots(run, run, epoch, &meta))?;
+        self.epoch = epoch;
+        let t_durable = t0.elapsed();
+
+        // (4) sync the other context, then make it the valid one; continue on `run`.
+        let decoded = ContextMeta::decode(&meta).expect("just encoded");
+        sync_context(&mut self.pool, &decoded, run, other, Some(&runs))?;
+        write_meta(&mut self.pool, other, &meta)?;
+        self.pool.commit(&roots(other, run, epoch, &meta))?;
+
+        self.scratch = dirty;
+        let total = t0.elapsed();
+        Ok(CheckpointStats {
+            epoch,
+            dirty_pages,
+            dirty_bytes: dirty_pages * self.page,
+            scan: t_scan,
+            persist: t_durable - t_scan,
+            sync: total - t_durable,
+            total,
+        })
+    }
+
+    fn section_off(&self, i: usize, ctx: usize) -> u64 {
+        self.pool
+            .section(&section_name(self.regions[i].rec.id, ctx))
+            .expect("region section exists")
+            .offset
+    }
+
+    /// Unmaps every region and closes the pool (the last checkpoint stays durable).
+    pub fn close(self) {}
+}
+
+impl<S: AddressSpace> Drop for Engine<S> {
+    fn drop(&mut self) {
+        for r in &self.regions {
+            let _ = self
+                .tracker
+                .untrack(PageRange::new(r.rec.addr, r.rec.addr + r.rec.len as usize));
+            let _ = self.space.release(r.rec.addr, r.rec.reserve as usize);
+        }
+    }
+}
+
+fn info(r: &RegionRecord) -> RegionInfo {
+    RegionInfo {
+        name: r.name.clone(),
+        addr: r.addr,
+        len: r.len as usize,
+        reserve: r.reserve as usize,
+    }
+}
+
+fn roots(valid: usize, running: usize, epoch: u64, meta: &[u8]) -> [u64; root::COUNT] {
+    let mut r = [0u64; root::COUNT];
+    r[root::VALID] = valid as u64;
+    r[root::RUNNING] = running as u64;
+    r[root::EPOCH] = epoch;
+    r[root::META_LEN] = meta.len() as u64;
+    r[root::META_CRC] = crc32c::crc32c(meta) as u64;
+    r[root::TIME] = now_ns();
+    r
+}
+
+/// Writes a metadata block into context `ctx` (growing its section) and flushes it; the next
+/// commit's fence makes it durable.
+fn write_meta(pool: &mut Pool, ctx: usize, meta: &[u8]) -> Result<()> {
+    let name = meta_name(ctx);
+    let sec = match pool.section(&name) {
+        Some(s) if s.len >= meta.len() as u64 => s.clone(),
+        Some(_) => pool.resize_section(&name, meta.len() as u64)?,
+        None => pool.create_section(&name, meta.len() as u64, 0)?,
+    };
+    pool.bytes_mut(sec.offset, meta.len() as u64)
+        .copy_from_slice(meta);
+    pool.flush(sec.offset, meta.len() as u64)?;
+    Ok(())
+}
+
+/// Context `ctx`'s metadata block, if it has the committed length and checksum.
+fn read_meta(pool: &Pool, ctx: usize, len: u64, crc: u64) -> Option<Vec<u8>> {
+    let sec = pool.section(&meta_name(ctx))?;
+    if sec.len < len {
+        return None;
+    }
+    let b = pool.bytes(sec.offset, len);
+    (crc32c::crc32c(b) as u64 == crc).then(|| b.to_vec())
+}
+
+/// Checks every page of context `ctx` against the metadata's checksums; the first bad page.
+fn verify_context(
+    pool: &Pool,
+    meta: &ContextMeta,
+    ctx: usize,
+) -> std::result::Result<(), (String, u64)> {
+    let page = meta.page_size as usize;
+    for (r, crcs) in meta.regions.iter().zip(&meta.crcs) {
+        let Some(sec) = pool
+            .section(&section_name(r.id, ctx))
+            .filter(|s| s.len >= r.len)
+        else {
+            return Err((r.name.clone(), 0));
+        };
+        let bytes = pool.bytes(sec.offset, r.len);
+        for (i, (p, want)) in bytes.chunks_exact(page).zip(crcs).enumerate() {
+            if crc32c::crc32c(p) != *want {
+                return Err((r.name.clone(), i as u64));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes context `to` equal to context `from` for the regions of `meta`: sections created,
+/// resized or deleted to match, then pages copied — only `runs` (region index, first page,
+/// pages) when given, else every page that differs. Returns the pages copied; all flushed.
+fn sync_context(
+    pool: &mut Pool,
+    meta: &ContextMeta,
+    from: usize,
+    to: usize,
+    runs: Option<&[(usize, usize, usize)]>,
+) -> Result<u64> {
+    let page = meta.page_size as u64;
+    // Sections of `to` for regions that no longer exist.
+    let wanted: std::collections::HashSet<String> = meta
+        .regions
+        .iter()
+        .map(|r| section_name(r.id, to))
+        .collect();
+    let suffix = format!(".{to}");
+    let stale: Vec<String> = pool
+        .sections()
+        .iter()
+        .filter(|s| {
+            s.name.starts_with("ckpt.r") && s.name.ends_with(&suffix) && !wanted.contains(&s.name)
+        })
+        .map(|s| s.name.clone())
+        .collect();
+    for name in stale {
+        pool.delete_section(&name)?;
+    }
+    let mut offsets = Vec::with_capacity(meta.regions.len());
+    for r in &meta.regions {
+        let name = section_name(r.id, to);
+        let dst = match pool.section(&name) {
+            Some(s) if s.len == r.len => s.clone(),
+            Some(_) => pool.resize_section(&name, r.len)?,
+            None => pool.create_section(&name, r.len, 0)?,
+        };
+        let src = pool
+            .section(&section_name(r.id, from))
+            .expect("source section")
+            .offset;
+        offsets.push((src, dst.offset));
+    }
+    let base = pool.medium().as_ptr();
+    let mut copied = 0u64;
+    let copy = |pool: &Pool, src: u64, dst: u64, len: u64| -> Result<()> {
+        // SAFETY: `src` and `dst` ranges lie inside two distinct sections of the pool's mapping
+        // (checked by the section table), so they are in bounds and do not overlap; no slice
+        // of either is alive.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                base.add(src as usize),
+                base.add(dst as usize),
+                len as usize,
+            )
+        };
+        pool.flush(dst, len)?;
+        Ok(())
+    };
+    match runs {
+        Some(runs) => {
+            for &(i, first, n) in runs {
+                let (src, dst) = offsets[i];
+                let at = first as u64 * page;
+                copy(pool, src + at, dst + at, n as u64 * page)?;
+                copied += n as u64;
+            }
+        }
+        None => {
+            for (r, &(src, dst)) in meta.regions.iter().zip(&offsets) {
+                for at in (0..r.len).step_by(page as usize) {
+                    if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
+                        copy(pool, src + at, dst + at, page)?;
+                        copied += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(copied)
+}
+
+/// Deletes region sections of either context that the metadata does not name (left over from
+/// regions created or deleted in an epoch that a crash ended).
+fn drop_foreign_sections(pool: &mut Pool, meta: &ContextMeta) -> Result<()> {
+    let keep: std::collections::HashSet<String> = meta
+        .regions
+        .iter()
+        .flat_map(|r| [section_name(r.id, 0), section_name(r.id, 1)])
+        .collect();
+    let stale: Vec<String> = pool
+        .sections()
+        .iter()
+        .filter(|s| s.name.starts_with("ckpt.r") && !keep.contains(&s.name))
+        .map(|s| s.name.clone())
+        .collect();
+    for name in stale {
+        pool.delete_section(&name)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,201 @@
+//! The engine in one process: regions, checkpoints, recovery, region changes, bad input.
+
+use kioku_ckpt::{CkptError, Engine, EngineOptions, RegionOptions};
+use kioku_pool::media::{MediumChoice, MediumKind};
+use std::path::Path;
+
+fn opts() -> EngineOptions {
+    EngineOptions {
+        medium: MediumChoice::Exactly(MediumKind::File),
+        ..Default::default()
+    }
+}
+
+/// Each test places its regions at its own fixed addresses, far from where the kernel puts
+/// mappings: tests run as threads of one process, and a region's address freed by one test
+/// could otherwise be taken by another's mapping before it recovers.
+fn at(test: usize, n: usize) -> RegionOptions {
+    RegionOptions {
+        addr: Some(0x2000_0000_0000 + (test << 40) + (n << 32)),
+        reserve: None,
+    }
+}
+
+fn mem(e: &Engine, name: &str) -> &'static mut [u8] {
+    let r = e.region(name).unwrap();
+    // SAFETY: the region is mapped for `len` bytes while the engine lives; tests use the slice
+    // only before the engine is dropped.
+    unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), r.len) }
+}
+
+#[test]
+fn checkpoint_then_recover_restores_exactly_the_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let mut e = Engine::create(&path, &opts()).unwrap();
+    let r = e.create_region("data", 3 * 4096 + 5, at(1, 1)).unwrap();
+    assert_eq!(r.len, 4 * 4096);
+    let m = mem(&e, "data");
+    assert!(m.iter().all(|&b| b == 0));
+    m[0] = 1;
+    m[3 * 4096 + 7] = 2;
+    let s = e.checkpoint(b"first").unwrap();
+    assert_eq!(s.epoch, 1);
+    assert_eq!(s.dirty_pages, 2);
+    m[0] = 9; // after the checkpoint: must not survive
+    m[4096] = 9;
+    let s = e.checkpoint(b"second").unwrap();
+    assert_eq!(s.dirty_pages, 2);
+    m[5] = 77;
+    let addr = r.addr;
+    drop(e);
+
+    let (e, rec) = Engine::recover(&path, &opts()).unwrap();
+    assert_eq!(rec.epoch, 2);
+    assert_eq!(rec.metadata, b"second");
+    let r2 = e.region("data").unwrap();
+    assert_eq!(r2.addr, addr, "regions come back at their address");
+    let m = mem(&e, "data");
+    assert_eq!((m[0], m[4096], m[3 * 4096 + 7], m[5]), (9, 9, 2, 0));
+}
+
+#[test]
+fn region_changes_become_part_of_the_next_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let mut e = Engine::create(&path, &opts()).unwrap();
+    e.create_region("a", 4096, at(2, 1)).unwrap();
+    e.create_region("b", 8192, at(2, 2)).unwrap();
+    mem(&e, "a")[10] = 1;
+    mem(&e, "b")[8191] = 2;
+    e.checkpoint(&[]).unwrap();
+    // Grow a (in place), shrink b, create c, then delete b entirely.
+    e.resize_region("a", 5 * 4096).unwrap();
+    mem(&e, "a")[4 * 4096] = 3;
+    e.resize_region("b", 4096).unwrap();
+    e.create_region("c", 4096, at(2, 3)).unwrap();
+    mem(&e, "c")[0] = 4;
+    e.checkpoint(&[]).unwrap();
+    e.delete_region("b").unwrap();
+    e.checkpoint(&[]).unwrap();
+    // Shrink and grow back: the regrown part reads as zero, also after recovery.
+    e.resize_region("a", 4096).unwrap();
+    e.resize_region("a", 5 * 4096).unwrap();
+    assert_eq!(mem(&e, "a")[4 * 4096], 0);
+    e.checkpoint(&[]).unwrap();
+    drop(e);
+    let (e, rec) = Engine::recover(&path, &opts()).unwrap();
+    assert_eq!(rec.epoch, 4);
+    let names: Vec<String> = e.regions().into_iter().map(|r| r.name).collect();
+    assert_eq!(names.len(), 2);
+    assert!(e.region("b").is_none());
+    assert_eq!(mem(&e, "a")[10], 1);
+    assert_eq!(mem(&e, "a")[4 * 4096], 0);
+    assert_eq!(mem(&e, "c")[0], 4);
+    // Space of b is reclaimed: no section of region b remains in the pool.
+    let sections: Vec<&str> = e
+        .pool()
+        .sections()
+        .iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        sections.iter().filter(|n| n.starts_with("ckpt.r")).count(),
+        4,
+        "{sections:?}"
+    );
+}
+
+#[test]
+fn growth_beyond_reservation_and_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = Engine::create(&dir.path().join("c.pool"), &opts()).unwrap();
+    e.create_region(
+        "r",
+        4096,
+        RegionOptions {
+            reserve: Some(8192),
+            ..at(3, 9)
+        },
+    )
+    .unwrap();
+    assert!(matches!(
+        e.resize_region("r", 3 * 4096),
+        Err(CkptError::BeyondReservation { .. })
+    ));
+    assert!(matches!(
+        e.create_region("r", 1, at(3, 1)),
+        Err(CkptError::RegionExists { .. })
+    ));
+    assert!(matches!(
+        e.create_region("", 1, at(3, 2)),
+        Err(CkptError::BadName { .. })
+    ));
+    assert!(matches!(
+        e.delete_region("x"),
+        Err(CkptError::NoSuchRegion { .. })
+    ));
+}
+
+#[test]
+fn pool_of_another_program_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.pool");
+    let mut o = kioku_pool::CreateOptions::new("some.other.kind");
+    o.medium = MediumChoice::Exactly(MediumKind::File);
+    drop(kioku_pool::Pool::create(&path, &o).unwrap());
+    let err = Engine::recover(&path, &opts()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CkptError::Pool(kioku_pool::PoolError::KindMismatch { .. })
+        ),
+        "{err}"
+    );
+}
+
+fn flip_in_section(path: &Path, section: &str, at: u64) {
+    use std::os::unix::fs::FileExt;
+    let r = kioku_pool::inspect::inspect(path).unwrap();
+    let slot = r.slots.iter().find(|s| s.role == "live").unwrap();
+    let kioku_pool::examine::SlotState::Intact { sections, .. } = &slot.state else {
+        panic!()
+    };
+    let s = sections.iter().find(|s| s.name == section).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, s.offset + at).unwrap();
+    f.write_all_at(&[!b[0]], s.offset + at).unwrap();
+}
+
+#[test]
+fn damaged_valid_context_falls_back_to_a_complete_copy_or_fails_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let mut e = Engine::create(&path, &opts()).unwrap();
+    e.create_region("r", 8192, at(5, 1)).unwrap();
+    mem(&e, "r")[100] = 42;
+    e.checkpoint(b"m").unwrap();
+    drop(e); // nothing written after the checkpoint: both contexts hold it
+             // After a checkpoint the valid context is 1 (the engine runs on 0).
+    flip_in_section(&path, "ckpt.r1.1", 100);
+    let (e, rec) = Engine::recover(&path, &opts()).unwrap();
+    assert!(rec.used_copy);
+    assert_eq!(mem(&e, "r")[100], 42);
+    drop(e);
+    // Now make the running context differ from the checkpoint, then damage the valid one.
+    let (mut e, _) = Engine::recover(&path, &opts()).unwrap();
+    let running_is = 1 - e.pool().roots()[0] as usize;
+    mem(&e, "r")[200] = 1; // not checkpointed
+    drop(e);
+    flip_in_section(&path, &format!("ckpt.r1.{}", 1 - running_is), 4096 + 3);
+    let err = Engine::recover(&path, &opts()).unwrap_err();
+    assert!(
+        matches!(err, CkptError::ContextDamaged { page: 1, .. }),
+        "{err}"
+    );
+}
