@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 pub const POOL_KIND: &str = "kioku.ckpt";
 
 /// Indexes of the pool's commit roots.
-mod root {
+pub(crate) mod root {
     pub const VALID: usize = 0;
     pub const RUNNING: usize = 1;
     pub const EPOCH: usize = 2;
@@ -143,11 +143,11 @@ impl<S: AddressSpace> std::fmt::Debug for Engine<S> {
     }
 }
 
-fn section_name(id: u64, ctx: usize) -> String {
+pub(crate) fn section_name(id: u64, ctx: usize) -> String {
     format!("ckpt.r{id}.{ctx}")
 }
 
-fn meta_name(ctx: usize) -> String {
+pub(crate) fn meta_name(ctx: usize) -> String {
     format!("ckpt.meta.{ctx}")
 }
 
@@ -234,6 +234,20 @@ impl<S: AddressSpace> Engine<S> {
     /// to it, maps every region at its address and returns the checkpoint's metadata. A crash
     /// at any point of this leaves a pool that recovers again.
     pub fn recover_in(mut pool: Pool, mut space: S) -> Result<(Self, Recovered)> {
+        if pool.epoch() == 0 && pool.roots().is_empty() && pool.sections().is_empty() {
+            // Created, but the engine's first commit never happened (a crash right after the
+            // pool file appeared): no checkpoint exists, so there is nothing to lose.
+            let engine = Engine::init(pool, space)?;
+            let recovered = Recovered {
+                epoch: 0,
+                time_ns: 0,
+                metadata: vec![],
+                source_ctx: 1,
+                used_copy: false,
+                pages_synced: 0,
+            };
+            return Ok((engine, recovered));
+        }
         let r = pool.roots().to_vec();
         if r.len() != root::COUNT || r[root::VALID] > 1 || r[root::RUNNING] > 1 {
             return Err(CkptError::NotACheckpoint {
@@ -402,7 +416,7 @@ impl<S: AddressSpace> Engine<S> {
             return Err(CkptError::RegionExists { name: name.into() });
         }
         if let Some(a) = opts.addr {
-            if a as u64 % self.page != 0 {
+            if !(a as u64).is_multiple_of(self.page) {
                 return Err(CkptError::Misaligned { addr: a });
             }
         }

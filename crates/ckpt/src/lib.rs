@@ -29,6 +29,7 @@
 
 pub mod engine;
 pub mod error;
+pub mod inspect;
 pub mod meta;
 pub mod space;
 

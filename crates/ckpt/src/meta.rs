@@ -114,7 +114,7 @@ impl ContextMeta {
                 reserve: u64_at(at + 88),
                 flags: u32_at(at + 96),
             };
-            if r.len % page_size as u64 != 0 || r.len > r.reserve {
+            if !r.len.is_multiple_of(page_size as u64) || r.len > r.reserve {
                 return Err(format!("region '{}' has an impossible size", r.name));
             }
             regions.push(r);

@@ -59,10 +59,17 @@ pub fn run(args: PoolArgs) -> Result<()> {
         }
         PoolCommand::Inspect { path, json } => {
             let report = inspect(&path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            // A checkpoint pool also shows its two contexts.
+            let ckpt = kioku_ckpt::inspect::inspect(&path, &report)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                let mut v = serde_json::to_value(&report)?;
+                v["checkpoint"] = serde_json::to_value(&ckpt)?;
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!("{report}");
+                if let Some(c) = &ckpt {
+                    print!("{c}");
+                }
             }
             if report.summary != "healthy" {
                 // Exit status tells scripts the pool is not usable as it is.

@@ -168,8 +168,9 @@ fn read_one(b: &[u8]) -> u64 {
 }
 
 fn read_portable(b: &[u8]) -> u64 {
-    b.chunks_exact(8)
-        .fold(0u64, |a, c| a ^ u64::from_le_bytes(c.try_into().expect("8")))
+    b.chunks_exact(8).fold(0u64, |a, c| {
+        a ^ u64::from_le_bytes(c.try_into().expect("8"))
+    })
 }
 
 /// # Safety
@@ -216,9 +217,13 @@ fn main() {
                 .map(|p| Aligned::from_slice(p))
                 .collect();
             let mut jobs: Vec<Job<'_>> = Vec::new();
-            jobs.push(job("memread", "read", Box::new(|| {
-                black_box(read_all(black_box(&data)));
-            })));
+            jobs.push(job(
+                "memread",
+                "read",
+                Box::new(|| {
+                    black_box(read_all(black_box(&data)));
+                }),
+            ));
             #[cfg(kioku_isal)]
             {
                 // ISA-L straight through FFI, one unchunked call: the in-process reference.
@@ -226,10 +231,14 @@ fn main() {
                 let tables = kioku_ec::isal_raw::init_tables(k, m, &full[k * k..]);
                 let mut parity = aligned_set(m, size);
                 let dref = dref.clone();
-                jobs.push(job("isal_ffi", "encode", Box::new(move || {
-                    let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| &mut v[..]).collect();
-                    kioku_ec::isal_raw::encode(&tables, &dref, &mut p);
-                })));
+                jobs.push(job(
+                    "isal_ffi",
+                    "encode",
+                    Box::new(move || {
+                        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| &mut v[..]).collect();
+                        kioku_ec::isal_raw::encode(&tables, &dref, &mut p);
+                    }),
+                ));
             }
             let mut engines = vec![Engine::best()];
             for e in [Engine::Isal, Engine::Avx2] {
@@ -238,15 +247,24 @@ fn main() {
                 }
             }
             for (n, &engine) in engines.iter().enumerate() {
-                let name = if n == 0 { "kioku".to_string() } else { format!("kioku_{engine}") };
+                let name = if n == 0 {
+                    "kioku".to_string()
+                } else {
+                    format!("kioku_{engine}")
+                };
                 let codec = std::sync::Arc::new(Codec::with_engine(k, m, engine).expect("codec"));
                 {
                     let mut parity = aligned_set(m, size);
                     let (codec, dref) = (codec.clone(), dref.clone());
-                    jobs.push(job(&name, "encode", Box::new(move || {
-                        let mut p: Vec<&mut [u8]> = parity.iter_mut().map(|v| &mut v[..]).collect();
-                        codec.encode(&dref, &mut p).expect("encode");
-                    })));
+                    jobs.push(job(
+                        &name,
+                        "encode",
+                        Box::new(move || {
+                            let mut p: Vec<&mut [u8]> =
+                                parity.iter_mut().map(|v| &mut v[..]).collect();
+                            codec.encode(&dref, &mut p).expect("encode");
+                        }),
+                    ));
                 }
                 // Decode: data shards 0..m lost, the m parity shards used in their place.
                 let surv: Vec<(usize, &[u8])> = (m..k)
@@ -266,17 +284,28 @@ fn main() {
                     let mut checked = false;
                     let data = &data;
                     let op = if cached { "decode" } else { "decode_nocache" };
-                    jobs.push(job(&name, op, Box::new(move || {
-                        let mut w: Vec<(usize, &mut [u8])> =
-                            out.iter_mut().enumerate().map(|(i, b)| (i, &mut b[..])).collect();
-                        codec.decode(&surv, &mut w).expect("decode");
-                        if !checked {
-                            for (i, b) in out.iter().enumerate() {
-                                assert_eq!(&b[..], &data[i][..], "kioku decoded shard {i} wrong");
+                    jobs.push(job(
+                        &name,
+                        op,
+                        Box::new(move || {
+                            let mut w: Vec<(usize, &mut [u8])> = out
+                                .iter_mut()
+                                .enumerate()
+                                .map(|(i, b)| (i, &mut b[..]))
+                                .collect();
+                            codec.decode(&surv, &mut w).expect("decode");
+                            if !checked {
+                                for (i, b) in out.iter().enumerate() {
+                                    assert_eq!(
+                                        &b[..],
+                                        &data[i][..],
+                                        "kioku decoded shard {i} wrong"
+                                    );
+                                }
+                                checked = true;
                             }
-                            checked = true;
-                        }
-                    })));
+                        }),
+                    ));
                 }
                 if n == 0 && o.delta {
                     for pct in [1usize, 10, 100] {
@@ -286,13 +315,17 @@ fn main() {
                         let mut flip = false;
                         let mut parity = good_parity.clone();
                         let codec = codec.clone();
-                        jobs.push(job("kioku", &format!("update_{pct}pct"), Box::new(move || {
-                            let mut p: Vec<&mut [u8]> =
-                                parity.iter_mut().map(|v| &mut v[..]).collect();
-                            let (a, b) = if flip { (&new, &old) } else { (&old, &new) };
-                            codec.update(k / 2, 0, a, b, &mut p).expect("update");
-                            flip = !flip;
-                        })));
+                        jobs.push(job(
+                            "kioku",
+                            &format!("update_{pct}pct"),
+                            Box::new(move || {
+                                let mut p: Vec<&mut [u8]> =
+                                    parity.iter_mut().map(|v| &mut v[..]).collect();
+                                let (a, b) = if flip { (&new, &old) } else { (&old, &new) };
+                                codec.update(k / 2, 0, a, b, &mut p).expect("update");
+                                flip = !flip;
+                            }),
+                        ));
                     }
                 }
             }
@@ -302,34 +335,46 @@ fn main() {
                 for d in &data {
                     enc.add_original_shard(&d[..]).expect("add");
                 }
-                let rec: Vec<Vec<u8>> =
-                    enc.encode().expect("encode").recovery_iter().map(|r| r.to_vec()).collect();
+                let rec: Vec<Vec<u8>> = enc
+                    .encode()
+                    .expect("encode")
+                    .recovery_iter()
+                    .map(|r| r.to_vec())
+                    .collect();
                 let data = &data;
-                jobs.push(job("rs_simd", "encode", Box::new(move || {
-                    for d in data {
-                        enc.add_original_shard(&d[..]).expect("add");
-                    }
-                    let r = enc.encode().expect("encode");
-                    black_box(r.recovery(0));
-                })));
+                jobs.push(job(
+                    "rs_simd",
+                    "encode",
+                    Box::new(move || {
+                        for d in data {
+                            enc.add_original_shard(&d[..]).expect("add");
+                        }
+                        let r = enc.encode().expect("encode");
+                        black_box(r.recovery(0));
+                    }),
+                ));
                 let mut dec = reed_solomon_simd::ReedSolomonDecoder::new(k, m, size).expect("rs");
                 let mut checked = false;
-                jobs.push(job("rs_simd", "decode", Box::new(move || {
-                    for (i, d) in data.iter().enumerate().skip(m) {
-                        dec.add_original_shard(i, &d[..]).expect("add");
-                    }
-                    for (j, r) in rec.iter().enumerate() {
-                        dec.add_recovery_shard(j, r).expect("add");
-                    }
-                    let res = dec.decode().expect("decode");
-                    if !checked {
-                        for (i, d) in data.iter().enumerate().take(m) {
-                            assert_eq!(res.restored_original(i), Some(&d[..]), "rs_simd");
+                jobs.push(job(
+                    "rs_simd",
+                    "decode",
+                    Box::new(move || {
+                        for (i, d) in data.iter().enumerate().skip(m) {
+                            dec.add_original_shard(i, &d[..]).expect("add");
                         }
-                        checked = true;
-                    }
-                    black_box(res.restored_original(0));
-                })));
+                        for (j, r) in rec.iter().enumerate() {
+                            dec.add_recovery_shard(j, r).expect("add");
+                        }
+                        let res = dec.decode().expect("decode");
+                        if !checked {
+                            for (i, d) in data.iter().enumerate().take(m) {
+                                assert_eq!(res.restored_original(i), Some(&d[..]), "rs_simd");
+                            }
+                            checked = true;
+                        }
+                        black_box(res.restored_original(0));
+                    }),
+                ));
             }
             run_jobs(&o, k, m, size, bytes, jobs);
         }

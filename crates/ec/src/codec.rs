@@ -179,7 +179,7 @@ impl Codec {
         for (j, p) in parity.iter().enumerate() {
             check_len(self.k + j, shard_len, p.len())?;
         }
-        if offset.checked_add(len).map_or(true, |end| end > shard_len) {
+        if !matches!(offset.checked_add(len), Some(end) if end <= shard_len) {
             return Err(EcError::RangeOutOfBounds {
                 offset,
                 len,
@@ -294,13 +294,20 @@ impl Codec {
     /// `k` of them, indices in `0..k+m`; `wanted` are `(index, buffer)` pairs to fill, data
     /// or parity, none of them a survivor. Uses the first `k` survivors in the order data,
     /// then parity by index.
-    pub fn decode(&self, survivors: &[(usize, &[u8])], wanted: &mut [(usize, &mut [u8])]) -> Result<()> {
+    pub fn decode(
+        &self,
+        survivors: &[(usize, &[u8])],
+        wanted: &mut [(usize, &mut [u8])],
+    ) -> Result<()> {
         let n = self.k + self.m;
         let mut have: Bits = [0; 4];
         let mut len = None;
         for (idx, s) in survivors {
             if *idx >= n {
-                return Err(EcError::IndexOutOfRange { index: *idx, total: n });
+                return Err(EcError::IndexOutOfRange {
+                    index: *idx,
+                    total: n,
+                });
             }
             if have[idx / 64] & (1 << (idx % 64)) != 0 {
                 return Err(EcError::DuplicateIndex { index: *idx });
@@ -312,7 +319,10 @@ impl Codec {
         let mut want: Bits = [0; 4];
         for (idx, w) in wanted.iter() {
             if *idx >= n {
-                return Err(EcError::IndexOutOfRange { index: *idx, total: n });
+                return Err(EcError::IndexOutOfRange {
+                    index: *idx,
+                    total: n,
+                });
             }
             if (have[idx / 64] | want[idx / 64]) & (1 << (idx % 64)) != 0 {
                 return Err(EcError::DuplicateIndex { index: *idx });
@@ -335,19 +345,24 @@ impl Codec {
             .filter(|i| have[i / 64] & (1 << (i % 64)) != 0)
             .take(self.k)
             .collect();
-        inputs.sort_unstable();
         let mut used: Bits = [0; 4];
         for &i in &inputs {
             set_bit(&mut used, i);
         }
         let plan = self.decode_plan(used, want, &inputs)?;
-        let by_index: HashMap<usize, &[u8]> = survivors.iter().map(|(i, s)| (*i, *s)).collect();
-        let srcs: Vec<&[u8]> = inputs.iter().map(|i| by_index[i]).collect();
+        let mut by_index: [Option<&[u8]>; MAX_SHARDS] = [None; MAX_SHARDS];
+        for (i, s) in survivors {
+            by_index[*i] = Some(*s);
+        }
+        let srcs: Vec<&[u8]> = inputs
+            .iter()
+            .map(|&i| by_index[i].expect("input is a survivor"))
+            .collect();
         // Plan rows are in ascending wanted index.
-        let mut order: Vec<usize> = (0..wanted.len()).collect();
-        order.sort_unstable_by_key(|&w| wanted[w].0);
-        let mut slots: Vec<Option<&mut [u8]>> = wanted.iter_mut().map(|(_, b)| Some(&mut **b)).collect();
-        let mut dsts: Vec<&mut [u8]> = order.iter().map(|&w| slots[w].take().expect("each once")).collect();
+        let mut sorted: Vec<(usize, &mut [u8])> =
+            wanted.iter_mut().map(|(i, b)| (*i, &mut **b)).collect();
+        sorted.sort_unstable_by_key(|w| w.0);
+        let mut dsts: Vec<&mut [u8]> = sorted.into_iter().map(|(_, b)| b).collect();
         plan.dot(&srcs, &mut dsts);
         Ok(())
     }
@@ -448,7 +463,12 @@ impl Codec {
         self.reconstruct_some(shards, present, self.k)
     }
 
-    fn reconstruct_some(&self, shards: &mut [&mut [u8]], present: &[bool], upto: usize) -> Result<()> {
+    fn reconstruct_some(
+        &self,
+        shards: &mut [&mut [u8]],
+        present: &[bool],
+        upto: usize,
+    ) -> Result<()> {
         let n = self.k + self.m;
         if shards.len() != n || present.len() != n {
             return Err(EcError::WrongShardCount {

@@ -100,6 +100,9 @@ pub(crate) struct Plan {
     pub matrix: Vec<u8>,
     /// ISA-L layout tables, 32 bytes per coefficient (empty for the scalar engine).
     pub tables: Vec<u8>,
+    /// The AVX2 engine's tables transposed, column-major (`[col][row]`), so that one
+    /// source column updates a group of rows in a single pass.
+    pub col_tables: Vec<u8>,
 }
 
 impl Plan {
@@ -111,12 +114,24 @@ impl Plan {
             Engine::Scalar => Vec::new(),
             _ => gf::expand_tables(rows, cols, &matrix),
         };
+        let mut col_tables = Vec::new();
+        if engine == Engine::Avx2 {
+            col_tables = vec![0u8; tables.len()];
+            for r in 0..rows {
+                for c in 0..cols {
+                    let from = (r * cols + c) * 32;
+                    let to = (c * rows + r) * 32;
+                    col_tables[to..to + 32].copy_from_slice(&tables[from..from + 32]);
+                }
+            }
+        }
         Plan {
             engine,
             rows,
             cols,
             matrix,
             tables,
+            col_tables,
         }
     }
 
@@ -165,8 +180,6 @@ impl Plan {
                 for group in dsts.chunks_mut(avx2::MAX_ROWS) {
                     let t = &self.tables[r0 * stride..(r0 + group.len()) * stride];
                     match group.len() {
-                        6 => avx2::dot::<6>(t, srcs, group, false),
-                        5 => avx2::dot::<5>(t, srcs, group, false),
                         4 => avx2::dot::<4>(t, srcs, group, false),
                         3 => avx2::dot::<3>(t, srcs, group, false),
                         2 => avx2::dot::<2>(t, srcs, group, false),
@@ -193,14 +206,37 @@ impl Plan {
                     let n = crate::isal::MAX_CALL.min(src.len() - off);
                     let mut d_seg: Vec<&mut [u8]> =
                         dsts.iter_mut().map(|d| &mut d[off..off + n]).collect();
-                    crate::isal::update(&self.tables, self.cols, col, &src[off..off + n], &mut d_seg);
+                    crate::isal::update(
+                        &self.tables,
+                        self.cols,
+                        col,
+                        &src[off..off + n],
+                        &mut d_seg,
+                    );
                     off += n;
                 }
             }
             #[cfg(target_arch = "x86_64")]
-            Engine::Avx2 => portable::avx2::mad(&self.tables[col * 32..], 32 * self.cols, src, dsts),
+            Engine::Avx2 => {
+                use portable::avx2;
+                let t = &self.col_tables[col * self.rows * 32..(col + 1) * self.rows * 32];
+                let s = [src];
+                let mut r0 = 0;
+                for group in dsts.chunks_mut(avx2::MAX_ROWS) {
+                    let g = &t[r0 * 32..(r0 + group.len()) * 32];
+                    match group.len() {
+                        4 => avx2::dot::<4>(g, &s, group, true),
+                        3 => avx2::dot::<3>(g, &s, group, true),
+                        2 => avx2::dot::<2>(g, &s, group, true),
+                        _ => avx2::dot::<1>(g, &s, group, true),
+                    }
+                    r0 += group.len();
+                }
+            }
             _ => {
-                let coefs: Vec<u8> = (0..self.rows).map(|r| self.matrix[r * self.cols + col]).collect();
+                let coefs: Vec<u8> = (0..self.rows)
+                    .map(|r| self.matrix[r * self.cols + col])
+                    .collect();
                 portable::mad_scalar(&coefs, src, dsts)
             }
         }

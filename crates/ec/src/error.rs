@@ -25,7 +25,9 @@ pub enum EcError {
     DuplicateIndex { index: usize },
     #[error("only {have} shards survive but {need} are needed to decode: find more shards")]
     TooFewShards { have: usize, need: usize },
-    #[error("range {offset}+{len} exceeds the {shard_len}-byte shard: keep updates inside the shard")]
+    #[error(
+        "range {offset}+{len} exceeds the {shard_len}-byte shard: keep updates inside the shard"
+    )]
     RangeOutOfBounds {
         offset: usize,
         len: usize,

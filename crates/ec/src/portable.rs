@@ -112,6 +112,11 @@ pub mod avx2 {
         }
     }
 
+    /// # Safety
+    /// AVX2 must be present; every source and every `dsts[r]` must hold `body` bytes
+    /// (`body` a multiple of 32), the destinations must not overlap the sources or each
+    /// other, and `tables` must hold `32 * k * R` bytes.
+    #[allow(clippy::needless_range_loop)] // rows index several arrays in lockstep
     #[target_feature(enable = "avx2")]
     unsafe fn dot_body<const R: usize>(
         tables: *const u8,
@@ -148,11 +153,17 @@ pub mod avx2 {
                         _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16) as *const __m128i));
                     a0[r] = _mm256_xor_si256(
                         a0[r],
-                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, lo0), _mm256_shuffle_epi8(thi, hi0)),
+                        _mm256_xor_si256(
+                            _mm256_shuffle_epi8(tlo, lo0),
+                            _mm256_shuffle_epi8(thi, hi0),
+                        ),
                     );
                     a1[r] = _mm256_xor_si256(
                         a1[r],
-                        _mm256_xor_si256(_mm256_shuffle_epi8(tlo, lo1), _mm256_shuffle_epi8(thi, hi1)),
+                        _mm256_xor_si256(
+                            _mm256_shuffle_epi8(tlo, lo1),
+                            _mm256_shuffle_epi8(thi, hi1),
+                        ),
                     );
                 }
             }
@@ -188,48 +199,6 @@ pub mod avx2 {
             for r in 0..R {
                 _mm256_storeu_si256(dsts[r].add(pos) as *mut __m256i, acc[r]);
             }
-            pos += 32;
-        }
-    }
-
-    /// `dst[r] ^= T[r] * src` for up to [`MAX_ROWS`] rows; `tables` holds one 32-byte table
-    /// per row, at `row_stride` bytes apart. Requires AVX2 (checked by the caller).
-    pub fn mad(tables: &[u8], row_stride: usize, src: &[u8], dsts: &mut [&mut [u8]]) {
-        let len = src.len();
-        let rows = dsts.len();
-        assert!(rows >= 1 && dsts.iter().all(|d| d.len() == len));
-        assert!(tables.len() >= (rows - 1) * row_stride + 32);
-        let body = len & !31;
-        if body > 0 {
-            for (r, d) in dsts.iter_mut().enumerate() {
-                // SAFETY: AVX2 is present (caller checked); `src` and `d` hold `len >= body`
-                // bytes and do not alias (shared vs &mut); the table has 32 bytes at
-                // `r * row_stride` (asserted above).
-                unsafe { mad_body(tables.as_ptr().add(r * row_stride), src, d, body) };
-            }
-        }
-        for (r, d) in dsts.iter_mut().enumerate() {
-            let t = &tables[r * row_stride..r * row_stride + 32];
-            for (x, b) in d.iter_mut().enumerate().skip(body) {
-                *b ^= t[(src[x] & 15) as usize] ^ t[16 + (src[x] >> 4) as usize];
-            }
-        }
-    }
-
-    #[target_feature(enable = "avx2")]
-    unsafe fn mad_body(t: *const u8, src: &[u8], dst: &mut [u8], body: usize) {
-        let mask = _mm256_set1_epi8(0x0f);
-        let tlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(t as *const __m128i));
-        let thi = _mm256_broadcastsi128_si256(_mm_loadu_si128(t.add(16) as *const __m128i));
-        let (s, d) = (src.as_ptr(), dst.as_mut_ptr());
-        let mut pos = 0;
-        while pos < body {
-            let v = _mm256_loadu_si256(s.add(pos) as *const __m256i);
-            let lo = _mm256_and_si256(v, mask);
-            let hi = _mm256_and_si256(_mm256_srli_epi64(v, 4), mask);
-            let p = _mm256_xor_si256(_mm256_shuffle_epi8(tlo, lo), _mm256_shuffle_epi8(thi, hi));
-            let o = _mm256_loadu_si256(d.add(pos) as *const __m256i);
-            _mm256_storeu_si256(d.add(pos) as *mut __m256i, _mm256_xor_si256(o, p));
             pos += 32;
         }
     }

@@ -85,7 +85,9 @@ impl ShardHeader {
             return Err(EcError::UnsupportedVersion(version));
         }
         if u16_at(b, 10) as usize != HEADER_LEN {
-            return Err(EcError::BadHeaderField { field: "header_len" });
+            return Err(EcError::BadHeaderField {
+                field: "header_len",
+            });
         }
         if u32_at(b, 48) != MATRIX_CAUCHY_11D {
             return Err(EcError::BadHeaderField { field: "matrix" });
@@ -111,7 +113,9 @@ impl ShardHeader {
             return Err(EcError::BadHeaderField { field: "index" });
         }
         if h.stripe_unit == 0 {
-            return Err(EcError::BadHeaderField { field: "stripe_unit" });
+            return Err(EcError::BadHeaderField {
+                field: "stripe_unit",
+            });
         }
         if Some(h.shard_len) != shard_len_for(h.original_len, k, h.stripe_unit as usize) {
             return Err(EcError::BadHeaderField { field: "shard_len" });

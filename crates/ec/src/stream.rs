@@ -67,7 +67,11 @@ pub fn encode_stream<R: Read, W: Write + Seek>(
         }
         file_crc = crc32c::crc32c_append(file_crc, &data[..n]);
         total += n as u64;
-        let u = if n == data.len() { stripe_unit } else { n.div_ceil(k) };
+        let u = if n == data.len() {
+            stripe_unit
+        } else {
+            n.div_ceil(k)
+        };
         data[n..k * u].fill(0);
         let d: Vec<&[u8]> = data[..k * u].chunks_exact(u).collect();
         let mut p: Vec<&mut [u8]> = parity[..m * u].chunks_exact_mut(u).collect();
@@ -131,7 +135,10 @@ pub fn decode_stream<R: Read, W: Write>(
     mut out: W,
     progress: &mut dyn FnMut(u64),
 ) -> Result<Vec<usize>> {
-    let first = inputs.first().ok_or(EcError::TooFewShards { have: 0, need: 1 })?.header;
+    let first = inputs
+        .first()
+        .ok_or(EcError::TooFewShards { have: 0, need: 1 })?
+        .header;
     let (k, m) = (first.k as usize, first.m as usize);
     let mut seen = [false; 256];
     for inp in inputs.iter() {
@@ -154,7 +161,10 @@ pub fn decode_stream<R: Read, W: Write>(
     let mut order: Vec<usize> = (0..inputs.len()).collect();
     order.sort_unstable_by_key(|&i| inputs[i].header.index);
     order.truncate(k);
-    let used: Vec<usize> = order.iter().map(|&i| inputs[i].header.index as usize).collect();
+    let used: Vec<usize> = order
+        .iter()
+        .map(|&i| inputs[i].header.index as usize)
+        .collect();
     let missing: Vec<usize> = (0..k).filter(|i| !used.contains(i)).collect();
     let unit = first.stripe_unit as usize;
     let mut inbuf = vec![0u8; k * unit];
@@ -236,9 +246,7 @@ pub fn verify_shard<R: Read>(mut r: R, progress: &mut dyn FnMut(u64)) -> Result<
         progress(n as u64);
     }
     if read_full(&mut r, &mut buf[..1])? != 0 {
-        return Err(EcError::BadHeaderField {
-            field: "shard_len",
-        });
+        return Err(EcError::BadHeaderField { field: "shard_len" });
     }
     if crc != h.payload_crc {
         return Err(EcError::PayloadChecksum {

@@ -51,7 +51,12 @@ fn km() -> impl Strategy<Value = (usize, usize)> {
 }
 
 fn len_strategy() -> impl Strategy<Value = usize> {
-    prop_oneof![0usize..=100, 100usize..=5000, Just(4096usize), Just(65536usize)]
+    prop_oneof![
+        0usize..=100,
+        100usize..=5000,
+        Just(4096usize),
+        Just(65536usize)
+    ]
 }
 
 #[test]
@@ -62,14 +67,26 @@ fn active_engine_is_the_fastest_available() {
     assert_eq!(avail.contains(&Engine::Isal), cfg!(kioku_isal));
     if cfg!(feature = "isal") && std::env::var_os("KIOKU_EC_NO_ISAL").is_none() {
         // The tests need ISA-L (scripts/apt-packages.txt) so that it is what gets compared.
-        assert!(avail.contains(&Engine::Isal), "ISA-L not linked: run scripts/deps.sh");
+        assert!(
+            avail.contains(&Engine::Isal),
+            "ISA-L not linked: run scripts/deps.sh"
+        );
     }
 }
 
 #[test]
 fn matrix_is_isal_cauchy1() {
     #[cfg(kioku_isal)]
-    for (k, m) in [(1, 1), (8, 2), (10, 4), (32, 2), (200, 56), (255, 1), (1, 255), (128, 128)] {
+    for (k, m) in [
+        (1, 1),
+        (8, 2),
+        (10, 4),
+        (32, 2),
+        (200, 56),
+        (255, 1),
+        (1, 255),
+        (128, 128),
+    ] {
         let c = Codec::new(k, m).unwrap();
         let full = kioku_ec::isal_raw::gen_cauchy1_matrix(k, m);
         assert_eq!(&full[k * k..], c.parity_matrix(), "k={k} m={m}");
@@ -219,7 +236,11 @@ fn every_erasure_pattern_small_codes() {
                     } else {
                         r.unwrap();
                         for i in 0..n {
-                            assert_eq!(shards[i].as_ref().unwrap(), &all[i], "k={k} m={m} mask={mask:b} i={i} {e}");
+                            assert_eq!(
+                                shards[i].as_ref().unwrap(),
+                                &all[i],
+                                "k={k} m={m} mask={mask:b} i={i} {e}"
+                            );
                         }
                     }
                 }
@@ -241,11 +262,23 @@ fn widest_code_and_cache() {
         for start in [0, 100, 144] {
             let surv: Vec<(usize, &[u8])> = (0..k + m)
                 .filter(|i| !(start..start + m).contains(i))
-                .map(|i| (i, if i < k { &data[i][..] } else { &parity[i - k][..] }))
+                .map(|i| {
+                    (
+                        i,
+                        if i < k {
+                            &data[i][..]
+                        } else {
+                            &parity[i - k][..]
+                        },
+                    )
+                })
                 .collect();
             let mut out = vec![vec![0u8; 333]; m];
-            let mut want: Vec<(usize, &mut [u8])> =
-                out.iter_mut().enumerate().map(|(t, b)| (start + t, b.as_mut_slice())).collect();
+            let mut want: Vec<(usize, &mut [u8])> = out
+                .iter_mut()
+                .enumerate()
+                .map(|(t, b)| (start + t, b.as_mut_slice()))
+                .collect();
             // Shuffled order of wanted buffers must not matter.
             want.reverse();
             c.decode(&surv, &mut want).unwrap();
@@ -261,7 +294,10 @@ fn widest_code_and_cache() {
 #[test]
 fn bad_input_is_a_typed_error() {
     for (k, m) in [(0, 1), (1, 0), (200, 57), (256, 1), (0, 0)] {
-        assert!(matches!(Codec::new(k, m), Err(EcError::InvalidParams { .. })), "{k} {m}");
+        assert!(
+            matches!(Codec::new(k, m), Err(EcError::InvalidParams { .. })),
+            "{k} {m}"
+        );
     }
     assert!(Codec::new(255, 1).is_ok() && Codec::new(1, 255).is_ok());
     let c = Codec::new(3, 2).unwrap();
@@ -271,15 +307,23 @@ fn bad_input_is_a_typed_error() {
     let mut pr: Vec<&mut [u8]> = p.iter_mut().map(|v| v.as_mut_slice()).collect();
     assert!(matches!(
         c.encode(&[&a, &b, &a], &mut pr),
-        Err(EcError::UnequalLengths { index: 1, expected: 10, got: 11 })
+        Err(EcError::UnequalLengths {
+            index: 1,
+            expected: 10,
+            got: 11
+        })
     ));
     assert!(matches!(
         c.encode(&[&a, &a], &mut pr),
-        Err(EcError::WrongShardCount { what: "data", expected: 3, got: 2 })
+        Err(EcError::WrongShardCount {
+            what: "data",
+            expected: 3,
+            got: 2
+        })
     ));
     c.encode(&[&a, &a, &a], &mut pr).unwrap();
     // Decode: duplicates, out of range, too few, unequal.
-    let mut out = vec![0u8; 10];
+    let mut out = [0u8; 10];
     let s: Vec<(usize, &[u8])> = vec![(0, &a), (0, &a), (1, &a)];
     assert!(matches!(
         c.decode(&s, &mut [(2, &mut out[..])]),
@@ -308,7 +352,11 @@ fn bad_input_is_a_typed_error() {
     // Updates: range, index, lengths.
     assert!(matches!(
         c.update(0, 5, &a[..6], &a[..6], &mut pr),
-        Err(EcError::RangeOutOfBounds { offset: 5, len: 6, shard_len: 10 })
+        Err(EcError::RangeOutOfBounds {
+            offset: 5,
+            len: 6,
+            shard_len: 10
+        })
     ));
     assert!(matches!(
         c.update(3, 0, &a[..1], &a[..1], &mut pr),

@@ -54,11 +54,14 @@ fn semantically_bad_headers_are_typed_errors() {
     let good = sample().to_bytes();
     let mut b = good;
     b[8] = 2;
-    assert!(matches!(ShardHeader::parse(&reseal(b)), Err(EcError::UnsupportedVersion(2))));
+    assert!(matches!(
+        ShardHeader::parse(&reseal(b)),
+        Err(EcError::UnsupportedVersion(2))
+    ));
     let cases: [(usize, u8, &str); 6] = [
-        (12, 0, "k/m"),      // k = 0
-        (14, 0, "k/m"),      // m = 0
-        (16, 14, "index"),   // index = k + m
+        (12, 0, "k/m"),         // k = 0
+        (14, 0, "k/m"),         // m = 0
+        (16, 14, "index"),      // index = k + m
         (20, 0, "stripe_unit"), // low byte of 4096 is 0 already; set next byte below
         (24, 0x77, "shard_len"),
         (52, 1, "reserved"),
@@ -74,7 +77,10 @@ fn semantically_bad_headers_are_typed_errors() {
             other => panic!("byte {at}: {other:?}"),
         }
     }
-    assert!(matches!(ShardHeader::parse(&good[..40]), Err(EcError::BadHeaderField { field: "length" })));
+    assert!(matches!(
+        ShardHeader::parse(&good[..40]),
+        Err(EcError::BadHeaderField { field: "length" })
+    ));
     let mut r = Cursor::new(b"NOTASHARD-and-more-bytes".to_vec());
     assert!(matches!(read_header(&mut r), Err(EcError::BadMagic)));
 }
@@ -140,9 +146,15 @@ fn damaged_payload_truncation_and_mixing_are_typed_errors() {
     let mut files = encode_all(&data, 4, 2, 1000);
     // Payload bit flip in shard 2: verify and decode both name it.
     files[2][HEADER_LEN + 123] ^= 1;
-    assert!(matches!(verify_shard(Cursor::new(&files[2]), &mut |_| {}), Err(EcError::PayloadChecksum { index: 2 })));
+    assert!(matches!(
+        verify_shard(Cursor::new(&files[2]), &mut |_| {}),
+        Err(EcError::PayloadChecksum { index: 2 })
+    ));
     let mut ins = inputs(&files, &[0, 1, 2, 3]);
-    assert!(matches!(decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}), Err(EcError::PayloadChecksum { index: 2 })));
+    assert!(matches!(
+        decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}),
+        Err(EcError::PayloadChecksum { index: 2 })
+    ));
     // Without it, decoding succeeds.
     let mut ins = inputs(&files, &[0, 1, 3, 5]);
     let mut out = Vec::new();
@@ -151,22 +163,40 @@ fn damaged_payload_truncation_and_mixing_are_typed_errors() {
     // Truncated shard.
     let mut short = files.clone();
     short[1].truncate(HEADER_LEN + 500);
-    assert!(matches!(verify_shard(Cursor::new(&short[1]), &mut |_| {}), Err(EcError::Truncated { index: 1 })));
+    assert!(matches!(
+        verify_shard(Cursor::new(&short[1]), &mut |_| {}),
+        Err(EcError::Truncated { index: 1 })
+    ));
     let mut ins = inputs(&short, &[0, 1, 3, 4]);
-    assert!(matches!(decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}), Err(EcError::Truncated { index: 1 })));
+    assert!(matches!(
+        decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}),
+        Err(EcError::Truncated { index: 1 })
+    ));
     // Trailing garbage.
     let mut long = files[0].clone();
     long.push(0);
-    assert!(matches!(verify_shard(Cursor::new(&long), &mut |_| {}), Err(EcError::BadHeaderField { field: "shard_len" })));
+    assert!(matches!(
+        verify_shard(Cursor::new(&long), &mut |_| {}),
+        Err(EcError::BadHeaderField { field: "shard_len" })
+    ));
     // Duplicates, too few, mixed encodings.
     let mut ins = inputs(&files, &[0, 0, 1, 3]);
-    assert!(matches!(decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}), Err(EcError::DuplicateIndex { index: 0 })));
+    assert!(matches!(
+        decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}),
+        Err(EcError::DuplicateIndex { index: 0 })
+    ));
     let mut ins = inputs(&files, &[0, 1, 3]);
-    assert!(matches!(decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}), Err(EcError::TooFewShards { have: 3, need: 4 })));
+    assert!(matches!(
+        decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}),
+        Err(EcError::TooFewShards { have: 3, need: 4 })
+    ));
     let other = encode_all(&data[..49_999], 4, 2, 1000);
     let mut ins = inputs(&files, &[0, 1, 3]);
     ins.extend(inputs(&other, &[4]));
-    assert!(matches!(decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}), Err(EcError::InconsistentShards { index: 4, .. })));
+    assert!(matches!(
+        decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}),
+        Err(EcError::InconsistentShards { index: 4, .. })
+    ));
     // A parity shard whose payload CRC is re-sealed after damage: the file CRC catches it.
     let mut forged = files.clone();
     forged[4][HEADER_LEN + 10] ^= 0x80;
@@ -175,7 +205,10 @@ fn damaged_payload_truncation_and_mixing_are_typed_errors() {
     h.payload_crc = crc;
     forged[4][..HEADER_LEN].copy_from_slice(&h.to_bytes());
     let mut ins = inputs(&forged, &[0, 1, 3, 4]);
-    assert!(matches!(decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}), Err(EcError::FileChecksum)));
+    assert!(matches!(
+        decode_stream(&mut ins, &mut Vec::new(), &mut |_| {}),
+        Err(EcError::FileChecksum)
+    ));
 }
 
 #[test]

@@ -114,3 +114,46 @@ mod tests {
         assert!(s.as_slice().is_empty());
     }
 }
+
+#[cfg(test)]
+mod prop {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn pages(ranges: &[PageRange]) -> BTreeSet<usize> {
+        ranges.iter().flat_map(|r| r.start..r.end).collect()
+    }
+
+    proptest! {
+        /// The set behaves like a set of unit cells and stays sorted, disjoint and coalesced.
+        #[test]
+        fn matches_a_model(ops in proptest::collection::vec((any::<bool>(), 0usize..64, 1usize..16), 0..40)) {
+            let mut s = RangeSet::default();
+            let mut model = BTreeSet::new();
+            for (insert, start, len) in ops {
+                let r = PageRange::new(start, start + len);
+                let want_missing: BTreeSet<usize> = (r.start..r.end).filter(|p| !model.contains(p)).collect();
+                prop_assert_eq!(pages(&s.missing(r)), want_missing);
+                let want_present: BTreeSet<usize> = (r.start..r.end).filter(|p| model.contains(p)).collect();
+                prop_assert_eq!(pages(&s.present(r)), want_present);
+                if insert {
+                    s.insert(r);
+                    model.extend(r.start..r.end);
+                } else {
+                    s.remove(r);
+                    for p in r.start..r.end {
+                        model.remove(&p);
+                    }
+                }
+                prop_assert_eq!(pages(s.as_slice()), model.clone());
+                for w in s.as_slice().windows(2) {
+                    prop_assert!(w[0].end < w[1].start);
+                }
+                prop_assert!(s.as_slice().iter().all(|r| r.start < r.end));
+            }
+        }
+    }
+}

@@ -291,3 +291,31 @@ fn mprotect_handler_chains_to_the_previous_handler() {
     assert!(stdout.contains("TRACKED-WRITE-OK"), "{stdout}");
     assert_eq!(out.status.code(), Some(42), "{:?}", out.status);
 }
+
+#[test]
+fn kioku_tracker_env_selects_the_backend() {
+    let run = |value: Option<&str>| {
+        let mut c = Command::new(CHILD);
+        c.arg("backend");
+        match value {
+            Some(v) => c.env("KIOKU_TRACKER", v),
+            None => c.env_remove("KIOKU_TRACKER"),
+        };
+        let out = c.output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(run(Some("mprotect")), "BACKEND Mprotect");
+    let bogus = run(Some("soft-dirty"));
+    assert!(
+        bogus.starts_with("ERROR KIOKU_TRACKER=\"soft-dirty\""),
+        "{bogus}"
+    );
+    if uffd_available("kioku_tracker_env_selects_the_backend (uffd part)") {
+        assert_eq!(run(Some("uffd")), "BACKEND UffdPagemapScan");
+        assert_eq!(run(None), "BACKEND UffdPagemapScan");
+        assert_eq!(run(Some("auto")), "BACKEND UffdPagemapScan");
+    } else {
+        assert_eq!(run(None), "BACKEND Mprotect");
+        assert!(run(Some("uffd")).starts_with("ERROR"));
+    }
+}

@@ -6,6 +6,9 @@
 //! `W i j ...` writes one byte to each page index, `R i j ...` reads them, `CLOSE` closes its
 //! userfaultfd, `EXEC` replaces the process image with `sleep 30`, `EXIT` exits. Each command is acknowledged with `OK`.
 //!
+//! `track-test-child backend`: prints the backend `Tracker::new()` selects (honours
+//! `KIOKU_TRACKER`).
+//!
 //! `track-test-child segv-default` / `segv-chain`: checks that the mprotect backend passes faults
 //! outside its ranges on (to the default action, or to a handler installed before it that exits
 //! with status 42).
@@ -156,8 +159,15 @@ fn main() {
         Some("serve") => serve(&args[1..]),
         Some("segv-default") => segv(false),
         Some("segv-chain") => segv(true),
+        Some("backend") => match Tracker::new() {
+            Ok(t) => println!("BACKEND {:?}", t.backend()),
+            Err(e) => {
+                println!("ERROR {e}");
+                std::process::exit(1);
+            }
+        },
         _ => {
-            eprintln!("usage: track-test-child serve PAGES [--self-register] [--thp] | segv-default | segv-chain");
+            eprintln!("usage: track-test-child serve PAGES [--self-register] [--thp] | backend | segv-default | segv-chain");
             std::process::exit(2);
         }
     }

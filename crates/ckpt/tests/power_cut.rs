@@ -1,0 +1,183 @@
+//! Power cuts on the `sim` medium at every ordering point (flush and fence) of checkpoints and
+//! of recovery, and ≥ 10,000 random crash states: recovery must restore exactly the last
+//! checkpoint whose flip was durable (or the one being taken, if its flip may have reached
+//! media) — every region, every byte, and the metadata.
+
+mod common;
+
+use common::*;
+use kioku_ckpt::Engine;
+use kioku_pool::media::sim::{CrashMode, SimControl, SimMedium};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+/// Runs `epochs` checkpoints of the workload on a fresh sim pool, with the power cut at
+/// ordering point `cut` (counted from the first checkpoint's start) if given. Returns the
+/// control, the model of every epoch and each checkpoint's span of ordering points.
+fn run(
+    base: usize,
+    seed: u64,
+    epochs: u64,
+    cut: Option<u64>,
+) -> (SimControl, Vec<Model>, Vec<(u64, u64)>, u64) {
+    let sim = SimMedium::new(0).unwrap();
+    let ctl = sim.control();
+    let mut engine = Engine::create_on(Box::new(sim)).unwrap();
+    let start = ctl.ordering_points();
+    if let Some(c) = cut {
+        ctl.cut_power_at(start + c);
+    }
+    let mut models = vec![Model::new()];
+    let mut spans = vec![(0, 0)];
+    let (mut model, mut at) = (Model::new(), 0);
+    for _ in 0..epochs {
+        let before = ctl.ordering_points();
+        let e = run_epoch(&mut engine, base, seed);
+        spans.push((before, ctl.ordering_points()));
+        advance_model(&mut model, &mut at, e, seed);
+        assert_matches(&engine, &model, "running engine");
+        models.push(model.clone());
+    }
+    drop(engine);
+    (ctl, models, spans, start)
+}
+
+/// The epochs a cut at absolute ordering point `p` may leave.
+fn allowed(p: u64, spans: &[(u64, u64)]) -> (u64, u64) {
+    let done = spans
+        .iter()
+        .skip(1)
+        .filter(|&&(_, after)| after <= p)
+        .count() as u64;
+    let inside = spans.iter().skip(1).any(|&(b, a)| b <= p && p < a);
+    (done, done + inside as u64)
+}
+
+fn images(ctl: &SimControl, randoms: u64) -> Vec<Vec<u8>> {
+    match ctl.crash_images() {
+        Ok(all) => all.collect(),
+        Err(_) => [CrashMode::DrainedOnly, CrashMode::AllFlushed]
+            .into_iter()
+            .chain((0..randoms).map(|seed| CrashMode::Random {
+                seed,
+                tear_words: true,
+                evict_unflushed: true,
+            }))
+            .map(|m| ctl.crash(m).unwrap())
+            .collect(),
+    }
+}
+
+fn recover_and_check(image: Vec<u8>, models: &[Model], lo: u64, hi: u64, what: &str) -> u64 {
+    let (engine, rec) = Engine::recover_on(Box::new(SimMedium::from_image(image).unwrap()))
+        .unwrap_or_else(|e| panic!("{what}: recovery failed: {e}"));
+    let e = rec.epoch;
+    assert!(
+        lo <= e && e <= hi,
+        "{what}: recovered epoch {e}, allowed {lo}..={hi}"
+    );
+    if e > 0 {
+        assert_eq!(rec.metadata, e.to_le_bytes(), "{what}: metadata");
+    }
+    assert_matches(&engine, &models[e as usize], what);
+    e
+}
+
+#[test]
+fn crash_at_every_ordering_point_of_checkpoints() {
+    let base = 0x2100_0000_0000;
+    let (seed, epochs) = (11, 6);
+    let (ctl, _, _, start) = run(base, seed, epochs, None);
+    let total = ctl.ordering_points() - start;
+    let mut checked = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for p in 0..=total {
+        let (ctl, models, spans, start) = run(base, seed, epochs, Some(p));
+        let (lo, hi) = allowed(start + p, &spans);
+        for img in images(&ctl, 8) {
+            seen.insert(recover_and_check(
+                img,
+                &models,
+                lo,
+                hi,
+                &format!("cut at {p}"),
+            ));
+            checked += 1;
+        }
+    }
+    assert_eq!(seen.len() as u64, epochs + 1, "every epoch reachable");
+    eprintln!(
+        "{} ordering points, {checked} crash images recovered",
+        total + 1
+    );
+}
+
+#[test]
+fn crash_at_every_ordering_point_of_recovery() {
+    let base = 0x2200_0000_0000;
+    let (seed, epochs) = (12, 4);
+    // A crash in the middle of the 4th checkpoint leaves work for recovery (sync of the other
+    // context); cut recovery at each of its ordering points, then recover again.
+    let (ctl, _, spans, _) = run(base, seed, epochs, None);
+    let mid = (spans[4].0 + spans[4].1) / 2;
+    let (ctl2, models, spans, _) = run(base, seed, epochs, Some(mid - spans[1].0));
+    drop(ctl);
+    let (lo, hi) = allowed(mid, &spans);
+    let mut checked = 0;
+    for img in images(&ctl2, 4) {
+        // Count recovery's ordering points once.
+        let sim = SimMedium::from_image(img.clone()).unwrap();
+        let c = sim.control();
+        let (eng, rec) = Engine::recover_on(Box::new(sim)).unwrap();
+        let points = c.ordering_points();
+        let expect = rec.epoch;
+        drop(eng);
+        for q in 0..=points {
+            let sim = SimMedium::from_image(img.clone()).unwrap();
+            let c = sim.control();
+            c.cut_power_at(q);
+            drop(Engine::recover_on(Box::new(sim)).unwrap());
+            for img2 in images(&c, 4) {
+                let e = recover_and_check(img2, &models, lo, hi, &format!("recovery cut at {q}"));
+                assert_eq!(
+                    e, expect,
+                    "a crash during recovery changed the recovered epoch"
+                );
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0);
+    eprintln!("{checked} crash images of interrupted recoveries recovered");
+}
+
+#[test]
+fn random_crash_states() {
+    let base = 0x2300_0000_0000;
+    let mut rng = ChaCha8Rng::seed_from_u64(77);
+    let mut states = 0;
+    while states < 10_000 {
+        let seed = rng.gen();
+        let epochs = rng.gen_range(1..=8);
+        let (ctl, _, _, start) = run(base, seed, epochs, None);
+        let p = rng.gen_range(0..=ctl.ordering_points() - start);
+        let (ctl, models, spans, start) = run(base, seed, epochs, Some(p));
+        let (lo, hi) = allowed(start + p, &spans);
+        for i in 0..25u64 {
+            let mode = CrashMode::Random {
+                seed: seed ^ i,
+                tear_words: i % 2 == 0,
+                evict_unflushed: i % 3 != 0,
+            };
+            recover_and_check(
+                ctl.crash(mode).unwrap(),
+                &models,
+                lo,
+                hi,
+                &format!("seed {seed} cut {p} image {i}"),
+            );
+            states += 1;
+        }
+    }
+    eprintln!("{states} random crash states recovered");
+}
