@@ -188,7 +188,7 @@ fn damaged_valid_context_falls_back_to_a_complete_copy_or_fails_clearly() {
     assert_eq!(mem(&e, "r")[100], 42);
     drop(e);
     // Now make the running context differ from the checkpoint, then damage the valid one.
-    let (mut e, _) = Engine::recover(&path, &opts()).unwrap();
+    let (e, _) = Engine::recover(&path, &opts()).unwrap();
     let running_is = 1 - e.pool().roots()[0] as usize;
     mem(&e, "r")[200] = 1; // not checkpointed
     drop(e);
