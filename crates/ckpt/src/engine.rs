@@ -130,7 +130,20 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// (a region moved in the pool, or grown back over space it had shrunk away from).
     carried: Vec<PageRange>,
     scratch: Vec<PageRange>,
+    /// Regions (by id) that are not write-tracked because nearly all their pages were written
+    /// in every recent epoch: each checkpoint takes them whole, which costs less than a
+    /// write-protect fault per page per epoch. Value: checkpoints left before tracking them
+    /// again to see whether that still holds.
+    whole: std::collections::HashMap<u64, u32>,
+    /// Consecutive checkpoints in which at least half of a tracked region was written.
+    hot: std::collections::HashMap<u64, u32>,
 }
+
+/// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
+const HOT_FRACTION: f64 = 0.5;
+const HOT_STREAK: u32 = 3;
+/// Checkpoints a region is taken whole before tracking is tried again.
+const WHOLE_FOR: u32 = 64;
 
 impl<S: AddressSpace> std::fmt::Debug for Engine<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -226,6 +239,8 @@ impl<S: AddressSpace> Engine<S> {
             zero_page_crc: crc32c::crc32c(&vec![0u8; page as usize]),
             carried: vec![],
             scratch: vec![],
+            whole: Default::default(),
+            hot: Default::default(),
         })
     }
 
@@ -320,6 +335,8 @@ impl<S: AddressSpace> Engine<S> {
             zero_page_crc: crc32c::crc32c(&vec![0u8; page as usize]),
             carried: vec![],
             scratch: vec![],
+            whole: Default::default(),
+            hot: Default::default(),
         };
         for (rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
             engine
@@ -396,8 +413,7 @@ impl<S: AddressSpace> Engine<S> {
             self.pool.medium(),
             sec.offset + from as u64,
         )?;
-        self.tracker
-            .track(PageRange::new(rec.addr + from, rec.addr + to))?;
+        self.track_range(rec.id, PageRange::new(rec.addr + from, rec.addr + to))?;
         Ok(())
     }
 
@@ -465,8 +481,10 @@ impl<S: AddressSpace> Engine<S> {
         }
         let sname = section_name(rec.id, self.running);
         if new_len < old_len {
-            self.tracker
-                .untrack(PageRange::new(rec.addr + new_len, rec.addr + old_len))?;
+            self.untrack_range(
+                rec.id,
+                PageRange::new(rec.addr + new_len, rec.addr + old_len),
+            )?;
             self.space
                 .unmap_to_reserved(rec.addr + new_len, old_len - new_len)?;
             self.pool.resize_section(&sname, new_len as u64)?;
@@ -482,8 +500,7 @@ impl<S: AddressSpace> Engine<S> {
                     .push(PageRange::new(rec.addr + old_len, rec.addr + new_len));
             } else {
                 // Moved in the pool: remap all of it; tracking restarts, so count it all written.
-                self.tracker
-                    .untrack(PageRange::new(rec.addr, rec.addr + old_len))?;
+                self.untrack_range(rec.id, PageRange::new(rec.addr, rec.addr + old_len))?;
                 self.attach(&grown, 0, new_len)?;
                 self.carried
                     .push(PageRange::new(rec.addr, rec.addr + new_len));
@@ -501,7 +518,9 @@ impl<S: AddressSpace> Engine<S> {
         let i = self.index(name)?;
         let r = self.regions.remove(i);
         let (addr, len) = (r.rec.addr, r.rec.len as usize);
-        self.tracker.untrack(PageRange::new(addr, addr + len))?;
+        self.untrack_range(r.rec.id, PageRange::new(addr, addr + len))?;
+        self.whole.remove(&r.rec.id);
+        self.hot.remove(&r.rec.id);
         self.carried
             .retain(|c| c.end <= addr || c.start >= addr + len);
         self.space.release(addr, r.rec.reserve as usize)?;
@@ -545,6 +564,13 @@ impl<S: AddressSpace> Engine<S> {
                 start = hi.max(lo);
             }
         }
+        // Regions taken whole (not tracked): every page, once.
+        runs.retain(|&(i, _, _)| !self.whole.contains_key(&self.regions[i].rec.id));
+        for (i, r) in self.regions.iter().enumerate() {
+            if self.whole.contains_key(&r.rec.id) {
+                runs.push((i, 0, r.crcs.len()));
+            }
+        }
         runs.sort_unstable();
         runs.dedup();
         let mut dirty_pages = 0u64;
@@ -579,6 +605,7 @@ impl<S: AddressSpace> Engine<S> {
         sync_context(&mut self.pool, &decoded, run, other, Some(&runs))?;
         write_meta(&mut self.pool, other, &meta)?;
         self.pool.commit(&roots(other, run, epoch, &meta))?;
+        self.adapt_tracking(&runs)?;
 
         self.scratch = dirty;
         let total = t0.elapsed();
@@ -591,6 +618,58 @@ impl<S: AddressSpace> Engine<S> {
             sync: total - t_durable,
             total,
         })
+    }
+
+    /// Switches regions written (nearly) whole in every recent epoch to being taken whole, and
+    /// regions taken whole long enough back to tracking. Runs after a checkpoint, so tracking
+    /// restarted here catches every later write.
+    fn adapt_tracking(&mut self, runs: &[(usize, usize, usize)]) -> Result<()> {
+        let mut written = vec![0usize; self.regions.len()];
+        for &(i, _, n) in runs {
+            written[i] += n;
+        }
+        for (i, &written) in written.iter().enumerate() {
+            let (id, addr, len, pages) = {
+                let r = &self.regions[i].rec;
+                (r.id, r.addr, r.len as usize, self.regions[i].crcs.len())
+            };
+            let range = PageRange::new(addr, addr + len);
+            if let Some(left) = self.whole.get_mut(&id) {
+                *left -= 1;
+                if *left == 0 {
+                    self.whole.remove(&id);
+                    self.hot.insert(id, 0);
+                    self.tracker.track(range)?;
+                }
+                continue;
+            }
+            let streak = self.hot.entry(id).or_insert(0);
+            *streak = if pages > 0 && written as f64 >= HOT_FRACTION * pages as f64 {
+                *streak + 1
+            } else {
+                0
+            };
+            if *streak >= HOT_STREAK {
+                self.tracker.untrack(range)?;
+                self.whole.insert(id, WHOLE_FOR);
+                tracing::debug!(region = %self.regions[i].rec.name, "written whole in every epoch: taking it whole instead of tracking");
+            }
+        }
+        Ok(())
+    }
+
+    fn track_range(&mut self, id: u64, range: PageRange) -> Result<()> {
+        if !self.whole.contains_key(&id) {
+            self.tracker.track(range)?;
+        }
+        Ok(())
+    }
+
+    fn untrack_range(&mut self, id: u64, range: PageRange) -> Result<()> {
+        if !self.whole.contains_key(&id) {
+            self.tracker.untrack(range)?;
+        }
+        Ok(())
     }
 
     fn section_off(&self, i: usize, ctx: usize) -> u64 {

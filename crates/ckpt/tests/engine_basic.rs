@@ -199,3 +199,33 @@ fn damaged_valid_context_falls_back_to_a_complete_copy_or_fails_clearly() {
         "{err}"
     );
 }
+
+#[test]
+fn regions_written_whole_every_epoch_are_taken_whole_then_tracked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let mut e = Engine::create(&path, &opts()).unwrap();
+    e.create_region("hot", 4 * 4096, at(6, 1)).unwrap();
+    let m = mem(&e, "hot");
+    for epoch in 1..=3u8 {
+        m.fill(epoch);
+        assert_eq!(e.checkpoint(&[]).unwrap().dirty_pages, 4);
+    }
+    // Now taken whole: one written page still checkpoints all four — and every write counts.
+    for k in 0..64u64 {
+        m[4096 * (k as usize % 4)] = 100 + k as u8;
+        assert_eq!(
+            e.checkpoint(&[]).unwrap().dirty_pages,
+            4,
+            "checkpoint {k} while whole"
+        );
+    }
+    // Tracked again: one written page is one dirty page.
+    m[2 * 4096 + 1] = 7;
+    assert_eq!(e.checkpoint(&[]).unwrap().dirty_pages, 1);
+    let expect = m.to_vec();
+    m[3] = 0xEE; // not checkpointed
+    drop(e);
+    let (e, _) = Engine::recover(&path, &opts()).unwrap();
+    assert_eq!(mem(&e, "hot"), expect.as_slice());
+}
