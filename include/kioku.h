@@ -23,8 +23,10 @@
  *    must not run while any thread writes the engine's regions.
  *  - No function ever unwinds into C: an internal bug is reported as KIOKU_E_INTERNAL.
  *  - Failure atomicity: when kioku_checkpoint() or a region change fails in a way that may have
- *    left the handle half-changed, the handle refuses further work with KIOKU_E_STATE. The pool
- *    still holds the last successful checkpoint: kioku_close() the handle and kioku_recover().
+ *    left the handle half-changed, the handle refuses further changes and checkpoints with
+ *    KIOKU_E_STATE (the read-only kioku_region_lookup/_count/_at, kioku_epoch and
+ *    kioku_metadata still answer). The pool still holds the last successful checkpoint:
+ *    kioku_close() the handle and kioku_recover().
  */
 #ifndef KIOKU_H
 #define KIOKU_H
@@ -50,8 +52,8 @@ extern "C" {
 
 #define KIOKU_OK 0
 /* An argument is invalid: a NULL pointer, an unknown medium name or flag, an empty path, a
- * region name that is empty, longer than KIOKU_REGION_NAME_MAX or not UTF-8, or a region
- * address that is not page-aligned. */
+ * region name that is empty, longer than KIOKU_REGION_NAME_MAX or not UTF-8, a region
+ * address that is not page-aligned, or a length or reservation above 2^56 bytes. */
 #define KIOKU_E_INVAL (-1)
 /* No pool exists at the path (kioku_recover*). */
 #define KIOKU_E_NOT_FOUND (-2)
@@ -138,13 +140,14 @@ const char *kioku_version(void);
 
 /* A static, NUL-terminated English name of an error code, e.g. "no such region" for
  * KIOKU_E_NO_REGION; "unknown error code" for values that are not codes. Never NULL; the
- * string must not be freed. Thread-safe. */
+ * string must not be freed. Never fails. */
 const char *kioku_strerror(int code);
 
 /* A one-line description of the last failure of a kioku function on the calling thread, with
  * the detail kioku_strerror() cannot give (path, region name, OS error, what to do). ""
  * if no kioku function has failed on this thread yet. Successful calls do not clear it. The
- * string is owned by the library and valid until the next failing kioku call on this thread. */
+ * string is owned by the library and valid until the next failing kioku call on this thread.
+ * Never fails; never NULL. */
 const char *kioku_last_error(void);
 
 /* ---- Opening and closing ----------------------------------------------------------------- */
@@ -162,8 +165,8 @@ int kioku_create(const char *path, const char *medium, kioku_engine **out);
 
 /* Reopens the pool at `path` after a crash or a clean exit and restores its last checkpoint:
  * every region is mapped back at its address with the contents it had at that checkpoint
- * (look them up with kioku_region_lookup). `medium` as for kioku_create; it must match the
- * medium the pool was created on.
+ * (look them up with kioku_region_lookup). `medium` as for kioku_create, chosen for where the
+ * file is now (a pool copied from persistent memory to a disk opens as "file").
  *  out:          receives the handle (caller owns it; kioku_close()).
  *  epoch_out:    may be NULL; receives the epoch restored (0: no checkpoint was ever taken).
  *  meta_buf, meta_cap, meta_len_out: the metadata passed to that checkpoint. The first

@@ -1,102 +1,49 @@
 //! Error codes of the C API, the mapping of the engine's typed errors onto them, and the
 //! thread-local "last error" text behind `kioku_last_error`.
 //!
-//! The values are part of the ABI: `include/kioku.h` defines the same numbers, and the test
-//! `header_matches` compares the two. Codes are only ever appended.
+//! The values are part of the ABI: `include/kioku.h` defines the same numbers, and
+//! `tests/header.rs` compares the two. Codes are only ever appended, never renumbered.
 
 use kioku_ckpt::CkptError;
 use kioku_pool::{MediumError, PoolError};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
 
-pub const KIOKU_OK: c_int = 0;
-pub const KIOKU_E_INVAL: c_int = -1;
-pub const KIOKU_E_NOT_FOUND: c_int = -2;
-pub const KIOKU_E_EXISTS: c_int = -3;
-pub const KIOKU_E_BUSY: c_int = -4;
-pub const KIOKU_E_NOT_A_POOL: c_int = -5;
-pub const KIOKU_E_VERSION: c_int = -6;
-pub const KIOKU_E_TRUNCATED: c_int = -7;
-pub const KIOKU_E_CORRUPT: c_int = -8;
-pub const KIOKU_E_ROLLBACK: c_int = -9;
-pub const KIOKU_E_PAGE_SIZE: c_int = -10;
-pub const KIOKU_E_KIND: c_int = -11;
-pub const KIOKU_E_MEDIUM: c_int = -12;
-pub const KIOKU_E_ADDRESS_TAKEN: c_int = -13;
-pub const KIOKU_E_NO_REGION: c_int = -14;
-pub const KIOKU_E_REGION_EXISTS: c_int = -15;
-pub const KIOKU_E_RESERVATION: c_int = -16;
-pub const KIOKU_E_TRACKER: c_int = -17;
-pub const KIOKU_E_IO: c_int = -18;
-pub const KIOKU_E_NOMEM: c_int = -19;
-pub const KIOKU_E_RANGE: c_int = -20;
-pub const KIOKU_E_LIMIT: c_int = -21;
-pub const KIOKU_E_STATE: c_int = -22;
-pub const KIOKU_E_INTERNAL: c_int = -23;
+/// Defines each code as a constant and lists them all in `CODES`.
+macro_rules! codes {
+    ($($name:ident = $value:literal => $text:literal,)*) => {
+        $(#[doc = $text] pub const $name: c_int = $value;)*
+        /// Every code with its `#define` name and its `kioku_strerror` text (NUL-terminated).
+        pub const CODES: &[(c_int, &str, &str)] = &[$(($name, stringify!($name), concat!($text, "\0"))),*];
+    };
+}
 
-/// Every code with its `#define` name and its `kioku_strerror` text (NUL-terminated).
-pub const CODES: &[(c_int, &str, &str)] = &[
-    (KIOKU_OK, "KIOKU_OK", "success\0"),
-    (KIOKU_E_INVAL, "KIOKU_E_INVAL", "invalid argument\0"),
-    (KIOKU_E_NOT_FOUND, "KIOKU_E_NOT_FOUND", "no such pool\0"),
-    (KIOKU_E_EXISTS, "KIOKU_E_EXISTS", "file exists\0"),
-    (KIOKU_E_BUSY, "KIOKU_E_BUSY", "pool is in use\0"),
-    (KIOKU_E_NOT_A_POOL, "KIOKU_E_NOT_A_POOL", "not a kioku pool\0"),
-    (
-        KIOKU_E_VERSION,
-        "KIOKU_E_VERSION",
-        "unsupported pool format version\0",
-    ),
-    (KIOKU_E_TRUNCATED, "KIOKU_E_TRUNCATED", "pool file is truncated\0"),
-    (KIOKU_E_CORRUPT, "KIOKU_E_CORRUPT", "pool is damaged\0"),
-    (
-        KIOKU_E_ROLLBACK,
-        "KIOKU_E_ROLLBACK",
-        "last commit is damaged; recovery needs rollback allowed\0",
-    ),
-    (KIOKU_E_PAGE_SIZE, "KIOKU_E_PAGE_SIZE", "page size mismatch\0"),
-    (
-        KIOKU_E_KIND,
-        "KIOKU_E_KIND",
-        "pool holds another kind of state\0",
-    ),
-    (
-        KIOKU_E_MEDIUM,
-        "KIOKU_E_MEDIUM",
-        "medium not usable for this path\0",
-    ),
-    (
-        KIOKU_E_ADDRESS_TAKEN,
-        "KIOKU_E_ADDRESS_TAKEN",
-        "region address is taken\0",
-    ),
-    (KIOKU_E_NO_REGION, "KIOKU_E_NO_REGION", "no such region\0"),
-    (
-        KIOKU_E_REGION_EXISTS,
-        "KIOKU_E_REGION_EXISTS",
-        "region exists\0",
-    ),
-    (
-        KIOKU_E_RESERVATION,
-        "KIOKU_E_RESERVATION",
-        "beyond the region's reservation\0",
-    ),
-    (
-        KIOKU_E_TRACKER,
-        "KIOKU_E_TRACKER",
-        "page tracking failed\0",
-    ),
-    (KIOKU_E_IO, "KIOKU_E_IO", "input/output error\0"),
-    (KIOKU_E_NOMEM, "KIOKU_E_NOMEM", "out of memory\0"),
-    (KIOKU_E_RANGE, "KIOKU_E_RANGE", "buffer too small\0"),
-    (KIOKU_E_LIMIT, "KIOKU_E_LIMIT", "limit reached\0"),
-    (
-        KIOKU_E_STATE,
-        "KIOKU_E_STATE",
-        "handle unusable after an earlier failure\0",
-    ),
-    (KIOKU_E_INTERNAL, "KIOKU_E_INTERNAL", "internal error\0"),
-];
+codes! {
+    KIOKU_OK = 0 => "success",
+    KIOKU_E_INVAL = -1 => "invalid argument",
+    KIOKU_E_NOT_FOUND = -2 => "no such pool",
+    KIOKU_E_EXISTS = -3 => "file exists",
+    KIOKU_E_BUSY = -4 => "pool is in use",
+    KIOKU_E_NOT_A_POOL = -5 => "not a kioku pool",
+    KIOKU_E_VERSION = -6 => "unsupported pool format version",
+    KIOKU_E_TRUNCATED = -7 => "pool file is truncated",
+    KIOKU_E_CORRUPT = -8 => "pool is damaged",
+    KIOKU_E_ROLLBACK = -9 => "last commit is damaged; recovery needs rollback allowed",
+    KIOKU_E_PAGE_SIZE = -10 => "page size mismatch",
+    KIOKU_E_KIND = -11 => "pool holds another kind of state",
+    KIOKU_E_MEDIUM = -12 => "medium not usable for this path",
+    KIOKU_E_ADDRESS_TAKEN = -13 => "region address is taken",
+    KIOKU_E_NO_REGION = -14 => "no such region",
+    KIOKU_E_REGION_EXISTS = -15 => "region exists",
+    KIOKU_E_RESERVATION = -16 => "beyond the region's reservation",
+    KIOKU_E_TRACKER = -17 => "page tracking failed",
+    KIOKU_E_IO = -18 => "input/output error",
+    KIOKU_E_NOMEM = -19 => "out of memory",
+    KIOKU_E_RANGE = -20 => "buffer too small",
+    KIOKU_E_LIMIT = -21 => "limit reached",
+    KIOKU_E_STATE = -22 => "handle unusable after an earlier failure",
+    KIOKU_E_INTERNAL = -23 => "internal error",
+}
 
 /// A failure of a C API call.
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +93,9 @@ pub fn ckpt_code(e: &CkptError) -> c_int {
         CkptError::Pool(p) => pool_code(p),
         CkptError::Medium(m) => medium_code(m),
         CkptError::Track(_) => KIOKU_E_TRACKER,
-        CkptError::BadName { .. } | CkptError::Misaligned { .. } => KIOKU_E_INVAL,
+        CkptError::BadName { .. } | CkptError::Misaligned { .. } | CkptError::TooLarge { .. } => {
+            KIOKU_E_INVAL
+        }
         CkptError::RegionExists { .. } => KIOKU_E_REGION_EXISTS,
         CkptError::NoSuchRegion { .. } => KIOKU_E_NO_REGION,
         CkptError::BeyondReservation { .. } => KIOKU_E_RESERVATION,
@@ -209,6 +158,7 @@ pub fn leaves_handle_usable(e: &CkptError) -> bool {
             | CkptError::BeyondReservation { .. }
             | CkptError::AddressTaken { .. }
             | CkptError::Misaligned { .. }
+            | CkptError::TooLarge { .. }
             | CkptError::Os {
                 what: "reserve address space",
                 ..

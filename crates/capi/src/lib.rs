@@ -11,8 +11,6 @@
 //! or `kioku_ckpt=debug`) makes the first `kioku_create`/`kioku_recover*` call install one
 //! that writes to stderr, unless the process already has a subscriber.
 
-#![allow(clippy::missing_safety_doc)] // The safety contract of each function is in kioku.h.
-
 pub mod error;
 
 pub use error::*;
@@ -187,6 +185,19 @@ unsafe fn medium_arg(p: *const c_char) -> Result<MediumChoice, CapiError> {
     }
 }
 
+/// Lengths past this are refused up front: no address space holds them, and the engine's
+/// page rounding must not overflow.
+const MAX_LEN: usize = 1 << 56;
+
+fn len_arg(what: &str, len: usize) -> Result<usize, CapiError> {
+    if len > MAX_LEN {
+        return Err(inval(format!(
+            "{what} {len} is larger than any address space (at most 2^56 bytes)"
+        )));
+    }
+    Ok(len)
+}
+
 /// Writes `v` to `p` when `p` is not NULL.
 ///
 /// # Safety
@@ -233,6 +244,7 @@ fn init_logging() {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
                 .try_init();
         }
     });
@@ -246,26 +258,35 @@ fn into_handle(engine: Engine, metadata: Vec<u8>) -> *mut EngineHandle {
     }))
 }
 
+/// `kioku_api_version` of kioku.h, which documents it.
 #[no_mangle]
 pub extern "C" fn kioku_api_version() -> u32 {
     KIOKU_API_VERSION
 }
 
+/// `kioku_version` of kioku.h, which documents it.
 #[no_mangle]
 pub extern "C" fn kioku_version() -> *const c_char {
     concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
 }
 
+/// `kioku_strerror` of kioku.h, which documents it.
 #[no_mangle]
 pub extern "C" fn kioku_strerror(code: c_int) -> *const c_char {
     strerror(code).as_ptr().cast()
 }
 
+/// `kioku_last_error` of kioku.h, which documents it.
 #[no_mangle]
 pub extern "C" fn kioku_last_error() -> *const c_char {
     last_ptr()
 }
 
+/// `kioku_create` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_create(
     path: *const c_char,
@@ -290,6 +311,11 @@ pub unsafe extern "C" fn kioku_create(
     })
 }
 
+/// `kioku_recover` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_recover(
     path: *const c_char,
@@ -320,6 +346,11 @@ pub unsafe extern "C" fn kioku_recover(
     rc
 }
 
+/// `kioku_recover_ex` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_recover_ex(
     path: *const c_char,
@@ -373,6 +404,11 @@ pub unsafe extern "C" fn kioku_recover_ex(
     })
 }
 
+/// `kioku_close` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_close(e: *mut EngineHandle) {
     if e.is_null() {
@@ -385,6 +421,11 @@ pub unsafe extern "C" fn kioku_close(e: *mut EngineHandle) {
     });
 }
 
+/// `kioku_region_create` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_region_create(
     e: *mut EngineHandle,
@@ -397,6 +438,8 @@ pub unsafe extern "C" fn kioku_region_create(
     let op = |h: &mut EngineHandle| {
         // SAFETY: C string per kioku.h.
         let name = unsafe { name_arg(name) }?;
+        let len = len_arg("len", len)?;
+        let reserve = len_arg("reserve", reserve)?;
         let opts = RegionOptions {
             addr: (!addr.is_null()).then_some(addr as usize),
             reserve: (reserve != 0).then_some(reserve),
@@ -410,6 +453,11 @@ pub unsafe extern "C" fn kioku_region_create(
     unsafe { with_engine(e, "kioku_region_create", leaves_handle_usable, op) }
 }
 
+/// `kioku_region_lookup` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_region_lookup(
     e: *mut EngineHandle,
@@ -417,7 +465,10 @@ pub unsafe extern "C" fn kioku_region_lookup(
     addr_out: *mut *mut c_void,
     len_out: *mut usize,
 ) -> c_int {
-    let op = |h: &mut EngineHandle| {
+    guard(|| {
+        // SAFETY: handle contract of kioku.h.
+        let h = unsafe { handle_ref(e) }
+            .ok_or_else(|| inval("kioku_region_lookup: engine handle is NULL"))?;
         // SAFETY: C string per kioku.h.
         let name = unsafe { name_arg(name) }?;
         let r = h
@@ -430,11 +481,14 @@ pub unsafe extern "C" fn kioku_region_lookup(
             put(len_out, r.len);
         }
         Ok(())
-    };
-    // SAFETY: handle contract of kioku.h.
-    unsafe { with_engine(e, "kioku_region_lookup", |_| true, op) }
+    })
 }
 
+/// `kioku_region_resize` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_region_resize(
     e: *mut EngineHandle,
@@ -444,13 +498,18 @@ pub unsafe extern "C" fn kioku_region_resize(
     let op = |h: &mut EngineHandle| {
         // SAFETY: C string per kioku.h.
         let name = unsafe { name_arg(name) }?;
-        h.engine.resize_region(name, new_len)?;
+        h.engine.resize_region(name, len_arg("new_len", new_len)?)?;
         Ok(())
     };
     // SAFETY: handle contract of kioku.h.
     unsafe { with_engine(e, "kioku_region_resize", leaves_handle_usable, op) }
 }
 
+/// `kioku_region_delete` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_region_delete(e: *mut EngineHandle, name: *const c_char) -> c_int {
     let op = |h: &mut EngineHandle| {
@@ -463,12 +522,22 @@ pub unsafe extern "C" fn kioku_region_delete(e: *mut EngineHandle, name: *const 
     unsafe { with_engine(e, "kioku_region_delete", leaves_handle_usable, op) }
 }
 
+/// `kioku_region_count` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_region_count(e: *const EngineHandle) -> usize {
     // SAFETY: handle contract of kioku.h.
     unsafe { handle_ref(e) }.map_or(0, |h| h.engine.regions().len())
 }
 
+/// `kioku_region_at` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_region_at(
     e: *const EngineHandle,
@@ -508,6 +577,11 @@ pub unsafe extern "C" fn kioku_region_at(
     })
 }
 
+/// `kioku_checkpoint` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_checkpoint(
     e: *mut EngineHandle,
@@ -525,6 +599,11 @@ pub unsafe extern "C" fn kioku_checkpoint(
     rc
 }
 
+/// `kioku_checkpoint_ex` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_checkpoint_ex(
     e: *mut EngineHandle,
@@ -557,12 +636,22 @@ pub unsafe extern "C" fn kioku_checkpoint_ex(
     unsafe { with_engine(e, "kioku_checkpoint", |_| false, op) }
 }
 
+/// `kioku_epoch` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_epoch(e: *const EngineHandle) -> u64 {
     // SAFETY: handle contract of kioku.h.
     unsafe { handle_ref(e) }.map_or(0, |h| h.engine.epoch())
 }
 
+/// `kioku_metadata` of kioku.h, which documents it.
+///
+/// # Safety
+/// Pointer arguments as kioku.h says: NULL where allowed, else valid for the access it
+/// describes; a handle is live and used by one thread at a time.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_metadata(
     e: *const EngineHandle,
@@ -606,3 +695,152 @@ const _: () = {
     send::<kioku_track::Tracker>();
     send::<Vec<u8>>();
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    fn last() -> String {
+        // SAFETY: kioku_last_error returns a NUL-terminated string owned by this thread.
+        unsafe { CStr::from_ptr(kioku_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn new_engine(dir: &Path) -> *mut EngineHandle {
+        let path = CString::new(dir.join("t.pool").as_os_str().as_bytes()).unwrap();
+        let mut e = std::ptr::null_mut();
+        // SAFETY: valid C strings and out-pointer.
+        let rc = unsafe { kioku_create(path.as_ptr(), c"file".as_ptr(), &mut e) };
+        assert_eq!(rc, KIOKU_OK, "{}", last());
+        e
+    }
+
+    #[test]
+    fn a_panic_becomes_internal_and_retires_the_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = new_engine(dir.path());
+        // SAFETY: a live handle used by this thread only.
+        let rc = unsafe { with_engine(e, "op", |_| true, |_| panic!("boom {}", 7)) };
+        assert_eq!(rc, KIOKU_E_INTERNAL);
+        assert!(
+            last().contains("boom 7") && last().contains("bug"),
+            "{}",
+            last()
+        );
+        // SAFETY: as above.
+        let rc = unsafe { kioku_checkpoint(e, std::ptr::null(), 0, std::ptr::null_mut()) };
+        assert_eq!(rc, KIOKU_E_STATE);
+        assert!(last().contains("close it and recover"), "{}", last());
+        // SAFETY: the handle is closed once.
+        unsafe { kioku_close(e) };
+    }
+
+    #[test]
+    fn an_engine_error_retires_the_handle_only_when_it_may_have_changed_something() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = new_engine(dir.path());
+        let fail = |what: &'static str| CkptError::Os {
+            what,
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        };
+        // Refused before any change: the handle goes on.
+        // SAFETY: a live handle used by this thread only.
+        let rc = unsafe {
+            with_engine(e, "op", leaves_handle_usable, |_| {
+                Err(fail("reserve address space").into())
+            })
+        };
+        assert_eq!(rc, KIOKU_E_NOMEM);
+        // SAFETY: as above.
+        assert_eq!(unsafe { kioku_region_count(e) }, 0);
+        let name = c"r";
+        // SAFETY: as above.
+        let rc = unsafe {
+            kioku_region_create(
+                e,
+                name.as_ptr(),
+                1,
+                std::ptr::null_mut(),
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(rc, KIOKU_OK, "{}", last());
+        // Failed half-way: refused from now on, with the first failure named.
+        // SAFETY: as above.
+        let rc = unsafe {
+            with_engine(
+                e,
+                "op",
+                leaves_handle_usable,
+                |_| Err(fail("munmap").into()),
+            )
+        };
+        assert_eq!(rc, KIOKU_E_NOMEM);
+        // SAFETY: as above.
+        let rc = unsafe { kioku_region_delete(e, name.as_ptr()) };
+        assert_eq!(rc, KIOKU_E_STATE);
+        assert!(last().contains("munmap"), "{}", last());
+        // Read-only calls still answer.
+        // SAFETY: as above.
+        assert_eq!(unsafe { kioku_region_count(e) }, 1);
+        let mut len = 0usize;
+        // SAFETY: as above.
+        let rc = unsafe { kioku_region_lookup(e, name.as_ptr(), std::ptr::null_mut(), &mut len) };
+        assert_eq!((rc, len), (KIOKU_OK, 4096));
+        // SAFETY: the handle is closed once.
+        unsafe { kioku_close(e) };
+    }
+
+    #[test]
+    fn engine_errors_map_to_their_codes() {
+        use kioku_pool::{MediumError, PoolError};
+        let p = std::path::PathBuf::from("/x");
+        let cases: Vec<(CkptError, c_int)> = vec![
+            (
+                PoolError::NotFound { path: p.clone() }.into(),
+                KIOKU_E_NOT_FOUND,
+            ),
+            (
+                PoolError::LiveSlotDamaged {
+                    path: p.clone(),
+                    slot: 1,
+                    detail: "crc".into(),
+                    previous_epoch: 3,
+                }
+                .into(),
+                KIOKU_E_ROLLBACK,
+            ),
+            (
+                PoolError::Medium(MediumError::NotTmpfs { path: "/x".into() }).into(),
+                KIOKU_E_MEDIUM,
+            ),
+            (
+                MediumError::io("msync", &p, std::io::Error::from_raw_os_error(libc::EIO)).into(),
+                KIOKU_E_IO,
+            ),
+            (PoolError::TooManySections { max: 64 }.into(), KIOKU_E_LIMIT),
+            (CkptError::MetaDamaged { epoch: 2 }, KIOKU_E_CORRUPT),
+            (CkptError::Misaligned { addr: 3 }, KIOKU_E_INVAL),
+            (
+                kioku_track::TrackError::TooManyRanges { max: 8 }.into(),
+                KIOKU_E_TRACKER,
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(CapiError::from(e).code(), code);
+        }
+    }
+
+    #[test]
+    fn last_error_is_per_thread_and_single_line() {
+        set_last("one\ntwo\0three");
+        assert_eq!(last(), "one two three");
+        std::thread::spawn(|| assert_eq!(last(), ""))
+            .join()
+            .unwrap();
+        assert_eq!(last(), "one two three");
+    }
+}

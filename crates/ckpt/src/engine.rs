@@ -396,8 +396,14 @@ impl<S: AddressSpace> Engine<S> {
         self.regions.insert(at, r);
     }
 
-    fn round(&self, len: usize) -> usize {
-        (len.max(1) as u64).div_ceil(self.page) as usize * self.page as usize
+    /// `len` rounded up to whole pages (at least one), refusing absurd sizes before any
+    /// arithmetic can overflow.
+    fn round(&self, len: usize) -> Result<usize> {
+        const MAX: u64 = 1 << 56;
+        if len as u64 > MAX {
+            return Err(CkptError::TooLarge { len: len as u64 });
+        }
+        Ok((len.max(1) as u64).div_ceil(self.page) as usize * self.page as usize)
     }
 
     /// Maps `[from, to)` bytes of region `rec` onto its running-context section and tracks it.
@@ -436,8 +442,8 @@ impl<S: AddressSpace> Engine<S> {
                 return Err(CkptError::Misaligned { addr: a });
             }
         }
-        let len = self.round(len);
-        let reserve = self.round(opts.reserve.unwrap_or((2 * len).max(1 << 30)).max(len));
+        let len = self.round(len)?;
+        let reserve = self.round(opts.reserve.unwrap_or((2 * len).max(1 << 30)).max(len))?;
         let id = self.next_id;
         self.pool
             .create_section(&section_name(id, self.running), len as u64, 0)?;
@@ -469,7 +475,7 @@ impl<S: AddressSpace> Engine<S> {
     /// Grows or shrinks a region in place (within its reservation). New bytes read as zero.
     pub fn resize_region(&mut self, name: &str, new_len: usize) -> Result<RegionInfo> {
         let i = self.index(name)?;
-        let new_len = self.round(new_len);
+        let new_len = self.round(new_len)?;
         let rec = self.regions[i].rec.clone();
         let old_len = rec.len as usize;
         if new_len as u64 > rec.reserve {

@@ -28,6 +28,8 @@ pub enum CkptError {
         addr: usize,
         len: usize,
     },
+    #[error("{len} bytes is too large for a region (at most 2^56)")]
+    TooLarge { len: u64 },
     #[error("address {addr:#x} is not page-aligned")]
     Misaligned { addr: usize },
     #[error("{what} failed: {source}")]

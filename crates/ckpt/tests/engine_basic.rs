@@ -229,3 +229,16 @@ fn regions_written_whole_every_epoch_are_taken_whole_then_tracked_again() {
     let (e, _) = Engine::recover(&path, &opts()).unwrap();
     assert_eq!(mem(&e, "hot"), expect.as_slice());
 }
+
+#[test]
+fn absurd_lengths_are_refused_not_overflowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = Engine::create(&dir.path().join("c.pool"), &opts()).unwrap();
+    let err = e.create_region("huge", usize::MAX, at(7, 1)).unwrap_err();
+    assert!(matches!(err, CkptError::TooLarge { .. }), "{err}");
+    e.create_region("r", 4096, at(7, 2)).unwrap();
+    assert!(matches!(
+        e.resize_region("r", usize::MAX - 5),
+        Err(CkptError::TooLarge { .. })
+    ));
+}
