@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Erasure-coding benchmark: kioku-ec beside ISA-L (direct from C), Jerasure 2,
 # reed-solomon-simd and a plain memory read, one core, then the docs/perf.md `ec` section.
-# Usage: bench/ec/run.sh            (about 8 minutes on a 2-core machine)
-# Env: CPU (core to pin, default 0), ROUNDS (default 2), REPS (per round, default 3),
+# Usage: bench/ec/run.sh            (about 9 minutes on a 2-core machine)
+# Env: CPU (core to pin, default 0), ROUNDS (default 3), REPS (per round, default 3),
 #      MIN_TIME (seconds per repetition, default 0.1), NO_WRITE=1 to only print the table.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 scripts/deps.sh bench
 CPU=${CPU:-0}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}
 REPS=${REPS:-3}
 MIN_TIME=${MIN_TIME:-0.1}
 POINTS=${POINTS:-"8,2 10,4 32,2 200,56"}

@@ -341,7 +341,7 @@ impl Codec {
             return Ok(());
         }
         // The k inputs: every surviving data shard, then parity by ascending index.
-        let mut inputs: Vec<usize> = (0..n)
+        let inputs: Vec<usize> = (0..n)
             .filter(|i| have[i / 64] & (1 << (i % 64)) != 0)
             .take(self.k)
             .collect();
