@@ -687,6 +687,23 @@ impl<S: AddressSpace> Engine<S> {
 
     /// Unmaps every region and closes the pool (the last checkpoint stays durable).
     pub fn close(self) {}
+
+    /// Closes the pool but leaves the regions mapped where they are — for a monitor that lets
+    /// go of a traced process without pulling its memory away. Later writes reach the pool file
+    /// but belong to no checkpoint.
+    pub fn close_leaving_mapped(mut self) {
+        self.regions.clear();
+    }
+
+    /// The address space the engine acts on.
+    pub fn space(&self) -> &S {
+        &self.space
+    }
+
+    /// The address space, mutably (e.g. to stop or resume a traced process).
+    pub fn space_mut(&mut self) -> &mut S {
+        &mut self.space
+    }
 }
 
 impl<S: AddressSpace> Drop for Engine<S> {

@@ -242,3 +242,23 @@ fn absurd_lengths_are_refused_not_overflowed() {
         Err(CkptError::TooLarge { .. })
     ));
 }
+
+#[test]
+fn close_leaving_mapped_keeps_the_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let mut e = Engine::create(&path, &opts()).unwrap();
+    let r = e.create_region("r", 4096, at(8, 1)).unwrap();
+    mem(&e, "r")[1] = 5;
+    e.checkpoint(&[]).unwrap();
+    e.close_leaving_mapped();
+    // SAFETY: the region stays mapped by design; this test owns it and unmaps it below.
+    let still = unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), 4096) };
+    assert_eq!(still[1], 5);
+    still[2] = 6; // writable, no fault
+                  // SAFETY: releasing the reservation this test took over.
+    unsafe { libc::munmap(r.as_ptr().cast(), r.reserve) };
+    // The pool is free again and holds the checkpoint, not the later write.
+    let (e, _) = Engine::recover(&path, &opts()).unwrap();
+    assert_eq!((mem(&e, "r")[1], mem(&e, "r")[2]), (5, 0));
+}
