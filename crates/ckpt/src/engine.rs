@@ -211,7 +211,7 @@ impl Engine<SelfSpace> {
 
 impl<S: AddressSpace> Engine<S> {
     /// Makes a fresh pool a checkpoint pool with no regions (epoch 0) acting on `space`.
-    pub fn init(mut pool: Pool, mut space: S) -> Result<Self> {
+    pub fn init(mut pool: Pool, space: S) -> Result<Self> {
         let page = pool.header().page_size as u64;
         let meta = ContextMeta {
             epoch: 0,
@@ -226,15 +226,27 @@ impl<S: AddressSpace> Engine<S> {
         write_meta(&mut pool, 1, &meta)?;
         let roots = roots(1, 0, 0, &meta);
         pool.commit(&roots)?;
+        Engine::assemble(pool, space, 0, 0, 1)
+    }
+
+    /// An engine with no regions mapped yet, running on context `running`.
+    fn assemble(
+        pool: Pool,
+        mut space: S,
+        running: usize,
+        epoch: u64,
+        next_id: u64,
+    ) -> Result<Self> {
+        let page = pool.header().page_size as u64;
         let tracker = space.tracker()?;
         Ok(Engine {
             pool,
             space,
             tracker,
-            running: 0,
-            epoch: 0,
+            running,
+            epoch,
             regions: vec![],
-            next_id: 1,
+            next_id,
             page,
             zero_page_crc: crc32c::crc32c(&vec![0u8; page as usize]),
             carried: vec![],
@@ -248,7 +260,7 @@ impl<S: AddressSpace> Engine<S> {
     /// it is damaged, the other one when it is a complete copy), makes the other context equal
     /// to it, maps every region at its address and returns the checkpoint's metadata. A crash
     /// at any point of this leaves a pool that recovers again.
-    pub fn recover_in(mut pool: Pool, mut space: S) -> Result<(Self, Recovered)> {
+    pub fn recover_in(mut pool: Pool, space: S) -> Result<(Self, Recovered)> {
         if pool.epoch() == 0 && pool.roots().is_empty() && pool.sections().is_empty() {
             // Created, but the engine's first commit never happened (a crash right after the
             // pool file appeared): no checkpoint exists, so there is nothing to lose.
@@ -322,22 +334,8 @@ impl<S: AddressSpace> Engine<S> {
         drop_foreign_sections(&mut pool, &meta)?;
         pool.commit(&roots(source, target, epoch, &meta_bytes))?;
 
-        let tracker = space.tracker()?;
-        let mut engine = Engine {
-            pool,
-            space,
-            tracker,
-            running: target,
-            epoch,
-            regions: vec![],
-            next_id: meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1),
-            page,
-            zero_page_crc: crc32c::crc32c(&vec![0u8; page as usize]),
-            carried: vec![],
-            scratch: vec![],
-            whole: Default::default(),
-            hot: Default::default(),
-        };
+        let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
+        let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
         for (rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
             engine
                 .space
