@@ -22,7 +22,7 @@
 //! instant one context is a complete, durable checkpoint, and the index says which.
 
 use crate::error::{CkptError, Result};
-use crate::meta::{ContextMeta, RegionRecord, MAX_NAME};
+use crate::meta::{encode_parts, ContextMeta, RegionRecord, MAX_NAME};
 use crate::space::{AddressSpace, SelfSpace};
 use kioku_pool::{CreateOptions, Medium, MediumChoice, OpenOptions, Pool};
 use kioku_track::{PageRange, PageTracker};
@@ -224,7 +224,7 @@ impl<S: AddressSpace> Engine<S> {
         .encode();
         write_meta(&mut pool, 0, &meta)?;
         write_meta(&mut pool, 1, &meta)?;
-        let roots = roots(1, 0, 0, &meta);
+        let roots = roots(1, 0, 0, &meta, crc32c::crc32c(&meta));
         pool.commit(&roots)?;
         Engine::assemble(pool, space, 0, 0, 1)
     }
@@ -325,14 +325,20 @@ impl<S: AddressSpace> Engine<S> {
             }
         };
         let target = 1 - source;
-        let pages_synced = sync_context(&mut pool, &meta, source, target, None)?;
+        let pages_synced = sync_context(&mut pool, &meta.regions, page, source, target, None)?;
         for ctx in [source, target] {
             if ctx == target || meta_damaged[ctx] {
                 write_meta(&mut pool, ctx, &meta_bytes)?;
             }
         }
         drop_foreign_sections(&mut pool, &meta)?;
-        pool.commit(&roots(source, target, epoch, &meta_bytes))?;
+        pool.commit(&roots(
+            source,
+            target,
+            epoch,
+            &meta_bytes,
+            r[root::META_CRC] as u32,
+        ))?;
 
         let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
         let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
@@ -578,8 +584,11 @@ impl<S: AddressSpace> Engine<S> {
         runs.sort_unstable();
         runs.dedup();
         let mut dirty_pages = 0u64;
+        let offsets: Vec<u64> = (0..self.regions.len())
+            .map(|i| self.section_off(i, run))
+            .collect();
         for &(i, first, n) in &runs {
-            let off = self.section_off(i, run) + (first * page) as u64;
+            let off = offsets[i] + (first * page) as u64;
             let bytes = self.pool.bytes(off, (n * page) as u64);
             for (k, p) in bytes.chunks_exact(page).enumerate() {
                 self.regions[i].crcs[first + k] = crc32c::crc32c(p);
@@ -590,25 +599,24 @@ impl<S: AddressSpace> Engine<S> {
 
         // (2) metadata into the running context; (3) flip: durable from here on.
         let epoch = self.epoch + 1;
-        let meta = ContextMeta {
-            epoch,
-            time_ns: now_ns(),
-            page_size: page as u32,
-            regions: self.regions.iter().map(|r| r.rec.clone()).collect(),
-            crcs: self.regions.iter().map(|r| r.crcs.clone()).collect(),
-            user: metadata.to_vec(),
-        }
-        .encode();
+        let entries: Vec<(&RegionRecord, &[u32])> = self
+            .regions
+            .iter()
+            .map(|r| (&r.rec, r.crcs.as_slice()))
+            .collect();
+        let meta = encode_parts(epoch, now_ns(), page as u32, &entries, metadata);
+        let meta_crc = crc32c::crc32c(&meta);
         write_meta(&mut self.pool, run, &meta)?;
-        self.pool.commit(&roots(run, run, epoch, &meta))?;
+        self.pool.commit(&roots(run, run, epoch, &meta, meta_crc))?;
         self.epoch = epoch;
         let t_durable = t0.elapsed();
 
         // (4) sync the other context, then make it the valid one; continue on `run`.
-        let decoded = ContextMeta::decode(&meta).expect("just encoded");
-        sync_context(&mut self.pool, &decoded, run, other, Some(&runs))?;
+        let records: Vec<RegionRecord> = self.regions.iter().map(|r| r.rec.clone()).collect();
+        sync_context(&mut self.pool, &records, self.page, run, other, Some(&runs))?;
         write_meta(&mut self.pool, other, &meta)?;
-        self.pool.commit(&roots(other, run, epoch, &meta))?;
+        self.pool
+            .commit(&roots(other, run, epoch, &meta, meta_crc))?;
         self.adapt_tracking(&runs)?;
 
         self.scratch = dirty;
@@ -724,13 +732,19 @@ fn info(r: &RegionRecord) -> RegionInfo {
     }
 }
 
-fn roots(valid: usize, running: usize, epoch: u64, meta: &[u8]) -> [u64; root::COUNT] {
+fn roots(
+    valid: usize,
+    running: usize,
+    epoch: u64,
+    meta: &[u8],
+    meta_crc: u32,
+) -> [u64; root::COUNT] {
     let mut r = [0u64; root::COUNT];
     r[root::VALID] = valid as u64;
     r[root::RUNNING] = running as u64;
     r[root::EPOCH] = epoch;
     r[root::META_LEN] = meta.len() as u64;
-    r[root::META_CRC] = crc32c::crc32c(meta) as u64;
+    r[root::META_CRC] = meta_crc as u64;
     r[root::TIME] = now_ns();
     r
 }
@@ -789,18 +803,15 @@ fn verify_context(
 /// pages) when given, else every page that differs. Returns the pages copied; all flushed.
 fn sync_context(
     pool: &mut Pool,
-    meta: &ContextMeta,
+    regions: &[RegionRecord],
+    page: u64,
     from: usize,
     to: usize,
     runs: Option<&[(usize, usize, usize)]>,
 ) -> Result<u64> {
-    let page = meta.page_size as u64;
     // Sections of `to` for regions that no longer exist.
-    let wanted: std::collections::HashSet<String> = meta
-        .regions
-        .iter()
-        .map(|r| section_name(r.id, to))
-        .collect();
+    let wanted: std::collections::HashSet<String> =
+        regions.iter().map(|r| section_name(r.id, to)).collect();
     let suffix = format!(".{to}");
     let stale: Vec<String> = pool
         .sections()
@@ -813,8 +824,8 @@ fn sync_context(
     for name in stale {
         pool.delete_section(&name)?;
     }
-    let mut offsets = Vec::with_capacity(meta.regions.len());
-    for r in &meta.regions {
+    let mut offsets = Vec::with_capacity(regions.len());
+    for r in regions {
         let name = section_name(r.id, to);
         let dst = match pool.section(&name) {
             Some(s) if s.len == r.len => s.clone(),
@@ -853,7 +864,7 @@ fn sync_context(
             }
         }
         None => {
-            for (r, &(src, dst)) in meta.regions.iter().zip(&offsets) {
+            for (r, &(src, dst)) in regions.iter().zip(&offsets) {
                 for at in (0..r.len).step_by(page as usize) {
                     if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
                         copy(pool, src + at, dst + at, page)?;

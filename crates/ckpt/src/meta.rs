@@ -54,34 +54,58 @@ fn put(b: &mut Vec<u8>, v: &[u8]) {
     b.extend_from_slice(v);
 }
 
+/// Serialises a metadata block from borrowed parts (the engine encodes straight from its live
+/// tables, without copying them into a `ContextMeta` first).
+pub fn encode_parts(
+    epoch: u64,
+    time_ns: u64,
+    page_size: u32,
+    entries: &[(&RegionRecord, &[u32])],
+    user: &[u8],
+) -> Vec<u8> {
+    let pages: usize = entries.iter().map(|e| e.1.len()).sum();
+    let mut b = Vec::with_capacity(HEAD + ENTRY * entries.len() + 4 * pages + user.len());
+    put(&mut b, &MAGIC);
+    put(&mut b, &epoch.to_le_bytes());
+    put(&mut b, &time_ns.to_le_bytes());
+    put(&mut b, &(entries.len() as u32).to_le_bytes());
+    put(&mut b, &page_size.to_le_bytes());
+    put(&mut b, &(user.len() as u64).to_le_bytes());
+    for (r, _) in entries {
+        let mut name = [0u8; 64];
+        name[..r.name.len()].copy_from_slice(r.name.as_bytes());
+        put(&mut b, &name);
+        put(&mut b, &r.id.to_le_bytes());
+        put(&mut b, &(r.addr as u64).to_le_bytes());
+        put(&mut b, &r.len.to_le_bytes());
+        put(&mut b, &r.reserve.to_le_bytes());
+        put(&mut b, &r.flags.to_le_bytes());
+        put(&mut b, &[0u8; 28]);
+    }
+    for (_, crcs) in entries {
+        for c in *crcs {
+            put(&mut b, &c.to_le_bytes());
+        }
+    }
+    put(&mut b, user);
+    b
+}
+
 impl ContextMeta {
     /// Serialises; returns the bytes (their CRC and length go into the commit roots).
     pub fn encode(&self) -> Vec<u8> {
-        let pages: usize = self.crcs.iter().map(Vec::len).sum();
-        let mut b =
-            Vec::with_capacity(HEAD + ENTRY * self.regions.len() + 4 * pages + self.user.len());
-        put(&mut b, &MAGIC);
-        put(&mut b, &self.epoch.to_le_bytes());
-        put(&mut b, &self.time_ns.to_le_bytes());
-        put(&mut b, &(self.regions.len() as u32).to_le_bytes());
-        put(&mut b, &self.page_size.to_le_bytes());
-        put(&mut b, &(self.user.len() as u64).to_le_bytes());
-        for r in &self.regions {
-            let mut name = [0u8; 64];
-            name[..r.name.len()].copy_from_slice(r.name.as_bytes());
-            put(&mut b, &name);
-            put(&mut b, &r.id.to_le_bytes());
-            put(&mut b, &(r.addr as u64).to_le_bytes());
-            put(&mut b, &r.len.to_le_bytes());
-            put(&mut b, &r.reserve.to_le_bytes());
-            put(&mut b, &r.flags.to_le_bytes());
-            put(&mut b, &[0u8; 28]);
-        }
-        for c in self.crcs.iter().flatten() {
-            put(&mut b, &c.to_le_bytes());
-        }
-        put(&mut b, &self.user);
-        b
+        let entries: Vec<(&RegionRecord, &[u32])> = self
+            .regions
+            .iter()
+            .zip(self.crcs.iter().map(Vec::as_slice))
+            .collect();
+        encode_parts(
+            self.epoch,
+            self.time_ns,
+            self.page_size,
+            &entries,
+            &self.user,
+        )
     }
 
     /// Parses a block whose checksum the caller has verified; `Err` names what is inconsistent.

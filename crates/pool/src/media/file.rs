@@ -1,8 +1,8 @@
 //! `file`: an ordinary file on a disk filesystem, mapped MAP_SHARED and made durable by
 //! write-back and fdatasync.
 //!
-//! `flush` starts write-back of the file pages covering the range (`sync_file_range` with
-//! SYNC_FILE_RANGE_WRITE) and does not wait; `drain` is `fdatasync`, which waits for every
+//! `flush` starts write-back of the file pages covering a large range (`sync_file_range` with
+//! SYNC_FILE_RANGE_WRITE; small ranges wait for the drain) and does not wait; `drain` is `fdatasync`, which waits for every
 //! page under write-back, writes whatever is still dirty, and flushes the device's cache.
 //! Dirty state lives on the page-cache page, not on the mapping (a write through a shared
 //! mapping marks the page dirty at its write fault, and write-back write-protects it again),
@@ -17,7 +17,10 @@ use std::path::Path;
 use super::mapping::{is_tmpfs, MappedFile, Mapping};
 use super::{Medium, MediumError, MediumKind, Result};
 
-/// An ordinary file, durable through msync and fsync.
+/// Ranges at least this long start their write-back at `flush`; shorter ones wait for `drain`.
+const EARLY_WRITEBACK_MIN: u64 = 256 << 10;
+
+/// An ordinary file, durable through write-back and fdatasync.
 #[derive(Debug)]
 pub struct FileMedium {
     mem: MappedFile,
@@ -62,7 +65,10 @@ impl Medium for FileMedium {
 
     fn flush(&self, off: u64, len: u64) -> Result<()> {
         self.mem.checked_ptr(off, len)?;
-        if len == 0 {
+        // `drain` (fdatasync) writes every dirty page of the file anyway; starting write-back
+        // early only pays for large ranges. For many small scattered ranges (a checkpoint's
+        // dirty pages) one system call each would cost more than it overlaps.
+        if len < EARLY_WRITEBACK_MIN {
             return Ok(());
         }
         // SAFETY: sync_file_range on our own descriptor; no memory is passed.

@@ -29,7 +29,7 @@ pub enum MediumKind {
     /// Persistent memory on a DAX filesystem, mapped with MAP_SYNC; durable by cache-line
     /// write-back (clwb / clflushopt) and sfence from user space.
     Dax,
-    /// An ordinary file; durable by msync (and fsync when its size changes).
+    /// An ordinary file; durable by write-back and fdatasync (and fsync when its size changes).
     File,
     /// A file on tmpfs (/dev/shm): survives the death of processes, not of the machine.
     Shm,
@@ -73,7 +73,7 @@ impl MediumKind {
     pub fn durability(self) -> &'static str {
         match self {
             MediumKind::Dax => "survives power loss (persistent memory)",
-            MediumKind::File => "survives power loss (written back with msync)",
+            MediumKind::File => "survives power loss (written back with fdatasync)",
             MediumKind::Shm => "survives process death, NOT power loss or reboot (tmpfs)",
             MediumKind::Sim => "simulated: survives only what a power cut would keep",
         }
@@ -183,7 +183,7 @@ pub trait Medium: Send + Sync + fmt::Debug {
     fn fd(&self) -> RawFd;
     /// Start writing back `[off, off+len)`; unordered until `drain`.
     fn flush(&self, off: u64, len: u64) -> Result<()>;
-    /// Wait until everything flushed so far is durable (sfence / msync completion).
+    /// Wait until everything flushed so far is durable (sfence / fdatasync).
     fn drain(&self) -> Result<()>;
     /// `flush` then `drain`.
     fn persist(&self, off: u64, len: u64) -> Result<()> {
