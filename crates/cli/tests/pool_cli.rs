@@ -65,7 +65,7 @@ fn inspect_reports_each_broken_vector_with_a_failing_status() {
         ("truncated-header.pool", "truncated"),
         ("truncated-data.pool", "TRUNCATED"),
         ("header-checksum.pool", "header checksum mismatch"),
-        ("torn-live-slot.pool", "--allow-rollback"),
+        ("torn-live-slot.pool", "allowing rollback"),
         ("bad-live-table.pool", "section table checksum mismatch"),
         ("bad-index.pool", "live index holds 2"),
         ("both-slots-damaged.pool", "no intact commit"),

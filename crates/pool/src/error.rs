@@ -49,7 +49,7 @@ pub enum PoolError {
         expected: String,
         found: String,
     },
-    #[error("{path}: live commit slot {slot} is damaged ({detail}); the previous commit (epoch {previous_epoch}) is intact — open with rollback allowed (`--allow-rollback`) to use it")]
+    #[error("{path}: live commit slot {slot} is damaged ({detail}); the previous commit (epoch {previous_epoch}) is intact — reopen allowing rollback (OpenOptions::allow_rollback, KIOKU_RECOVER_ALLOW_ROLLBACK) to use it, losing the damaged commit")]
     LiveSlotDamaged {
         path: PathBuf,
         slot: usize,

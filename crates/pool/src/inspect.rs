@@ -103,7 +103,7 @@ pub fn inspect(path: &Path) -> std::io::Result<Report> {
         (Verdict::BadHeader, _) => header_problem.clone().unwrap_or_default(),
         (Verdict::Healthy { .. }, _) => "healthy".to_string(),
         (Verdict::RollbackAvailable { detail, previous_epoch, .. }, _) => format!(
-            "DAMAGED: {detail}; the previous commit (epoch {previous_epoch}) is intact — open with --allow-rollback to use it"
+            "DAMAGED: {detail}; the previous commit (epoch {previous_epoch}) is intact — reopen allowing rollback (losing the damaged commit) to use it"
         ),
         (Verdict::Truncated { needed, found }, _) => format!(
             "TRUNCATED: the live commit needs {needed} bytes, the file has {found}; restore the file from a copy"
