@@ -54,18 +54,7 @@ fn allowed(p: u64, spans: &[(u64, u64)]) -> (u64, u64) {
 }
 
 fn images(ctl: &SimControl, randoms: u64) -> Vec<Vec<u8>> {
-    match ctl.crash_images() {
-        Ok(all) => all.collect(),
-        Err(_) => [CrashMode::DrainedOnly, CrashMode::AllFlushed]
-            .into_iter()
-            .chain((0..randoms).map(|seed| CrashMode::Random {
-                seed,
-                tear_words: true,
-                evict_unflushed: true,
-            }))
-            .map(|m| ctl.crash(m).unwrap())
-            .collect(),
-    }
+    ctl.crash_image_sample(randoms).unwrap()
 }
 
 fn recover_and_check(image: Vec<u8>, models: &[Model], lo: u64, hi: u64, what: &str) -> u64 {

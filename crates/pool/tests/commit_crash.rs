@@ -157,18 +157,7 @@ fn exhaustive_crash_at_every_ordering_point() {
         // Every subset of the flushed-but-undrained lines when there are few (the commit's own
         // points); a cut inside a data persist leaves up to 64 pending data lines: then both
         // extremes and 64 random subsets.
-        let list: Vec<Vec<u8>> = match ctl.crash_images() {
-            Ok(all) => all.collect(),
-            Err(_) => [CrashMode::DrainedOnly, CrashMode::AllFlushed]
-                .into_iter()
-                .chain((0..64).map(|seed| CrashMode::Random {
-                    seed,
-                    tear_words: true,
-                    evict_unflushed: false,
-                }))
-                .map(|m| ctl.crash(m).unwrap())
-                .collect(),
-        };
+        let list = ctl.crash_image_sample(64).unwrap();
         for image in list {
             images += 1;
             let mut pool = reopen(image);

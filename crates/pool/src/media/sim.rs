@@ -490,6 +490,24 @@ impl SimControl {
         }
     }
 
+    /// The images a power-cut test should check: every image (`crash_images`) when there are
+    /// few enough pending lines, else both extremes (`DrainedOnly`, `AllFlushed`) and `randoms`
+    /// random images with torn words and evicted unflushed lines.
+    pub fn crash_image_sample(&self, randoms: u64) -> Result<Vec<Vec<u8>>> {
+        if let Ok(all) = self.crash_images() {
+            return Ok(all.collect());
+        }
+        [CrashMode::DrainedOnly, CrashMode::AllFlushed]
+            .into_iter()
+            .chain((0..randoms).map(|seed| CrashMode::Random {
+                seed,
+                tear_words: true,
+                evict_unflushed: true,
+            }))
+            .map(|m| self.crash(m))
+            .collect()
+    }
+
     /// Every image the power cut (or a cut now) could leave, without tearing or eviction: one
     /// per subset of the pending lines, 2^P for P pending lines, in `CrashMode::Exhaustive`
     /// index order. Fails when P exceeds `EXHAUSTIVE_LIMIT`.
