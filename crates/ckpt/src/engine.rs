@@ -137,6 +137,8 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     whole: std::collections::HashMap<u64, u32>,
     /// Consecutive checkpoints in which at least half of a tracked region was written.
     hot: std::collections::HashMap<u64, u32>,
+    /// Whether hot regions may be switched to being taken whole.
+    adaptive: bool,
 }
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
@@ -253,6 +255,7 @@ impl<S: AddressSpace> Engine<S> {
             scratch: vec![],
             whole: Default::default(),
             hot: Default::default(),
+            adaptive: true,
         })
     }
 
@@ -342,10 +345,11 @@ impl<S: AddressSpace> Engine<S> {
 
         let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
         let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
-        for (rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
-            engine
+        for (mut rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
+            let want = (!engine.space.relocatable()).then_some(rec.addr);
+            rec.addr = engine
                 .space
-                .reserve(&rec.name, Some(rec.addr), rec.reserve as usize)?;
+                .reserve(&rec.name, want, rec.reserve as usize)?;
             engine.attach(&rec, 0, rec.len as usize)?;
             engine.insert(Region { rec, crcs });
         }
@@ -358,6 +362,25 @@ impl<S: AddressSpace> Engine<S> {
             pages_synced,
         };
         Ok((engine, recovered))
+    }
+
+    /// Allows (default) or forbids switching regions written nearly whole in every epoch to
+    /// being taken whole untracked. A caller whose tracker reports exactly what it copied (a
+    /// process monitor) turns it off: taking a region whole would only add work.
+    pub fn set_adaptive(&mut self, on: bool) -> Result<()> {
+        self.adaptive = on;
+        if !on {
+            for (id, _) in std::mem::take(&mut self.whole) {
+                if let Some(r) = self.regions.iter().find(|r| r.rec.id == id) {
+                    let range = PageRange::new(r.rec.addr, r.rec.addr + r.rec.len as usize);
+                    // Tracking again from here: pages written since the last checkpoint were
+                    // untracked, so take them all once more.
+                    self.carried.push(range);
+                    self.tracker.track(range)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Epoch of the last checkpoint (0 before the first).
@@ -636,6 +659,9 @@ impl<S: AddressSpace> Engine<S> {
     /// regions taken whole long enough back to tracking. Runs after a checkpoint, so tracking
     /// restarted here catches every later write.
     fn adapt_tracking(&mut self, runs: &[(usize, usize, usize)]) -> Result<()> {
+        if !self.adaptive {
+            return Ok(());
+        }
         let mut written = vec![0usize; self.regions.len()];
         for &(i, _, n) in runs {
             written[i] += n;

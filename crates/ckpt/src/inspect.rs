@@ -18,6 +18,10 @@ pub struct CkptReport {
     pub epoch: u64,
     pub checkpoint_unix_ns: u64,
     pub contexts: Vec<ContextReport>,
+    /// The caller metadata of the valid context, when its checksum matches (for programs
+    /// that interpret it, e.g. `kioku inspect`).
+    #[serde(skip)]
+    pub metadata: Option<Vec<u8>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -58,6 +62,7 @@ pub fn inspect(path: &Path, report: &Report) -> std::io::Result<Option<CkptRepor
     let file = std::fs::File::open(path)?;
     let (valid, running) = (r[root::VALID] as usize, r[root::RUNNING] as usize);
     let mut contexts = Vec::new();
+    let mut metadata = None;
     for ctx in [valid, 1 - valid] {
         let meta = sections.iter().find(|s| s.name == meta_name(ctx));
         let mut bytes = vec![0u8; r[root::META_LEN] as usize];
@@ -73,6 +78,9 @@ pub fn inspect(path: &Path, report: &Report) -> std::io::Result<Option<CkptRepor
         } else {
             None
         };
+        if ctx == valid {
+            metadata = decoded.as_ref().map(|m| m.user.clone());
+        }
         let regions = decoded
             .as_ref()
             .map(|m| {
@@ -109,6 +117,7 @@ pub fn inspect(path: &Path, report: &Report) -> std::io::Result<Option<CkptRepor
         epoch: r[root::EPOCH],
         checkpoint_unix_ns: r[root::TIME],
         contexts,
+        metadata,
     }))
 }
 

@@ -22,6 +22,11 @@ pub trait AddressSpace {
     fn release(&mut self, addr: usize, len: usize) -> Result<()>;
     /// A written-page tracker for this space.
     fn tracker(&mut self) -> Result<Box<dyn PageTracker>>;
+    /// Whether recovery may map regions wherever `reserve` places them (the space's user finds
+    /// them by name) instead of at the addresses they had. Default: no.
+    fn relocatable(&self) -> bool {
+        false
+    }
 }
 
 /// The calling process.

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod ec;
 mod pool_cmd;
+mod run_cmd;
 
 /// kioku makes in-memory state survive crashes, power loss and node failures.
 #[derive(Parser)]
@@ -20,13 +21,27 @@ enum Command {
     Pool(pool_cmd::PoolArgs),
     /// Erasure-code files into shards and rebuild them (Reed–Solomon).
     Ec(ec::EcArgs),
+    /// Run a program under kioku: its memory is checkpointed into a pool every interval.
+    Run(run_cmd::RunArgs),
+    /// Rebuild a program from its last checkpoint and let it run on.
+    Restore(run_cmd::RestoreArgs),
+    /// Ask a running program's monitor for a checkpoint now; returns when it is durable.
+    Checkpoint(run_cmd::CheckpointArgs),
+    /// Show what a process checkpoint holds.
+    Inspect(run_cmd::InspectArgs),
 }
 
 fn main() {
     // Logs go to stderr; KIOKU_LOG (tracing filter syntax) overrides the default, which shows
     // the one-time choices (medium, tracker backend) and every warning.
+    let cli = Cli::parse();
+    // A monitored program owns stderr: only warnings there unless asked.
+    let default = match cli.command {
+        Command::Run(_) | Command::Restore(_) => "warn",
+        _ => "warn,kioku_pool=info",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KIOKU_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,kioku_pool=info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -34,15 +49,23 @@ fn main() {
         .with_target(false)
         .without_time()
         .init();
-    if let Err(e) = run(Cli::parse()) {
-        eprintln!("kioku: {e:#}");
-        std::process::exit(1);
+    match run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("kioku: {e:#}");
+            std::process::exit(1);
+        }
     }
 }
 
-fn run(cli: Cli) -> Result<()> {
+/// The exit status: the program's for run and restore.
+fn run(cli: Cli) -> Result<i32> {
     match cli.command {
-        Command::Pool(a) => pool_cmd::run(a),
-        Command::Ec(a) => ec::run(a),
+        Command::Pool(a) => pool_cmd::run(a).map(|_| 0),
+        Command::Ec(a) => ec::run(a).map(|_| 0),
+        Command::Run(a) => run_cmd::run(a),
+        Command::Restore(a) => run_cmd::restore(a),
+        Command::Checkpoint(a) => run_cmd::checkpoint(a).map(|_| 0),
+        Command::Inspect(a) => run_cmd::inspect(a).map(|_| 0),
     }
 }

@@ -221,6 +221,22 @@ impl Inner {
                         // A signal for the program: hold it back until the thread resumes.
                         held.push(si);
                     }
+                    // An injected clone: the new thread is traced (TRACECLONE) and starts
+                    // with a stop of its own, collected by the next `stop_all`.
+                    Status::Stopped {
+                        event: sys::EVENT_CLONE,
+                        ..
+                    } => {
+                        let new = sys::get_event_msg(tid)
+                            .map_err(|e| ProcError::ptrace("GETEVENTMSG", tid, e))?
+                            as i32;
+                        if !self.threads.iter().any(|t| t.tid == new) {
+                            self.threads.push(crate::tracee::Thread {
+                                tid: new,
+                                state: TState::Running,
+                            });
+                        }
+                    }
                     // Leftover interrupt or other event stops: keep stepping.
                     Status::Stopped { .. } => {}
                     Status::Other => {
@@ -277,9 +293,10 @@ impl Tracee {
         }
     }
 
-    /// Places `data` in the tracee's memory for the duration of `f` (on the thread's stack
-    /// below the red zone, restored afterwards; in a temporary page when that fails).
-    fn with_remote_bytes<T>(
+    /// Places `data` in the tracee's memory for the duration of `f`, which gets its address
+    /// (on the thread's stack below the red zone, restored afterwards; in a temporary page
+    /// when that fails). `f` may read back what an injected call wrote there.
+    pub fn with_remote_bytes<T>(
         &self,
         tid: i32,
         data: &[u8],

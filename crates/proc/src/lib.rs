@@ -43,5 +43,5 @@ pub use inject::UFFD_USER_MODE_ONLY;
 pub use maps::{parse_maps, read_maps, MapEntry, MapKind, Perms};
 pub use mem::{read_mem, write_mem};
 pub use regs::{FpKind, FpState, Regs, ThreadState};
-pub use space::TracedSpace;
+pub use space::{tracker_for, TracedSpace};
 pub use tracee::{list_threads, Exit, Tracee, TraceeCommand};

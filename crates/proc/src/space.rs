@@ -237,24 +237,28 @@ impl AddressSpace for TracedSpace {
     }
 
     fn tracker(&mut self) -> Result<Box<dyn PageTracker>, CkptError> {
-        let what = "create a userfaultfd in the traced process";
-        let tid = self.tid(what)?;
-        let base = libc::O_CLOEXEC | libc::O_NONBLOCK;
-        let remote = match self.tracee.userfaultfd(tid, base | UFFD_USER_MODE_ONLY) {
-            Ok(fd) => fd,
-            // Kernels before 5.11 do not know UFFD_USER_MODE_ONLY.
-            Err(e) if e.errno() == Some(libc::EINVAL) => self
-                .tracee
-                .userfaultfd(tid, base)
-                .map_err(|e| ckpt(what, e))?,
-            Err(e) => return Err(ckpt(what, e)),
-        };
-        let taken = take_uffd_from(self.tracee.pid(), remote);
-        // The monitor's duplicate keeps it alive; the tracee's descriptor table stays as it was.
-        let closed = self.tracee.close(tid, remote);
-        let fd = taken?;
-        closed.map_err(|e| ckpt("close the userfaultfd in the traced process", e))?;
-        let tracker = Tracker::builder().process(self.tracee.pid(), fd).build()?;
-        Ok(Box::new(tracker))
+        Ok(Box::new(tracker_for(&self.tracee)?))
     }
+}
+
+/// A written-page tracker for the whole of `tracee` (stopped): a userfaultfd created in it by
+/// injection, taken into the monitor with `pidfd_getfd` and closed in the tracee again, so its
+/// descriptor table stays as it was.
+pub fn tracker_for(tracee: &Tracee) -> Result<Tracker, CkptError> {
+    let what = "create a userfaultfd in the traced process";
+    let tid = tracee.control_thread().map_err(|e| ckpt(what, e))?;
+    let base = libc::O_CLOEXEC | libc::O_NONBLOCK;
+    let remote = match tracee.userfaultfd(tid, base | UFFD_USER_MODE_ONLY) {
+        Ok(fd) => fd,
+        // Kernels before 5.11 do not know UFFD_USER_MODE_ONLY.
+        Err(e) if e.errno() == Some(libc::EINVAL) => {
+            tracee.userfaultfd(tid, base).map_err(|e| ckpt(what, e))?
+        }
+        Err(e) => return Err(ckpt(what, e)),
+    };
+    let taken = take_uffd_from(tracee.pid(), remote);
+    let closed = tracee.close(tid, remote);
+    let fd = taken?;
+    closed.map_err(|e| ckpt("close the userfaultfd in the traced process", e))?;
+    Ok(Tracker::builder().process(tracee.pid(), fd).build()?)
 }

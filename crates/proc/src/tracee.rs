@@ -128,6 +128,7 @@ pub struct TraceeCommand {
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     exit_kill: bool,
+    inherit_fds: bool,
 }
 
 impl TraceeCommand {
@@ -141,7 +142,15 @@ impl TraceeCommand {
             stdout: None,
             stderr: None,
             exit_kill: true,
+            inherit_fds: true,
         }
+    }
+
+    /// Whether the program inherits the monitor's descriptors other than 0, 1 and 2 that are
+    /// not close-on-exec (default: yes). `false` closes them at exec.
+    pub fn inherit_fds(mut self, yes: bool) -> Self {
+        self.inherit_fds = yes;
+        self
     }
 
     /// Appends an argument.
@@ -214,6 +223,7 @@ fn child_after_fork(
     go_w: RawFd,
     err: RawFd,
     stdio: [Option<RawFd>; 3],
+    inherit_fds: bool,
     prog: &CString,
     argv: &[*const libc::c_char],
 ) -> ! {
@@ -236,6 +246,12 @@ fn child_after_fork(
                     libc::_exit(127);
                 }
             }
+        }
+        if !inherit_fds {
+            // Everything above the standard streams closes at exec (our pipes included, as
+            // they should); kernels before 5.11 lack the flag and keep them.
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC);
         }
         let mut b = 0u8;
         loop {
@@ -325,6 +341,7 @@ impl Tracee {
                 go_w.as_raw_fd(),
                 err_w.as_raw_fd(),
                 stdio,
+                cmd.inherit_fds,
                 &cprog,
                 &argv,
             );

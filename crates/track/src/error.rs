@@ -73,8 +73,8 @@ pub enum TrackError {
 
     /// The range is not (entirely) mapped readable and writable in the tracked process.
     #[error(
-        "range {start:#x}..{end:#x} is not entirely mapped read-write in process {pid}; map it \
-         before tracking it"
+        "range {start:#x}..{end:#x} is not entirely mapped in process {pid} (read-write, for the \
+         mprotect backend); map it before tracking it"
     )]
     NotMapped {
         /// Start address.

@@ -27,6 +27,7 @@
 mod error;
 mod maps;
 mod mprotect;
+mod query;
 mod rangeset;
 pub mod sys;
 pub mod uffd;
@@ -38,6 +39,7 @@ use std::sync::OnceLock;
 
 pub use error::TrackError;
 pub use mprotect::{MprotectTracker, MAX_MPROTECT_RANGES};
+pub use query::{PagemapQuery, Query};
 pub use uffd::{take_uffd_from, UffdSupport};
 pub use uffd_backend::UffdTracker;
 

@@ -2,9 +2,17 @@
 
 use crate::PageRange;
 
-/// Whether `r` is entirely covered by contiguous mappings of process `pid` that are readable
-/// and, if `need_write`, writable.
-pub(crate) fn covered(pid: i32, r: PageRange, need_write: bool) -> std::io::Result<bool> {
+/// What `covered` requires of every mapping.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// Mapped, whatever its protection (async write-protect tracks any mapping).
+    Mapped,
+    /// Readable and writable.
+    ReadWrite,
+}
+
+/// Whether `r` is entirely covered by contiguous mappings of process `pid` that satisfy `need`.
+pub(crate) fn covered(pid: i32, r: PageRange, need: Need) -> std::io::Result<bool> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
     let mut cur = r.start;
     for line in text.lines() {
@@ -25,7 +33,7 @@ pub(crate) fn covered(pid: i32, r: PageRange, need_write: bool) -> std::io::Resu
             return Ok(false);
         }
         let p = perms.as_bytes();
-        if p.first() != Some(&b'r') || (need_write && p.get(1) != Some(&b'w')) {
+        if need == Need::ReadWrite && (p.first() != Some(&b'r') || p.get(1) != Some(&b'w')) {
             return Ok(false);
         }
         cur = b;

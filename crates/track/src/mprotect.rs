@@ -411,7 +411,7 @@ impl PageTracker for MprotectTracker {
                     }
                 }
             }
-            match crate::maps::covered(self.pid, part, true) {
+            match crate::maps::covered(self.pid, part, crate::maps::Need::ReadWrite) {
                 Ok(true) => {}
                 Ok(false) => {
                     return Err(TrackError::NotMapped {

@@ -84,7 +84,7 @@ impl UffdTracker {
         let fd = self.uffd.as_raw_fd();
         // UFFDIO_REGISTER accepts ranges with holes; refuse them here so that every tracked page
         // really is write-tracked.
-        match crate::maps::covered(self.pid, r, true) {
+        match crate::maps::covered(self.pid, r, crate::maps::Need::Mapped) {
             Ok(true) => {}
             Ok(false) => {
                 return Err(TrackError::NotMapped {
@@ -140,7 +140,7 @@ impl UffdTracker {
             },
             Some(libc::ESRCH) => TrackError::ProcessGone { pid: self.pid },
             Some(libc::EINVAL) | Some(libc::ENOMEM) | Some(libc::EFAULT) => {
-                match crate::maps::covered(self.pid, r, true) {
+                match crate::maps::covered(self.pid, r, crate::maps::Need::Mapped) {
                     Ok(false) => TrackError::NotMapped {
                         start: r.start,
                         end: r.end,

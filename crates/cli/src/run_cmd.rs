@@ -1,0 +1,488 @@
+//! `kioku run`, `kioku checkpoint`, `kioku restore`, `kioku inspect`: transparent process
+//! checkpoints.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use kioku_pool::media::{MediumChoice, MediumKind};
+use kioku_pool::{CreateOptions, OpenOptions, Pool};
+use kioku_proc::{Exit, Tracee, TraceeCommand};
+use kioku_run::control::{request_checkpoint, Target};
+use kioku_run::{Capturer, Monitor, MonitorOptions, ProcessImage, Summary};
+
+/// Where pools go without --pool.
+const DEFAULT_DIR: &str = ".kioku";
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Pool file; default: ./.kioku/<program>.pool (a new name when that one is in use).
+    #[arg(long)]
+    pool: Option<PathBuf>,
+    /// Time between checkpoints (e.g. 10ms, 1s, 2m); 0: only on request.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// dax, file or shm; default: dax where MAP_SYNC works, shm on tmpfs, else file.
+    #[arg(long)]
+    medium: Option<MediumKind>,
+    /// Print a summary (checkpoints, stop times, pool) to stderr at the end.
+    #[arg(long)]
+    summary: bool,
+    /// Pass on descriptors above 2 that kioku itself inherited (by default they are closed:
+    /// a stray pipe or socket would stop checkpoints).
+    #[arg(long)]
+    inherit_fds: bool,
+    /// Write the summary as JSON to this file at the end.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct RestoreArgs {
+    /// Pool file; default: the most recent restorable pool under ./.kioku/.
+    #[arg(long)]
+    pool: Option<PathBuf>,
+    /// Time between checkpoints after the restore; 0: only on request.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    interval: Duration,
+    /// Print a summary to stderr at the end.
+    #[arg(long)]
+    summary: bool,
+    /// Write the summary as JSON to this file at the end.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub struct CheckpointArgs {
+    /// Process id of the program (or of its monitor).
+    #[arg(conflicts_with = "pool", required_unless_present = "pool")]
+    pid: Option<i32>,
+    /// The pool the program checkpoints into.
+    #[arg(long)]
+    pool: Option<PathBuf>,
+    /// Give up after this long.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    timeout: Duration,
+}
+
+#[derive(Args)]
+pub struct InspectArgs {
+    /// Pool file.
+    #[arg(long)]
+    pool: PathBuf,
+    /// Machine-readable output.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `10ms`, `1.5s`, `2m`, `250us`, or plain seconds.
+pub fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| c.is_ascii_alphabetic())
+        .map(|i| s.split_at(i))
+        .unwrap_or((s, "s"));
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 10ms, 1s, 2m)"))?;
+    let secs = match unit {
+        "us" => v / 1e6,
+        "ms" => v / 1e3,
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("'{s}': unknown unit '{unit}' (us, ms, s, m, h)")),
+    };
+    if !(0.0..1e9).contains(&secs) {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// What a pool file holds, read without opening (or locking) it.
+enum PoolState {
+    Missing,
+    /// A process checkpoint; `finished` once the program ended.
+    Process {
+        image: Option<ProcessImage>,
+        unix_ns: u64,
+    },
+    Other(String),
+}
+
+fn pool_state(path: &Path) -> PoolState {
+    if !path.exists() {
+        return PoolState::Missing;
+    }
+    let Ok(report) = kioku_pool::inspect::inspect(path) else {
+        return PoolState::Other("unreadable".into());
+    };
+    match kioku_ckpt::inspect::inspect(path, &report) {
+        Ok(Some(r)) => PoolState::Process {
+            image: r
+                .metadata
+                .as_deref()
+                .and_then(|m| ProcessImage::decode(m).ok()),
+            unix_ns: r.checkpoint_unix_ns,
+        },
+        _ => PoolState::Other(
+            report
+                .header
+                .as_ref()
+                .map(|h| format!("a pool of kind '{}'", h.kind))
+                .unwrap_or_else(|| "not a kioku pool".into()),
+        ),
+    }
+}
+
+fn busy(path: &Path) -> bool {
+    kioku_pool::inspect::inspect(path).is_ok_and(|r| r.held_by.is_some())
+}
+
+/// The pool a new run uses.
+fn choose_pool(explicit: Option<PathBuf>, program: &str) -> Result<PathBuf> {
+    let replaceable = |p: &Path| match pool_state(p) {
+        PoolState::Missing => Ok(true),
+        PoolState::Process { image: Some(i), .. } if i.finished.is_some() && !busy(p) => {
+            std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
+            Ok(true)
+        }
+        PoolState::Process { .. } if busy(p) => Ok(false),
+        PoolState::Process { image, .. } => {
+            if explicit.is_some() {
+                bail!(
+                    "{} holds a checkpoint of an unfinished run{}; resume it with `kioku restore --pool {}`, or remove it to start afresh",
+                    p.display(),
+                    image.map(|i| format!(" of {}", i.program.path.display())).unwrap_or_default(),
+                    p.display()
+                )
+            }
+            Ok(false)
+        }
+        PoolState::Other(what) => bail!(
+            "{} exists and is {what}; refusing to overwrite it — pass another --pool",
+            p.display()
+        ),
+    };
+    if let Some(p) = explicit.clone() {
+        if !replaceable(&p)? {
+            bail!(
+                "{} is in use by another kioku monitor; pass another --pool",
+                p.display()
+            );
+        }
+        return Ok(p);
+    }
+    std::fs::create_dir_all(DEFAULT_DIR).with_context(|| format!("creating ./{DEFAULT_DIR}"))?;
+    let base = Path::new(program)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "program".into());
+    for n in 1.. {
+        let name = if n == 1 {
+            format!("{base}.pool")
+        } else {
+            format!("{base}-{n}.pool")
+        };
+        let p = Path::new(DEFAULT_DIR).join(name);
+        if replaceable(&p)? {
+            return Ok(p);
+        }
+    }
+    unreachable!()
+}
+
+fn options(interval: Duration) -> MonitorOptions {
+    MonitorOptions {
+        interval: (!interval.is_zero()).then_some(interval),
+        control: true,
+    }
+}
+
+pub fn run(a: RunArgs) -> Result<i32> {
+    let pool_path = choose_pool(a.pool, &a.command[0])?;
+    let mut o = CreateOptions::new(kioku_ckpt::POOL_KIND);
+    o.medium = a.medium.map_or(MediumChoice::Auto, MediumChoice::Exactly);
+    let cmd = TraceeCommand::new(&a.command[0])
+        .args(a.command[1..].iter().cloned())
+        .inherit_fds(a.inherit_fds);
+    // Start the program first: a program that does not exist leaves no pool behind.
+    let tracee = Tracee::spawn(cmd)?;
+    let pool = Pool::create(&pool_path, &o)?;
+    tracing::info!(pool = %pool_path.display(), pid = tracee.pid(), "kioku run");
+    let capturer = Capturer::new(pool, &tracee)?;
+    let monitor = Monitor::new(tracee, capturer, options(a.interval))?;
+    finish(monitor, &pool_path, a.summary, a.summary_json.as_deref())
+}
+
+pub fn restore(a: RestoreArgs) -> Result<i32> {
+    let pool_path = match a.pool {
+        Some(p) => p,
+        None => most_recent()?,
+    };
+    let pool = Pool::open(
+        &pool_path,
+        &OpenOptions {
+            kind: Some(kioku_ckpt::POOL_KIND.into()),
+            ..Default::default()
+        },
+    )
+    .with_context(|| format!("opening {}", pool_path.display()))?;
+    let t0 = std::time::Instant::now();
+    let r = kioku_run::restore::restore(pool)?;
+    tracing::info!(
+        pool = %pool_path.display(),
+        epoch = r.epoch,
+        pid = r.tracee.pid(),
+        ms = t0.elapsed().as_secs_f64() * 1e3,
+        "restored"
+    );
+    if a.summary {
+        eprintln!(
+            "kioku: restored {} from epoch {} in {:.1} ms ({:.1} MiB written back), pid {}",
+            r.image.program.path.display(),
+            r.epoch,
+            t0.elapsed().as_secs_f64() * 1e3,
+            r.bytes_written as f64 / (1 << 20) as f64,
+            r.tracee.pid()
+        );
+    }
+    let monitor = Monitor::new(r.tracee, r.capturer, options(a.interval))?;
+    finish(monitor, &pool_path, a.summary, a.summary_json.as_deref())
+}
+
+/// Runs the monitor to the program's end; the exit status to pass on.
+fn finish(
+    mut monitor: Monitor,
+    pool: &Path,
+    summary: bool,
+    summary_json: Option<&Path>,
+) -> Result<i32> {
+    ignore_terminal_signals();
+    let exit = monitor.run()?;
+    let s = monitor.summary();
+    if summary {
+        eprintln!("{}", describe(s, pool, &exit));
+    }
+    if let Some(p) = summary_json {
+        let v = serde_json::json!({ "pool": pool, "exit": exit.to_string(), "summary": s });
+        std::fs::write(p, serde_json::to_vec_pretty(&v)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(match exit {
+        Exit::Code(c) => c,
+        Exit::Signal { sig, .. } => {
+            // Die of the same signal, as a shell expects.
+            // SAFETY: resetting a disposition and raising a signal in our own process.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                let mut set: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut set);
+                libc::sigaddset(&mut set, sig);
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                libc::raise(sig);
+            }
+            128 + sig
+        }
+    })
+}
+
+/// The terminal sends SIGINT/SIGQUIT to the program too; the monitor outlives it to pass its
+/// exit on.
+fn ignore_terminal_signals() {
+    // SAFETY: setting dispositions of our own process.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+}
+
+fn describe(s: &Summary, pool: &Path, exit: &Exit) -> String {
+    let mut stops = s.stop_ms.clone();
+    stops.sort_by(|a, b| a.total_cmp(b));
+    let pct = |p: f64| {
+        stops
+            .get(((stops.len() as f64 - 1.0) * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    let mut out = format!(
+        "kioku: program {exit}; {} checkpoints (last epoch {}), stop time median {:.2} ms, max {:.2} ms; {:.1} MiB copied in all; {:.1} MiB of memory captured; pool {}",
+        s.checkpoints,
+        s.last_epoch,
+        pct(0.5),
+        pct(1.0),
+        s.copied_bytes as f64 / (1 << 20) as f64,
+        s.captured_bytes as f64 / (1 << 20) as f64,
+        pool.display()
+    );
+    if let Some(w) = &s.stopped_because {
+        out.push_str(&format!("\nkioku: checkpoints stopped early: {w}"));
+    }
+    out
+}
+
+/// The most recent restorable pool under ./.kioku/.
+fn most_recent() -> Result<PathBuf> {
+    let dir = Path::new(DEFAULT_DIR);
+    let mut all = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "pool") {
+                all.push(p);
+            }
+        }
+    }
+    all.sort();
+    let mut candidates = Vec::new();
+    let mut lines = Vec::new();
+    for p in &all {
+        let line = match pool_state(p) {
+            PoolState::Process {
+                image: Some(i),
+                unix_ns,
+            } => {
+                let state = if busy(p) {
+                    "in use by a running monitor".to_string()
+                } else if let Some(f) = &i.finished {
+                    format!("finished ({f})")
+                } else {
+                    candidates.push((unix_ns, p.clone()));
+                    "restorable".to_string()
+                };
+                format!("  {}  {}  {state}", p.display(), i.program.path.display())
+            }
+            PoolState::Process { image: None, .. } => {
+                format!("  {}  no checkpoint yet", p.display())
+            }
+            PoolState::Other(w) => format!("  {}  {w}", p.display()),
+            PoolState::Missing => continue,
+        };
+        lines.push(line);
+    }
+    candidates.sort();
+    match candidates.pop() {
+        Some((_, p)) => Ok(p),
+        None if lines.is_empty() => Err(anyhow!(
+            "no pool under ./{DEFAULT_DIR}/ to restore; pass --pool PATH"
+        )),
+        None => Err(anyhow!(
+            "no restorable pool under ./{DEFAULT_DIR}/; pass --pool PATH. Pools there:\n{}",
+            lines.join("\n")
+        )),
+    }
+}
+
+pub fn checkpoint(a: CheckpointArgs) -> Result<()> {
+    let target = match (&a.pool, a.pid) {
+        (Some(p), _) => Target::Pool(p),
+        (None, Some(pid)) => Target::Pid(pid),
+        (None, None) => bail!("give a PID or --pool"),
+    };
+    let answer = request_checkpoint(target, a.timeout)?;
+    println!("{answer}");
+    Ok(())
+}
+
+pub fn inspect(a: InspectArgs) -> Result<()> {
+    let report = kioku_pool::inspect::inspect(&a.pool)
+        .with_context(|| format!("reading {}", a.pool.display()))?;
+    let ck = kioku_ckpt::inspect::inspect(&a.pool, &report)
+        .with_context(|| format!("reading {}", a.pool.display()))?;
+    let Some(ck) = ck else {
+        bail!(
+            "{} holds no process checkpoint ({}); `kioku pool inspect` shows what it is",
+            a.pool.display(),
+            report
+                .header
+                .as_ref()
+                .map(|h| format!("pool kind '{}'", h.kind))
+                .unwrap_or_else(|| "not a kioku pool".into())
+        );
+    };
+    let image = match ck.metadata.as_deref() {
+        Some([]) | None => None,
+        Some(m) => Some(ProcessImage::decode(m)?),
+    };
+    if a.json {
+        let v = serde_json::json!({
+            "pool": a.pool,
+            "epoch": ck.epoch,
+            "checkpoint_unix_ns": ck.checkpoint_unix_ns,
+            "holder_pid": report.held_by,
+            "image": image,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("pool        {}", a.pool.display());
+    let Some(i) = image else {
+        println!("no checkpoint yet");
+        return Ok(());
+    };
+    let when = std::time::UNIX_EPOCH + Duration::from_nanos(ck.checkpoint_unix_ns);
+    let ago = std::time::SystemTime::now()
+        .duration_since(when)
+        .map(|d| format!("{:.1} s ago", d.as_secs_f64()))
+        .unwrap_or_default();
+    println!(
+        "program     {} (pid {} when checkpointed)",
+        i.program.path.display(),
+        i.pid
+    );
+    println!("arguments   {}", i.argv.join(" "));
+    println!("epoch       {} ({ago})", ck.epoch);
+    match (&i.finished, report.held_by) {
+        (Some(f), _) => println!("state       finished: {f}; nothing to restore"),
+        (None, Some(pid)) => println!("state       running under monitor pid {pid}"),
+        (None, None) => println!(
+            "state       restorable with `kioku restore --pool {}`",
+            a.pool.display()
+        ),
+    }
+    let captured: usize = i.areas.iter().map(|a| a.end - a.start).sum();
+    println!(
+        "memory      {} mappings, {} captured areas, {:.1} MiB captured",
+        i.vmas.len(),
+        i.areas.len(),
+        captured as f64 / (1 << 20) as f64
+    );
+    for a in &i.areas {
+        println!(
+            "            {:#014x}-{:#014x}  {:>10} KiB",
+            a.start,
+            a.end,
+            (a.end - a.start) >> 10
+        );
+    }
+    println!("threads     {}", i.threads.len());
+    println!("descriptors");
+    for f in &i.fds {
+        let what = match &f.kind {
+            kioku_run::image::FdKind::Inherited => {
+                "inherited from the restoring command".to_string()
+            }
+            kioku_run::image::FdKind::File { path, size } => {
+                format!("{} at offset {} (size {size})", path.display(), f.pos)
+            }
+            kioku_run::image::FdKind::Device { path } => path.display().to_string(),
+        };
+        println!("            {:>3}  {what}", f.fd);
+    }
+    println!("recent checkpoints (epoch, copied, stop)");
+    for e in &i.recent {
+        println!(
+            "            {:>6}  {:>10.2} MiB  {:>8.2} ms",
+            e.epoch,
+            e.copied_bytes as f64 / (1 << 20) as f64,
+            e.stop_us as f64 / 1e3
+        );
+    }
+    Ok(())
+}

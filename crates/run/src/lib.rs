@@ -1,0 +1,24 @@
+//! kioku's transparent process checkpoints.
+//!
+//! `kioku run -- PROGRAM` starts an unmodified program under a ptrace monitor; the monitor
+//! checkpoints it periodically into a pool (NDCKPT's two contexts, through `kioku-ckpt`), and
+//! `kioku restore` rebuilds it from the last checkpoint — memory layout, memory, registers of
+//! every thread, brk, signal dispositions and masks, descriptors — after SIGKILL, a crash of
+//! the monitor, or power loss. See `docs/run.md`.
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("kioku-run supports x86-64 only");
+
+pub mod capture;
+pub mod control;
+pub mod error;
+pub mod image;
+pub mod monitor;
+pub mod restore;
+pub mod shadow;
+mod sys;
+
+pub use capture::{CaptureStats, Captured, Capturer, CheckpointReport};
+pub use error::{Result, RunError};
+pub use image::ProcessImage;
+pub use monitor::{Monitor, MonitorOptions, Summary};

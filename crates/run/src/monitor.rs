@@ -1,0 +1,178 @@
+//! The monitor loop: let the program run, checkpoint it every interval and on request, pass its
+//! exit through.
+
+use std::time::{Duration, Instant};
+
+use kioku_proc::{Exit, ProcError, Tracee};
+
+use crate::capture::{Capturer, CheckpointReport};
+use crate::control::{Control, Request};
+use crate::error::{Result, RunError};
+
+/// How the monitor behaves.
+#[derive(Clone, Debug)]
+pub struct MonitorOptions {
+    /// Time between checkpoints; `None`: only on request.
+    pub interval: Option<Duration>,
+    /// Listen for `kioku checkpoint` requests.
+    pub control: bool,
+}
+
+impl Default for MonitorOptions {
+    fn default() -> Self {
+        MonitorOptions {
+            interval: Some(Duration::from_secs(1)),
+            control: true,
+        }
+    }
+}
+
+/// What a monitored run did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Summary {
+    pub checkpoints: u64,
+    pub last_epoch: u64,
+    /// Stop times (ms) of every checkpoint.
+    pub stop_ms: Vec<f64>,
+    /// Durable (engine) times (ms), overlapping the program's run.
+    pub durable_ms: Vec<f64>,
+    pub copied_bytes: u64,
+    pub captured_bytes: u64,
+    /// Why checkpoints stopped, if they did.
+    pub stopped_because: Option<String>,
+}
+
+/// A program under the monitor.
+pub struct Monitor {
+    tracee: Tracee,
+    capturer: Option<Capturer>,
+    control: Option<Control>,
+    opts: MonitorOptions,
+    summary: Summary,
+}
+
+/// The slice the program runs between looks at the control socket.
+const POLL: Duration = Duration::from_millis(20);
+
+impl Monitor {
+    pub fn new(tracee: Tracee, capturer: Capturer, opts: MonitorOptions) -> Result<Monitor> {
+        let control = if opts.control {
+            Some(Control::listen(tracee.pid(), capturer.pool_path())?)
+        } else {
+            None
+        };
+        Ok(Monitor {
+            tracee,
+            capturer: Some(capturer),
+            control,
+            opts,
+            summary: Summary::default(),
+        })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.tracee.pid()
+    }
+
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+
+    /// Takes a checkpoint now (the program must be running or stopped under the monitor).
+    pub fn checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
+        let Some(cap) = self.capturer.as_mut() else {
+            return Ok(None);
+        };
+        let t0 = Instant::now();
+        match self.tracee.stop_all() {
+            Ok(()) => {}
+            Err(ProcError::Exited { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        let captured = cap.capture(&self.tracee, t0);
+        // Resume whatever happened: the program must not stay stopped because of us.
+        match self.tracee.resume_all() {
+            Ok(()) | Err(ProcError::Exited { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let captured = match captured {
+            Ok(c) => c,
+            Err(RunError::Unsupported { what }) => {
+                tracing::warn!(
+                    "kioku: no more checkpoints: {what}; the program runs on, and the last checkpoint (epoch {}) stays restorable",
+                    cap.engine().epoch()
+                );
+                self.summary.stopped_because = Some(what);
+                self.capturer = None;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let report = cap.commit(captured)?;
+        let s = &mut self.summary;
+        s.checkpoints += 1;
+        s.last_epoch = report.epoch;
+        s.stop_ms.push(report.capture.stop.as_secs_f64() * 1e3);
+        s.durable_ms.push(report.engine.total.as_secs_f64() * 1e3);
+        s.copied_bytes += report.capture.pages * kioku_track::page_size() as u64;
+        s.captured_bytes = report.capture.captured_bytes;
+        tracing::debug!(
+            epoch = report.epoch,
+            stop_ms = report.capture.stop.as_secs_f64() * 1e3,
+            pages = report.capture.pages,
+            "checkpoint"
+        );
+        Ok(Some(report))
+    }
+
+    /// Runs the program to its end, checkpointing; returns how it ended.
+    pub fn run(&mut self) -> Result<Exit> {
+        let mut next = self.opts.interval.map(|i| Instant::now() + i);
+        loop {
+            let slice = match next {
+                Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
+                None => POLL,
+            };
+            if let Some(exit) = self.tracee.run_for(slice)? {
+                return self.ended(exit);
+            }
+            let requests: Vec<Request> =
+                self.control.as_ref().map(|c| c.poll()).unwrap_or_default();
+            let due = next.is_some_and(|n| Instant::now() >= n);
+            if due || !requests.is_empty() {
+                let r = self.checkpoint();
+                let answer = match &r {
+                    Ok(Some(rep)) => serde_json::to_string(rep).unwrap_or_default(),
+                    Ok(None) => match &self.summary.stopped_because {
+                        Some(w) => format!("error: checkpoints stopped: {w}"),
+                        None => "error: the program ended".into(),
+                    },
+                    Err(e) => format!("error: {e}"),
+                };
+                for q in requests {
+                    q.answer(&answer);
+                }
+                r?;
+                if let (Some(i), true) = (self.opts.interval, due) {
+                    next = Some(Instant::now() + i);
+                }
+            }
+        }
+    }
+
+    /// A program that exited is finished; one killed by a signal crashed, and its last
+    /// checkpoint is what a restore resumes.
+    fn ended(&mut self, exit: Exit) -> Result<Exit> {
+        if let Some(cap) = self.capturer.as_mut() {
+            match exit {
+                Exit::Code(_) => cap.finish(exit.to_string())?,
+                Exit::Signal { .. } => tracing::warn!(
+                    "kioku: the program was {exit}; `kioku restore --pool {}` resumes it from its last checkpoint (epoch {})",
+                    cap.pool_path().display(),
+                    cap.engine().epoch()
+                ),
+            }
+        }
+        Ok(exit)
+    }
+}

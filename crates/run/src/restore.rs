@@ -1,0 +1,629 @@
+//! Rebuilding a process from its last checkpoint, from outside: a placeholder (the same
+//! executable, stopped before its first instruction) is emptied, the vdso moved to where the
+//! checkpoint expects it, every mapping recreated at its address, the captured pages written
+//! in (only those that differ from what the fresh mapping shows), then mm fields, descriptors,
+//! signal dispositions, threads and their registers — all by system calls injected into it.
+
+use std::collections::HashMap;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use kioku_ckpt::Engine;
+use kioku_pool::Pool;
+use kioku_proc::{MapKind, ThreadState, Tracee, TraceeCommand};
+
+use crate::capture::{vdso_crc, AreaState, Capturer};
+use crate::error::{Result, RunError};
+use crate::image::{unhex, Backing, FdKind, FileId, ProcessImage, Vma};
+use crate::shadow::{Marks, ShadowSpace};
+use crate::sys;
+
+const ERESTARTSYS: i64 = 512;
+const ERESTARTNOINTR: i64 = 513;
+const ERESTARTNOHAND: i64 = 514;
+const ERESTART_RESTARTBLOCK: i64 = 516;
+
+/// A restored program, stopped, and the checkpointing state to carry on with.
+pub struct Restored {
+    pub tracee: Tracee,
+    pub capturer: Capturer,
+    pub image: ProcessImage,
+    /// Epoch of the checkpoint restored.
+    pub epoch: u64,
+    /// Bytes written into the program.
+    pub bytes_written: u64,
+}
+
+/// Recovers the pool and reads the image of its last checkpoint, refusing pools with nothing
+/// to restore and programs whose files changed.
+pub fn open_image(pool: Pool) -> Result<(Engine<ShadowSpace>, Marks, ProcessImage, u64)> {
+    let kind = pool.header().kind.clone();
+    if kind != kioku_ckpt::POOL_KIND {
+        return Err(RunError::NotAProcessCheckpoint {
+            detail: format!("pool kind is '{kind}'"),
+        });
+    }
+    let marks = Marks::default();
+    let (mut engine, rec) = Engine::recover_in(pool, ShadowSpace::new(marks.clone()))?;
+    engine.set_adaptive(false)?;
+    if rec.epoch == 0 {
+        return Err(RunError::NoCheckpoint);
+    }
+    let image = ProcessImage::decode(&rec.metadata)?;
+    if let Some(how) = &image.finished {
+        return Err(RunError::Finished { how: how.clone() });
+    }
+    check_files(&image)?;
+    Ok((engine, marks, image, rec.epoch))
+}
+
+/// Every file the image maps or has open must be the one it had.
+fn check_files(image: &ProcessImage) -> Result<()> {
+    for f in std::iter::once(&image.program).chain(&image.files) {
+        let now = match FileId::of(&f.path) {
+            Ok(n) => n,
+            Err(_) => {
+                return Err(RunError::FileChanged {
+                    path: f.path.clone(),
+                    what: "it no longer exists".into(),
+                })
+            }
+        };
+        if let Some(what) = f.differs(&now) {
+            return Err(RunError::FileChanged {
+                path: f.path.clone(),
+                what,
+            });
+        }
+    }
+    for fd in &image.fds {
+        if let FdKind::File { path, size } = &fd.kind {
+            let md = std::fs::metadata(path).map_err(|_| RunError::FileChanged {
+                path: path.clone(),
+                what: format!("descriptor {} refers to it and it no longer exists", fd.fd),
+            })?;
+            if md.is_file() && md.len() < *size {
+                return Err(RunError::FileChanged {
+                    path: path.clone(),
+                    what: format!(
+                        "descriptor {}: {} bytes at the checkpoint, {} now (cut by someone else)",
+                        fd.fd,
+                        size,
+                        md.len()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Restores the last checkpoint of `pool` into a new process, left stopped.
+pub fn restore(pool: Pool) -> Result<Restored> {
+    let (engine, marks, image, epoch) = open_image(pool)?;
+    // Files the program was writing: what it wrote after the checkpoint is written again
+    // when it runs on, so cut them back to their size at the checkpoint.
+    for fd in &image.fds {
+        if let FdKind::File { path, size } = &fd.kind {
+            let writing = fd.flags & libc::O_ACCMODE != libc::O_RDONLY;
+            let md = std::fs::metadata(path)
+                .map_err(|e| RunError::io(format!("stat {}", path.display()), e))?;
+            if writing && md.is_file() && md.len() > *size {
+                tracing::info!(path = %path.display(), from = md.len(), to = size, "cutting a file the program writes back to its size at the checkpoint");
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(path)
+                    .and_then(|f| f.set_len(*size))
+                    .map_err(|e| RunError::io(format!("truncating {}", path.display()), e))?;
+            }
+        }
+    }
+    let cmd = TraceeCommand::new(&image.program.path)
+        .args(image.argv.iter().skip(1).cloned())
+        .inherit_fds(false);
+    let tracee = Tracee::spawn(cmd)?;
+    let mut r = Rebuild {
+        t: &tracee,
+        tid: tracee.pid(),
+        image: &image,
+    };
+    r.specials()?;
+    r.mappings()?;
+    let written = r.contents(&engine)?;
+    r.protections()?;
+    r.mm()?;
+    r.cwd()?;
+    r.descriptors()?;
+    r.sigactions()?;
+    r.threads()?;
+    let areas = image
+        .areas
+        .iter()
+        .map(|a| AreaState {
+            start: a.start,
+            end: a.end,
+            region: a.region.clone(),
+        })
+        .collect();
+    let mut capturer = Capturer::assemble(engine, marks, &tracee, areas)?;
+    capturer.track_restored(image.recent.clone())?;
+    Ok(Restored {
+        tracee,
+        capturer,
+        image,
+        epoch,
+        bytes_written: written,
+    })
+}
+
+struct Rebuild<'a> {
+    t: &'a Tracee,
+    tid: i32,
+    image: &'a ProcessImage,
+}
+
+fn is_special(v: &Vma) -> bool {
+    matches!(v.backing, Backing::Special { .. })
+}
+
+impl Rebuild<'_> {
+    /// Empties the placeholder and puts the vdso and vvar pages where the image had them.
+    fn specials(&mut self) -> Result<()> {
+        let (t, tid) = (self.t, self.tid);
+        let now = t.maps()?;
+        let want: Vec<&Vma> = self.image.vmas.iter().filter(|v| is_special(v)).collect();
+        let have: Vec<_> = now
+            .iter()
+            .filter(|m| matches!(m.kind, MapKind::Vdso | MapKind::Vvar))
+            .collect();
+        let same_shape = want.len() == have.len()
+            && want.iter().zip(&have).all(|(w, h)| {
+                let kind_ok = match &w.backing {
+                    Backing::Special { name } if name == "[vdso]" => h.kind == MapKind::Vdso,
+                    _ => h.kind == MapKind::Vvar,
+                };
+                kind_ok && w.end - w.start == h.end - h.start
+            });
+        if !same_shape {
+            return Err(RunError::KernelChanged {
+                what: "the vdso/vvar mappings differ in number or size".into(),
+            });
+        }
+        if vdso_crc(t)? != self.image.vdso_crc {
+            return Err(RunError::KernelChanged {
+                what: "the vdso's code differs".into(),
+            });
+        }
+        for m in now
+            .iter()
+            .filter(|m| !matches!(m.kind, MapKind::Vdso | MapKind::Vvar | MapKind::Vsyscall))
+        {
+            t.munmap(tid, m.start, m.end - m.start)?;
+        }
+        if want.iter().zip(&have).all(|(w, h)| w.start == h.start) {
+            return Ok(());
+        }
+        // Reserve the targets that are free, park the specials in one fresh reservation (which
+        // cannot overlap a target), then move each to its target.
+        let mut reserved = Vec::new();
+        for w in &want {
+            let len = w.end - w.start;
+            let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+            if let Ok(a) = t.mmap(tid, w.start, len, libc::PROT_NONE, flags, -1, 0) {
+                if a == w.start {
+                    reserved.push((a, len));
+                } else {
+                    t.munmap(tid, a, len)?;
+                }
+            }
+        }
+        let total: usize = have.iter().map(|h| h.end - h.start).sum();
+        let park = t.mmap(
+            tid,
+            0,
+            total,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )?;
+        let mut at = park;
+        let mut parked = Vec::new();
+        for h in &have {
+            let len = h.end - h.start;
+            t.mremap(
+                tid,
+                h.start,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                at,
+            )?;
+            parked.push(at);
+            at += len;
+        }
+        for (w, p) in want.iter().zip(parked) {
+            let len = w.end - w.start;
+            t.mremap(
+                tid,
+                p,
+                len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                w.start,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Every mapping of the image at its address (captured ones writable for now).
+    fn mappings(&mut self) -> Result<()> {
+        let (t, tid) = (self.t, self.tid);
+        let mut by_file: HashMap<usize, Vec<&Vma>> = HashMap::new();
+        for v in self.image.vmas.iter().filter(|v| !is_special(v)) {
+            match v.backing {
+                Backing::File { index, .. } => by_file.entry(index).or_default().push(v),
+                _ => {
+                    let prot = v.prot() | if v.captured { libc::PROT_WRITE } else { 0 };
+                    let flags = libc::MAP_PRIVATE
+                        | libc::MAP_ANONYMOUS
+                        | libc::MAP_FIXED
+                        | if v.grows_down { libc::MAP_GROWSDOWN } else { 0 };
+                    t.mmap(tid, v.start, v.end - v.start, prot, flags, -1, 0)?;
+                }
+            }
+        }
+        let mut files: Vec<_> = by_file.into_iter().collect();
+        files.sort_by_key(|(i, _)| *i);
+        for (index, vmas) in files {
+            let path = &self.image.files[index].path;
+            let rw = vmas.iter().any(|v| v.shared && v.write);
+            let fd = t.openat(
+                tid,
+                libc::AT_FDCWD,
+                path,
+                (if rw { libc::O_RDWR } else { libc::O_RDONLY }) | libc::O_CLOEXEC,
+                0,
+            )?;
+            let mut result = Ok(());
+            for v in vmas {
+                let Backing::File { offset, .. } = v.backing else {
+                    unreachable!("grouped by file")
+                };
+                let prot = v.prot() | if v.captured { libc::PROT_WRITE } else { 0 };
+                let flags = libc::MAP_FIXED
+                    | if v.shared {
+                        libc::MAP_SHARED
+                    } else {
+                        libc::MAP_PRIVATE
+                    };
+                if let Err(e) = t.mmap(tid, v.start, v.end - v.start, prot, flags, fd, offset) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            t.close(tid, fd)?;
+            result?;
+        }
+        Ok(())
+    }
+
+    /// Writes the captured pages that differ from what the fresh mapping shows.
+    fn contents(&mut self, engine: &Engine<ShadowSpace>) -> Result<u64> {
+        let ps = kioku_track::page_size();
+        let mut chunks: Vec<(usize, usize, usize)> = Vec::new();
+        let mut open: HashMap<usize, std::fs::File> = HashMap::new();
+        let mut filebuf = vec![0u8; ps];
+        for a in &self.image.areas {
+            let region =
+                engine
+                    .region(&a.region)
+                    .ok_or_else(|| RunError::NotAProcessCheckpoint {
+                        detail: format!("image names region {} which the pool lacks", a.region),
+                    })?;
+            if region.len < a.end - a.start {
+                return Err(RunError::NotAProcessCheckpoint {
+                    detail: format!("region {} is shorter than its area", a.region),
+                });
+            }
+            for v in self
+                .image
+                .vmas
+                .iter()
+                .filter(|v| v.captured && v.start < a.end && a.start < v.end)
+            {
+                let lo = v.start.max(a.start);
+                let hi = v.end.min(a.end);
+                for page in (lo..hi).step_by(ps) {
+                    let local = region.addr + (page - a.start);
+                    // SAFETY: `local` is a page inside the engine's region mapping (checked
+                    // length above), readable for the engine's lifetime.
+                    let bytes = unsafe { std::slice::from_raw_parts(local as *const u8, ps) };
+                    let differs = match v.backing {
+                        Backing::File { index, offset } => {
+                            let f = match open.get(&index) {
+                                Some(f) => f,
+                                None => {
+                                    let p = &self.image.files[index].path;
+                                    let f = std::fs::File::open(p).map_err(|e| {
+                                        RunError::io(format!("opening {}", p.display()), e)
+                                    })?;
+                                    open.entry(index).or_insert(f)
+                                }
+                            };
+                            filebuf.fill(0);
+                            let at = offset + (page - v.start) as u64;
+                            let mut got = 0;
+                            while got < ps {
+                                match f.read_at(&mut filebuf[got..], at + got as u64) {
+                                    Ok(0) => break,
+                                    Ok(n) => got += n,
+                                    Err(e) => return Err(RunError::io("reading a mapped file", e)),
+                                }
+                            }
+                            bytes != &filebuf[..]
+                        }
+                        _ => !is_zero(bytes),
+                    };
+                    if differs {
+                        match chunks.last_mut() {
+                            Some(c) if c.0 + c.2 == page && c.1 + c.2 == local => c.2 += ps,
+                            _ => chunks.push((page, local, ps)),
+                        }
+                    }
+                }
+            }
+        }
+        sys::copy_pages(self.t.pid(), &chunks, false)
+    }
+
+    fn protections(&mut self) -> Result<()> {
+        for v in self
+            .image
+            .vmas
+            .iter()
+            .filter(|v| v.captured && !v.write && !is_special(v))
+        {
+            self.t
+                .mprotect(self.tid, v.start, v.end - v.start, v.prot())?;
+        }
+        Ok(())
+    }
+
+    /// brk, stack, argument and environment bounds, auxv: `prctl(PR_SET_MM, PR_SET_MM_MAP)`.
+    fn mm(&mut self) -> Result<()> {
+        const PR_SET_MM: u64 = 35;
+        const PR_SET_MM_MAP: u64 = 14;
+        let m = &self.image.mm;
+        let auxv: Vec<u8> = self
+            .image
+            .auxv
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let (t, tid) = (self.t, self.tid);
+        let page = t.mmap(
+            tid,
+            0,
+            4096 + auxv.len().next_multiple_of(4096),
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )?;
+        let mut b = Vec::with_capacity(104);
+        for w in [
+            m.start_code,
+            m.end_code,
+            m.start_data,
+            m.end_data,
+            m.start_brk,
+            m.brk,
+            m.start_stack,
+            m.arg_start,
+            m.arg_end,
+            m.env_start,
+            m.env_end,
+            (page + 128) as u64,
+        ] {
+            b.extend_from_slice(&w.to_le_bytes());
+        }
+        b.extend_from_slice(&(auxv.len() as u32).to_le_bytes());
+        b.extend_from_slice(&u32::MAX.to_le_bytes()); // exe_fd: keep
+        let r = t
+            .write_mem(page, &b)
+            .and_then(|_| t.write_mem(page + 128, &auxv))
+            .and_then(|_| {
+                t.syscall(
+                    tid,
+                    libc::SYS_prctl,
+                    &[PR_SET_MM, PR_SET_MM_MAP, page as u64, b.len() as u64, 0],
+                )
+            });
+        t.munmap(tid, page, 4096 + auxv.len().next_multiple_of(4096))?;
+        r?;
+        Ok(())
+    }
+
+    fn cwd(&mut self) -> Result<()> {
+        let mut p = self.image.cwd.as_os_str().as_encoded_bytes().to_vec();
+        p.push(0);
+        let (t, tid) = (self.t, self.tid);
+        t.with_remote_bytes(tid, &p, |at| {
+            t.syscall(tid, libc::SYS_chdir, &[at as u64]).map(|_| ())
+        })
+        .map_err(|e| {
+            RunError::io(
+                format!("changing to directory {}", self.image.cwd.display()),
+                std::io::Error::other(e),
+            )
+        })
+    }
+
+    fn descriptors(&mut self) -> Result<()> {
+        let (t, tid) = (self.t, self.tid);
+        let keep: Vec<i32> = self
+            .image
+            .fds
+            .iter()
+            .filter(|f| f.kind == FdKind::Inherited)
+            .map(|f| f.fd)
+            .collect();
+        let open: Vec<i32> = std::fs::read_dir(format!("/proc/{}/fd", t.pid()))
+            .map_err(|e| RunError::io("listing /proc/PID/fd", e))?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for fd in open.into_iter().filter(|fd| !keep.contains(fd)) {
+            t.close(tid, fd)?;
+        }
+        for f in &self.image.fds {
+            let path = match &f.kind {
+                FdKind::Inherited => continue,
+                FdKind::File { path, .. } | FdKind::Device { path } => path,
+            };
+            let cloexec = f.flags & libc::O_CLOEXEC != 0;
+            let flags = f.flags & !(libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL | libc::O_CLOEXEC);
+            let got = t.openat(
+                tid,
+                libc::AT_FDCWD,
+                Path::new(path),
+                flags | libc::O_CLOEXEC,
+                0,
+            )?;
+            if got != f.fd {
+                t.syscall(
+                    tid,
+                    libc::SYS_dup3,
+                    &[
+                        got as u64,
+                        f.fd as u64,
+                        if cloexec { libc::O_CLOEXEC as u64 } else { 0 },
+                    ],
+                )?;
+                t.close(tid, got)?;
+            } else if !cloexec {
+                t.syscall(tid, libc::SYS_fcntl, &[got as u64, libc::F_SETFD as u64, 0])?;
+            }
+            if matches!(f.kind, FdKind::File { .. }) && f.pos > 0 {
+                t.syscall(
+                    tid,
+                    libc::SYS_lseek,
+                    &[f.fd as u64, f.pos, libc::SEEK_SET as u64],
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn sigactions(&mut self) -> Result<()> {
+        let (t, tid) = (self.t, self.tid);
+        for a in &self.image.sigactions {
+            let mut b = Vec::with_capacity(32);
+            for w in [a.handler, a.flags, a.restorer, a.mask] {
+                b.extend_from_slice(&w.to_le_bytes());
+            }
+            t.with_remote_bytes(tid, &b, |at| {
+                t.syscall(
+                    tid,
+                    libc::SYS_rt_sigaction,
+                    &[a.sig as u64, at as u64, 0, 8],
+                )
+                .map(|_| ())
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Recreates the other threads, then gives every thread its kernel-side state and its
+    /// registers.
+    fn threads(&mut self) -> Result<()> {
+        let (t, leader) = (self.t, self.tid);
+        let mut tids = vec![leader];
+        for _ in 1..self.image.threads.len() {
+            let before = t.threads();
+            let flags = libc::CLONE_VM
+                | libc::CLONE_FS
+                | libc::CLONE_FILES
+                | libc::CLONE_SIGHAND
+                | libc::CLONE_THREAD
+                | libc::CLONE_SYSVSEM;
+            t.syscall(leader, libc::SYS_clone, &[flags as u64, 0, 0, 0, 0])?;
+            t.stop_all()?;
+            let new = t
+                .threads()
+                .into_iter()
+                .find(|x| !before.contains(x))
+                .ok_or_else(|| RunError::Unsupported {
+                    what: "a thread created for the restore did not appear".into(),
+                })?;
+            tids.push(new);
+        }
+        for (ti, &tid) in self.image.threads.iter().zip(&tids) {
+            t.syscall(tid, libc::SYS_set_tid_address, &[ti.tid_address])?;
+            if ti.robust_list.0 != 0 {
+                t.syscall(
+                    tid,
+                    libc::SYS_set_robust_list,
+                    &[ti.robust_list.0, ti.robust_list.1],
+                )?;
+            }
+            if ti.rseq.1 != 0 {
+                t.syscall(
+                    tid,
+                    libc::SYS_rseq,
+                    &[ti.rseq.0, ti.rseq.1 as u64, 0, ti.rseq.2 as u64],
+                )?;
+            }
+            let bytes = unhex(&ti.state).ok_or_else(|| RunError::NotAProcessCheckpoint {
+                detail: "thread state is not hex".into(),
+            })?;
+            let mut state = ThreadState::from_bytes(&bytes)?;
+            restart_fixup(&mut state.regs);
+            t.set_thread_state(tid, &state)?;
+            sys::set_sigmask(tid, ti.sigmask)?;
+        }
+        for (ti, &tid) in self.image.threads.iter().zip(&tids) {
+            for sig in pending(ti.pending) {
+                // SAFETY: plain syscall with integer arguments.
+                unsafe { libc::syscall(libc::SYS_tgkill, t.pid(), tid, sig) };
+            }
+        }
+        for sig in pending(self.image.shared_pending) {
+            // SAFETY: plain syscall with integer arguments.
+            unsafe { libc::kill(t.pid(), sig) };
+        }
+        Ok(())
+    }
+}
+
+fn pending(mask: u64) -> impl Iterator<Item = i32> {
+    (1..=64).filter(move |s| mask & (1u64 << (s - 1)) != 0)
+}
+
+/// A thread checkpointed inside an interrupted system call restarts it: with the call's own
+/// number (a restart block of the old process does not exist here, so `nanosleep` and the
+/// like start over with their original arguments).
+fn restart_fixup(r: &mut kioku_proc::Regs) {
+    if (r.orig_rax as i64) < 0 {
+        return;
+    }
+    let rax = -(r.rax as i64);
+    if matches!(
+        rax,
+        ERESTARTSYS | ERESTARTNOINTR | ERESTARTNOHAND | ERESTART_RESTARTBLOCK
+    ) {
+        r.rax = r.orig_rax;
+        r.rip -= 2;
+    }
+    r.orig_rax = u64::MAX;
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    let (pre, words, post) = unsafe_align(b);
+    pre.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && post.iter().all(|&x| x == 0)
+}
+
+fn unsafe_align(b: &[u8]) -> (&[u8], &[u64], &[u8]) {
+    // SAFETY: any bit pattern is a valid u64; align_to handles alignment.
+    unsafe { b.align_to::<u64>() }
+}

@@ -1,0 +1,308 @@
+//! Thin wrappers over the system calls and /proc files the monitor reads directly (no
+//! injection): bulk memory copies, per-thread signal state, robust lists, rseq.
+
+use std::io;
+
+use kioku_track::PageRange;
+
+use crate::error::{Result, RunError};
+
+/// `PTRACE_GETSIGMASK` / `PTRACE_SETSIGMASK` (Linux 3.11).
+const PTRACE_GETSIGMASK: libc::c_uint = 0x420a;
+const PTRACE_SETSIGMASK: libc::c_uint = 0x420b;
+/// `PTRACE_GET_RSEQ_CONFIGURATION` (Linux 5.13).
+const PTRACE_GET_RSEQ_CONFIGURATION: libc::c_uint = 0x420f;
+
+/// Most iovecs one process_vm_readv/writev takes (`UIO_MAXIOV`).
+const IOV_MAX: usize = 1024;
+
+/// Copies `(remote, local, len)` chunks between process `pid` and this process: out of the
+/// program when `read`, into it otherwise. All bytes or an error.
+pub fn copy_pages(pid: i32, chunks: &[(usize, usize, usize)], read: bool) -> Result<u64> {
+    let mut total = 0u64;
+    for batch in chunks.chunks(IOV_MAX) {
+        let local: Vec<libc::iovec> = batch
+            .iter()
+            .map(|&(_, l, n)| libc::iovec {
+                iov_base: l as *mut libc::c_void,
+                iov_len: n,
+            })
+            .collect();
+        let remote: Vec<libc::iovec> = batch
+            .iter()
+            .map(|&(r, _, n)| libc::iovec {
+                iov_base: r as *mut libc::c_void,
+                iov_len: n,
+            })
+            .collect();
+        let want: usize = batch.iter().map(|c| c.2).sum();
+        let mut done = 0usize;
+        // A partial transfer stops at the first failing iovec; resume after it.
+        let (mut li, mut ri) = (local, remote);
+        while done < want {
+            // SAFETY: every local iovec lies inside an engine region of this process, mapped
+            // and writable (or readable) for its whole length; the kernel checks the remote
+            // side.
+            let n = unsafe {
+                if read {
+                    libc::process_vm_readv(
+                        pid,
+                        li.as_ptr(),
+                        li.len() as libc::c_ulong,
+                        ri.as_ptr(),
+                        ri.len() as libc::c_ulong,
+                        0,
+                    )
+                } else {
+                    libc::process_vm_writev(
+                        pid,
+                        li.as_ptr(),
+                        li.len() as libc::c_ulong,
+                        ri.as_ptr(),
+                        ri.len() as libc::c_ulong,
+                        0,
+                    )
+                }
+            };
+            if n < 0 {
+                return Err(RunError::io(
+                    if read {
+                        "copying the program's pages (process_vm_readv)"
+                    } else {
+                        "writing the program's pages (process_vm_writev)"
+                    },
+                    io::Error::last_os_error(),
+                ));
+            }
+            if n == 0 {
+                return Err(RunError::io(
+                    "copying the program's pages",
+                    io::Error::from_raw_os_error(libc::EFAULT),
+                ));
+            }
+            done += n as usize;
+            advance(&mut li, n as usize);
+            advance(&mut ri, n as usize);
+        }
+        total += want as u64;
+    }
+    Ok(total)
+}
+
+fn advance(v: &mut Vec<libc::iovec>, mut n: usize) {
+    let mut skip = 0;
+    for io in v.iter_mut() {
+        if n == 0 {
+            break;
+        }
+        if n >= io.iov_len {
+            n -= io.iov_len;
+            skip += 1;
+        } else {
+            io.iov_base = (io.iov_base as usize + n) as *mut libc::c_void;
+            io.iov_len -= n;
+            n = 0;
+        }
+    }
+    v.drain(..skip);
+}
+
+/// Blocked signals of stopped tracee thread `tid`.
+pub fn get_sigmask(tid: i32) -> Result<u64> {
+    let mut mask = 0u64;
+    // SAFETY: the kernel writes 8 bytes into `mask`.
+    let r = unsafe {
+        libc::ptrace(
+            PTRACE_GETSIGMASK,
+            tid,
+            8usize as *mut libc::c_void,
+            &mut mask as *mut u64,
+        )
+    };
+    if r < 0 {
+        return Err(RunError::io(
+            "PTRACE_GETSIGMASK",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(mask)
+}
+
+/// Sets the blocked signals of stopped tracee thread `tid`.
+pub fn set_sigmask(tid: i32, mask: u64) -> Result<()> {
+    // SAFETY: the kernel reads 8 bytes from `mask`.
+    let r = unsafe {
+        libc::ptrace(
+            PTRACE_SETSIGMASK,
+            tid,
+            8usize as *mut libc::c_void,
+            &mask as *const u64,
+        )
+    };
+    if r < 0 {
+        return Err(RunError::io(
+            "PTRACE_SETSIGMASK",
+            io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// The rseq registration of stopped tracee thread `tid`: (area, length, signature).
+pub fn rseq_config(tid: i32) -> Result<(u64, u32, u32)> {
+    #[repr(C)]
+    #[derive(Default)]
+    struct Conf {
+        ptr: u64,
+        size: u32,
+        sig: u32,
+        flags: u32,
+        pad: u32,
+    }
+    let mut c = Conf::default();
+    // SAFETY: the kernel writes at most `size_of::<Conf>()` bytes into `c`.
+    let r = unsafe {
+        libc::ptrace(
+            PTRACE_GET_RSEQ_CONFIGURATION,
+            tid,
+            std::mem::size_of::<Conf>() as *mut libc::c_void,
+            &mut c as *mut Conf,
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        // Kernels without CONFIG_RSEQ (or older than 5.13): no rseq to restore.
+        if matches!(e.raw_os_error(), Some(libc::EIO) | Some(libc::EINVAL)) {
+            return Ok((0, 0, 0));
+        }
+        return Err(RunError::io("PTRACE_GET_RSEQ_CONFIGURATION", e));
+    }
+    Ok((c.ptr, c.size, c.sig))
+}
+
+/// The robust futex list of thread `tid`: (head, length).
+pub fn robust_list(tid: i32) -> Result<(u64, u64)> {
+    let mut head = 0u64;
+    let mut len = 0usize;
+    // SAFETY: the kernel writes one pointer and one size_t.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_robust_list,
+            tid,
+            &mut head as *mut u64,
+            &mut len as *mut usize,
+        )
+    };
+    if r < 0 {
+        return Err(RunError::io("get_robust_list", io::Error::last_os_error()));
+    }
+    Ok((head, len as u64))
+}
+
+/// A line `Key:\t<hex>` of /proc/…/status as a number.
+pub fn status_mask(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
+pub fn read_proc(path: String) -> Result<String> {
+    std::fs::read_to_string(&path).map_err(|e| RunError::io(format!("reading {path}"), e))
+}
+
+/// Ranges in `a` but not in `b`; both sorted and non-overlapping.
+pub fn subtract(a: &[PageRange], b: &[PageRange]) -> Vec<PageRange> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for r in a {
+        let mut start = r.start;
+        while j < b.len() && b[j].end <= start {
+            j += 1;
+        }
+        let mut k = j;
+        while start < r.end {
+            match b.get(k) {
+                Some(x) if x.start < r.end => {
+                    if x.start > start {
+                        out.push(PageRange::new(start, x.start));
+                    }
+                    start = start.max(x.end);
+                    k += 1;
+                }
+                _ => {
+                    out.push(PageRange::new(start, r.end));
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Ranges in both `a` and `b`; both sorted and non-overlapping.
+pub fn intersect(a: &[PageRange], b: &[PageRange]) -> Vec<PageRange> {
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < a.len() && j < b.len() {
+        let lo = a[i].start.max(b[j].start);
+        let hi = a[i].end.min(b[j].end);
+        if lo < hi {
+            out.push(PageRange::new(lo, hi));
+        }
+        if a[i].end < b[j].end {
+            i += 1;
+        } else {
+            j += 1;
+        }
+    }
+    out
+}
+
+/// Sorts and merges overlapping or touching ranges.
+pub fn normalize(v: &mut Vec<PageRange>) {
+    v.retain(|r| !r.is_empty());
+    v.sort_unstable();
+    let mut out: Vec<PageRange> = Vec::with_capacity(v.len());
+    for r in v.drain(..) {
+        match out.last_mut() {
+            Some(l) if r.start <= l.end => l.end = l.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    *v = out;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(a: usize, b: usize) -> PageRange {
+        PageRange::new(a, b)
+    }
+
+    #[test]
+    fn range_algebra() {
+        let a = vec![r(0, 10), r(20, 30)];
+        let b = vec![r(5, 8), r(9, 22), r(29, 40)];
+        assert_eq!(subtract(&a, &b), vec![r(0, 5), r(8, 9), r(22, 29)]);
+        assert_eq!(
+            intersect(&a, &b),
+            vec![r(5, 8), r(9, 10), r(20, 22), r(29, 30)]
+        );
+        assert_eq!(subtract(&a, &[]), a);
+        assert_eq!(intersect(&a, &[]), vec![]);
+        let mut v = vec![r(5, 6), r(0, 2), r(2, 3), r(10, 12), r(11, 13)];
+        normalize(&mut v);
+        assert_eq!(v, vec![r(0, 3), r(5, 6), r(10, 13)]);
+    }
+
+    #[test]
+    fn status_masks_parse() {
+        let s = "Name:\tx\nSigPnd:\t0000000000000100\nShdPnd:\t0000000000000000\nSigCgt:\t0000000180004a02\n";
+        assert_eq!(status_mask(s, "SigPnd"), 0x100);
+        assert_eq!(status_mask(s, "SigCgt"), 0x1_8000_4a02);
+        assert_eq!(status_mask(s, "Missing"), 0);
+    }
+}
