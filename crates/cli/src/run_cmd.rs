@@ -148,7 +148,10 @@ fn busy(path: &Path) -> bool {
 fn choose_pool(explicit: Option<PathBuf>, program: &str) -> Result<PathBuf> {
     let replaceable = |p: &Path| match pool_state(p) {
         PoolState::Missing => Ok(true),
-        PoolState::Process { image: Some(i), .. } if i.finished.is_some() && !busy(p) => {
+        // Finished, or killed before its first checkpoint: nothing to lose.
+        PoolState::Process { image, .. }
+            if image.as_ref().is_none_or(|i| i.finished.is_some()) && !busy(p) =>
+        {
             std::fs::remove_file(p).with_context(|| format!("removing {}", p.display()))?;
             Ok(true)
         }
@@ -212,10 +215,30 @@ pub fn run(a: RunArgs) -> Result<i32> {
         .args(a.command[1..].iter().cloned())
         .inherit_fds(a.inherit_fds);
     // Start the program first: a program that does not exist leaves no pool behind.
-    let tracee = Tracee::spawn(cmd)?;
+    let tracee = match Tracee::spawn(cmd) {
+        Ok(t) => t,
+        Err(kioku_proc::ProcError::DiedBeforeExec { exit, .. }) => {
+            return Ok(match exit {
+                Exit::Code(c) => c,
+                Exit::Signal { sig, .. } => die_of(sig),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
     let pool = Pool::create(&pool_path, &o)?;
     tracing::info!(pool = %pool_path.display(), pid = tracee.pid(), "kioku run");
-    let capturer = Capturer::new(pool, &tracee)?;
+    let capturer = match Capturer::new(pool, &tracee) {
+        Ok(c) => c,
+        // Killed before it ran an instruction (while its tracker was being set up).
+        Err(e) if kioku_run::monitor::program_gone(tracee.pid()) => {
+            tracing::debug!("program died during setup: {e}");
+            return Ok(match tracee.kill()? {
+                Exit::Code(c) => c,
+                Exit::Signal { sig, .. } => die_of(sig),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
     let monitor = Monitor::new(tracee, capturer, options(a.interval))?;
     finish(monitor, &pool_path, a.summary, a.summary_json.as_deref())
 }
@@ -234,7 +257,14 @@ pub fn restore(a: RestoreArgs) -> Result<i32> {
     )
     .with_context(|| format!("opening {}", pool_path.display()))?;
     let t0 = std::time::Instant::now();
-    let r = kioku_run::restore::restore(pool)?;
+    let r = match kioku_run::restore::restore(pool) {
+        Ok(r) => r,
+        Err(e @ kioku_run::RunError::DiedDuringRestore { .. }) => {
+            eprintln!("kioku: {e}");
+            return Ok(die_of(libc::SIGKILL));
+        }
+        Err(e) => return Err(e.into()),
+    };
     tracing::info!(
         pool = %pool_path.display(),
         epoch = r.epoch,
@@ -276,20 +306,23 @@ fn finish(
     }
     Ok(match exit {
         Exit::Code(c) => c,
-        Exit::Signal { sig, .. } => {
-            // Die of the same signal, as a shell expects.
-            // SAFETY: resetting a disposition and raising a signal in our own process.
-            unsafe {
-                libc::signal(sig, libc::SIG_DFL);
-                let mut set: libc::sigset_t = std::mem::zeroed();
-                libc::sigemptyset(&mut set);
-                libc::sigaddset(&mut set, sig);
-                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-                libc::raise(sig);
-            }
-            128 + sig
-        }
+        Exit::Signal { sig, .. } => die_of(sig),
     })
+}
+
+/// Dies of signal `sig`, as the program did (a shell then sees the same status); the exit
+/// status to use if that does not happen.
+fn die_of(sig: i32) -> i32 {
+    // SAFETY: resetting a disposition and raising a signal in our own process.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    128 + sig
 }
 
 /// The terminal sends SIGINT/SIGQUIT to the program too; the monitor outlives it to pass its

@@ -17,6 +17,15 @@ pub enum ProcError {
         source: io::Error,
     },
 
+    /// The new process ended (killed by someone) before it reached exec.
+    #[error("'{program}' was {exit} before it started")]
+    DiedBeforeExec {
+        /// The program asked for.
+        program: String,
+        /// How it ended.
+        exit: crate::tracee::Exit,
+    },
+
     /// A ptrace request failed.
     #[error("ptrace {op} on thread {tid} failed: {source}; check kernel.yama.ptrace_scope, that no other debugger is attached, and that the thread still exists")]
     Ptrace {

@@ -368,14 +368,33 @@ impl Tracee {
             inner: Rc::new(RefCell::new(inner)),
         };
         if let Err(e) = sys::ptrace(Req::Seize(opts), pid) {
-            // Not traced: kill and reap it here (Drop would wait as a tracer).
+            // Not traced: kill and reap it here (Drop would wait as a tracer). A child killed
+            // by someone else before we attached cannot be seized either: say so.
+            let mut killed_first = None;
+            for _ in 0..50 {
+                killed_first = sys::wait(pid, true).ok().flatten();
+                if killed_first.is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let _ = sys::kill(pid, libc::SIGKILL);
-            // SAFETY: reaping our own child; the status is ignored.
-            unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-            tracee.inner.borrow_mut().exit = Some(Exit::Signal {
+            let mut status = 0;
+            if killed_first.is_none() {
+                // SAFETY: reaping our own child into a local.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+            }
+            let exit = Exit::Signal {
                 sig: libc::SIGKILL,
                 core: false,
-            });
+            };
+            tracee.inner.borrow_mut().exit = Some(exit);
+            if let Some((Status::Killed { sig, core }, _)) = killed_first {
+                return Err(ProcError::DiedBeforeExec {
+                    program: name,
+                    exit: Exit::Signal { sig, core },
+                });
+            }
             return Err(ProcError::ptrace("SEIZE", pid, e));
         }
         // SAFETY: writing one byte from a local to our pipe.
@@ -415,15 +434,15 @@ impl Tracee {
                         // SAFETY: reading up to 4 bytes into a local buffer.
                         let n =
                             unsafe { libc::read(err_r.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
-                        let source = if n == 4 {
-                            std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno))
-                        } else {
-                            std::io::Error::other(format!(
-                                "it ended before exec ({})",
-                                i.exit.expect("set by thread_gone")
-                            ))
-                        };
-                        return Err(spawn_err(source));
+                        if n == 4 {
+                            let source =
+                                std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+                            return Err(spawn_err(source));
+                        }
+                        return Err(ProcError::DiedBeforeExec {
+                            program: cmd.program.display().to_string(),
+                            exit: i.exit.expect("set by thread_gone"),
+                        });
                     }
                     Status::Other => {
                         return Err(ProcError::Unexpected {
@@ -686,12 +705,40 @@ impl Inner {
         }
     }
 
-    /// Blocking wait for one thread; ECHILD means it is gone without a status for us.
+    /// Waits for one thread's next status; ECHILD means it is gone without a status for us.
+    ///
+    /// Never blocks on a dead leader: a killed process reports its leader's exit only after
+    /// every other thread's exit was collected, so while waiting, exited (zombie) threads are
+    /// reaped.
     pub(crate) fn wait_one(&mut self, tid: i32) -> Result<(Status, i32)> {
-        match sys::wait(tid, false) {
-            Ok(Some(s)) => Ok(s),
-            Ok(None) => unreachable!("blocking wait returned nothing"),
-            Err(source) => Err(ProcError::Wait { tid, source }),
+        let mut spins = 0u32;
+        loop {
+            match sys::wait(tid, true) {
+                Ok(Some(s)) => return Ok(s),
+                Ok(None) => {}
+                Err(source) => return Err(ProcError::Wait { tid, source }),
+            }
+            if tid == self.pid && self.threads.len() > 1 && is_zombie(self.pid, tid) {
+                let others: Vec<i32> = self
+                    .threads
+                    .iter()
+                    .map(|t| t.tid)
+                    .filter(|&t| t != tid && is_zombie(self.pid, t))
+                    .collect();
+                for t in others {
+                    if let Ok(Some((Status::Exited(_) | Status::Killed { .. }, _))) =
+                        sys::wait(t, false)
+                    {
+                        self.threads.retain(|x| x.tid != t);
+                    }
+                }
+            }
+            spins += 1;
+            if spins < 64 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(std::time::Duration::from_micros(20));
+            }
         }
     }
 
@@ -1045,5 +1092,17 @@ impl Drop for Inner {
         if let Err(e) = r {
             tracing::warn!(pid = self.pid, "releasing the traced process failed: {e}");
         }
+    }
+}
+
+/// Whether thread `tid` of `pid` has exited (a zombie, or gone).
+fn is_zombie(pid: i32, tid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
+        Err(_) => true,
+        Ok(s) => matches!(
+            s.rsplit_once(')')
+                .and_then(|(_, r)| r.trim_start().chars().next()),
+            Some('Z') | Some('X')
+        ),
     }
 }

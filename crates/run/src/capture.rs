@@ -112,8 +112,10 @@ pub struct Capturer {
     auxv: Vec<u64>,
     /// `clear_child_tid` per thread (set once by the C library when a thread starts).
     tid_addrs: HashMap<i32, u64>,
-    /// (heap end, brk) at the last query: brk is asked again only when the heap moved.
-    brk: Option<(usize, u64)>,
+    /// brk at the last query, and the maps text then: asked again whenever the mappings
+    /// changed (a brk that moves by whole pages changes them; glibc and the common allocators
+    /// move it by whole pages only).
+    brk: Option<(String, u64)>,
     children_seen: HashSet<i32>,
     last: Option<ProcessImage>,
     /// CRC-32C of the program's vdso (the kernel's code it calls into).
@@ -287,12 +289,15 @@ impl Capturer {
             self.marks.add(PageRange::new(local, local + len));
         }
         let copy_time = t_copy.elapsed();
+        if verify_enabled() {
+            self.verify(&vmas)?;
+        }
 
         // (5) Everything else.
         let threads = self.threads(tracee)?;
         let sigactions = self.sigactions(tracee)?;
         let status = sys::read_proc(format!("/proc/{pid}/status"))?;
-        let mm = self.mm_fields(tracee, &vmas)?;
+        let mm = self.mm_fields(tracee, &maps_text)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                 .map_err(|e| RunError::io("reading /proc/PID/exe", e))?;
@@ -389,6 +394,31 @@ impl Capturer {
         };
         image.finished = Some(how);
         self.engine.checkpoint(&image.encode())?;
+        Ok(())
+    }
+
+    /// Compares every captured page of the stopped program with the running context (a debugging
+    /// aid, `KIOKU_VERIFY_CAPTURE=1`): a difference is a bug of the capture.
+    pub(crate) fn verify(&self, vmas: &[Vma]) -> Result<()> {
+        let ps = self.page;
+        let mut buf = vec![0u8; ps];
+        for a in &self.areas {
+            let base = self.engine.region(&a.region).expect("region").addr;
+            for page in (a.start..a.end).step_by(ps) {
+                if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
+                    .is_err()
+                {
+                    continue;
+                }
+                // SAFETY: a page inside the region's mapping.
+                let shadow =
+                    unsafe { std::slice::from_raw_parts((base + page - a.start) as *const u8, ps) };
+                if shadow != &buf[..] {
+                    let v = vmas.iter().find(|v| v.start <= page && page < v.end);
+                    tracing::error!(page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
+                }
+            }
+        }
         Ok(())
     }
 
@@ -768,7 +798,7 @@ impl Capturer {
         Ok(out)
     }
 
-    fn mm_fields(&mut self, tracee: &Tracee, vmas: &[Vma]) -> Result<MmFields> {
+    fn mm_fields(&mut self, tracee: &Tracee, maps_text: &str) -> Result<MmFields> {
         let stat = sys::read_proc(format!("/proc/{}/stat", self.pid))?;
         // Fields after the command name (which may hold spaces): field 3 is the first.
         let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
@@ -778,17 +808,12 @@ impl Capturer {
             .collect();
         let at = |n: usize| f.get(n - 3).copied().unwrap_or(0);
         let start_brk = at(47);
-        let heap_end = vmas
-            .iter()
-            .find(|v| v.start as u64 <= start_brk && start_brk < v.end as u64)
-            .map(|v| v.end)
-            .unwrap_or(start_brk as usize);
-        let brk = match self.brk {
-            Some((end, brk)) if end == heap_end => brk,
+        let brk = match &self.brk {
+            Some((text, brk)) if text == maps_text => *brk,
             _ => {
                 let tid = tracee.control_thread()?;
                 let b = tracee.syscall(tid, libc::SYS_brk, &[0])?;
-                self.brk = Some((heap_end, b));
+                self.brk = Some((maps_text.to_string(), b));
                 b
             }
         };
@@ -831,4 +856,9 @@ pub(crate) fn vdso_crc(tracee: &Tracee) -> Result<Option<u32>> {
     let mut b = vec![0u8; v.end - v.start];
     tracee.read_mem(v.start, &mut b)?;
     Ok(Some(crc32c::crc32c(&b)))
+}
+
+pub(crate) fn verify_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("KIOKU_VERIFY_CAPTURE").is_some_and(|v| v == "1"))
 }

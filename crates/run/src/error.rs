@@ -35,6 +35,10 @@ pub enum RunError {
     KernelChanged { what: String },
     #[error("cannot checkpoint this process: {what}")]
     Unsupported { what: String },
+    #[error(
+        "the program was {how} while being restored; its checkpoint is untouched — restore again"
+    )]
+    DiedDuringRestore { how: String },
     #[error("checkpoint image format version {found} is not supported by this kioku (it reads version {supported}); use the kioku that wrote it")]
     Version { found: u32, supported: u32 },
 }

@@ -91,7 +91,15 @@ impl Monitor {
         }
         let captured = cap.capture(&self.tracee, t0);
         // Resume whatever happened: the program must not stay stopped because of us.
-        match self.tracee.resume_all() {
+        let resumed = self.tracee.resume_all();
+        let pid = self.tracee.pid();
+        if (captured.is_err() || resumed.is_err()) && program_gone(pid) {
+            // Killed while stopped (SIGKILL cannot wait for us): no checkpoint; the loop
+            // collects the exit.
+            tracing::debug!(pid, "program died during a checkpoint");
+            return Ok(None);
+        }
+        match resumed {
             Ok(()) | Err(ProcError::Exited { .. }) => {}
             Err(e) => return Err(e.into()),
         }
@@ -175,4 +183,25 @@ impl Monitor {
         }
         Ok(exit)
     }
+}
+
+/// Whether process `pid` is dead or dying (gone, or a zombie waiting to be reaped). Asked
+/// after a failure: a process killed while stopped makes ptrace fail before it shows as a
+/// zombie, so this waits up to half a second for it to get there.
+pub fn program_gone(pid: i32) -> bool {
+    let dead = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(s) => matches!(
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z') | Some('X') | None
+        ),
+    };
+    for _ in 0..500 {
+        if dead() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
 }

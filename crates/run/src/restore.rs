@@ -121,11 +121,46 @@ pub fn restore(pool: Pool) -> Result<Restored> {
     let cmd = TraceeCommand::new(&image.program.path)
         .args(image.argv.iter().skip(1).cloned())
         .inherit_fds(false);
-    let tracee = Tracee::spawn(cmd)?;
+    let tracee = match Tracee::spawn(cmd) {
+        Ok(t) => t,
+        Err(kioku_proc::ProcError::DiedBeforeExec { exit, .. }) => {
+            return Err(RunError::DiedDuringRestore {
+                how: exit.to_string(),
+            })
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let rebuilt = rebuild(&tracee, engine, marks, &image);
+    let (capturer, written) = match rebuilt {
+        Ok(x) => x,
+        Err(e) if crate::monitor::program_gone(tracee.pid()) => {
+            // Killed while being rebuilt (SIGKILL does not wait): the checkpoint is untouched.
+            let exit = tracee.kill().map(|x| x.to_string()).unwrap_or_default();
+            tracing::debug!("restore interrupted: {e}");
+            return Err(RunError::DiedDuringRestore { how: exit });
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Restored {
+        tracee,
+        capturer,
+        image,
+        epoch,
+        bytes_written: written,
+    })
+}
+
+/// Everything after the placeholder exists.
+fn rebuild(
+    tracee: &Tracee,
+    engine: Engine<ShadowSpace>,
+    marks: Marks,
+    image: &ProcessImage,
+) -> Result<(Capturer, u64)> {
     let mut r = Rebuild {
-        t: &tracee,
+        t: tracee,
         tid: tracee.pid(),
-        image: &image,
+        image,
     };
     r.specials()?;
     r.mappings()?;
@@ -145,15 +180,25 @@ pub fn restore(pool: Pool) -> Result<Restored> {
             region: a.region.clone(),
         })
         .collect();
-    let mut capturer = Capturer::assemble(engine, marks, &tracee, areas)?;
+    let mut capturer = Capturer::assemble(engine, marks, tracee, areas)?;
     capturer.track_restored(image.recent.clone())?;
-    Ok(Restored {
-        tracee,
-        capturer,
-        image,
-        epoch,
-        bytes_written: written,
-    })
+    if crate::capture::verify_enabled() {
+        capturer.verify(&image.vmas)?;
+        let now = kioku_proc::read_maps(tracee.pid())?;
+        for v in &image.vmas {
+            let ok = now.iter().any(|m| {
+                m.start <= v.start
+                    && v.end <= m.end
+                    && m.perms.read == v.read
+                    && m.perms.write == v.write
+                    && m.perms.exec == v.exec
+            });
+            if !ok {
+                tracing::error!(?v, "restored layout lacks this mapping");
+            }
+        }
+    }
+    Ok((capturer, written))
 }
 
 struct Rebuild<'a> {

@@ -1,0 +1,156 @@
+//! Transparent process checkpoints end to end: unmodified programs (examples/proc/) run under
+//! `kioku run`, are SIGKILLed at random moments — the program, or the monitor — and brought
+//! back with `kioku restore` (killed again, restored again…) until they finish; their output
+//! and the files they write must equal an uninterrupted run's, byte for byte.
+//!
+//! KIOKU_PROC_KILLS sets the kill-and-restore cycles per program (default 4).
+
+#[path = "common/programs.rs"]
+mod programs;
+
+use std::time::Duration;
+
+use programs::*;
+use rand::{Rng, SeedableRng};
+
+fn cycles() -> usize {
+    std::env::var("KIOKU_PROC_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
+}
+
+fn rng(name: &str) -> rand_chacha::ChaCha8Rng {
+    let seed = std::env::var("KIOKU_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("{name}: KIOKU_SEED={seed}");
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
+}
+
+/// Runs `cmd` under kioku, killing it after a random time up to `max_ms`, restoring and killing
+/// again until it finishes; compares `files` with a plain run's.
+fn kill_and_restore(name: &str, cmd: &[String], files: &[&str], max_ms: u64, kill_monitor: bool) {
+    let mut rng = rng(name);
+    let plain = RunDir::new();
+    reference(cmd, &plain);
+    for cycle in 0..cycles() {
+        let dir = RunDir::new();
+        let pool = dir.pool();
+        let pool = pool.to_str().unwrap();
+        let mut args = vec!["run", "--pool", pool, "--interval", "15ms", "--"];
+        args.extend(cmd.iter().map(String::as_str));
+        let mut child = spawn_kioku(&args, &dir);
+        let mut kills = 0;
+        loop {
+            let after = Duration::from_millis(rng.gen_range(5..max_ms));
+            match kill_after(child, after, kill_monitor && kills % 2 == 1) {
+                Outcome::Finished(0) => break,
+                // Killed before the first checkpoint: start again, as a user would.
+                Outcome::Finished(1) if stderr_of(&dir).ends_with("no checkpoint yet (the program was killed before its first checkpoint); run it again with `kioku run`\n") => {
+                    std::fs::write(dir.path("stderr.txt"), b"").unwrap();
+                    std::fs::write(dir.path("stdout.txt"), b"").unwrap();
+                    child = spawn_kioku(&args, &dir);
+                    continue;
+                }
+                Outcome::Finished(c) => panic!(
+                    "{name} cycle {cycle}: kioku exited with {c} after {kills} kills: {}",
+                    stderr_of(&dir)
+                ),
+                Outcome::Killed => kills += 1,
+            }
+            assert!(kills < 200, "{name}: never finishes");
+            child = spawn_kioku(&["restore", "--pool", pool, "--interval", "15ms"], &dir);
+        }
+        for f in files {
+            assert!(
+                plain.read(f) == dir.read(f),
+                "{name} cycle {cycle} ({kills} kills): {f} differs from the uninterrupted run\n--- stderr:\n{}",
+                stderr_of(&dir)
+            );
+        }
+        eprintln!("{name} cycle {cycle}: {kills} kills, output identical");
+    }
+}
+
+fn s(v: &[&str]) -> Vec<String> {
+    v.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn pi_dynamic_survives_sigkill() {
+    let p = program("pi", false);
+    kill_and_restore(
+        "pi",
+        &s(&[p.to_str().unwrap(), "6000"]),
+        &["stdout.txt"],
+        400,
+        false,
+    );
+}
+
+#[test]
+fn pi_static_survives_sigkill() {
+    let p = program("pi", true);
+    kill_and_restore(
+        "pi-static",
+        &s(&[p.to_str().unwrap(), "6000"]),
+        &["stdout.txt"],
+        400,
+        false,
+    );
+}
+
+#[test]
+fn threads_survive_sigkill() {
+    let p = program("threads", false);
+    kill_and_restore(
+        "threads",
+        &s(&[p.to_str().unwrap(), "4", "30", "1500000"]),
+        &["stdout.txt"],
+        400,
+        false,
+    );
+}
+
+#[test]
+fn heap_growing_and_shrinking_survives_sigkill() {
+    let p = program("heap", false);
+    kill_and_restore(
+        "heap",
+        &s(&[p.to_str().unwrap(), "30"]),
+        &["stdout.txt"],
+        500,
+        false,
+    );
+}
+
+#[test]
+fn file_writer_survives_sigkill() {
+    let p = program("writer", false);
+    kill_and_restore(
+        "writer",
+        &s(&[p.to_str().unwrap(), ".", "200"]),
+        &["stdout.txt", "data.txt", "log.txt"],
+        500,
+        false,
+    );
+}
+
+#[test]
+fn a_killed_monitor_loses_nothing() {
+    let p = program("pi", false);
+    kill_and_restore(
+        "pi-monitor",
+        &s(&[p.to_str().unwrap(), "6000"]),
+        &["stdout.txt"],
+        400,
+        true,
+    );
+}
