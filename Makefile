@@ -12,10 +12,11 @@ deps:
 build: deps
 	$(CARGO) build --release --workspace
 
-# The most complete end-to-end scenario that exists: a pool surviving SIGKILL
-# (write, SIGKILL, reopen, verify), under ./.kioku/.
+# kioku's main job: an unmodified program (the pi spigot) checkpointed every 10 ms under
+# `kioku run`, SIGKILLed part-way, brought back by `kioku restore`, its output checked against
+# an uninterrupted run. Pool under ./.kioku/.
 demo: deps
-	$(CARGO) run --release -q -p kioku-pool --example crash_demo -- --pool .kioku/demo.pool
+	scripts/demo.sh
 
 lint: deps
 	$(CARGO) fmt --all -- --check

@@ -109,7 +109,7 @@ enum PoolState {
     Missing,
     /// A process checkpoint; `finished` once the program ended.
     Process {
-        image: Option<ProcessImage>,
+        image: Option<Box<ProcessImage>>,
         unix_ns: u64,
     },
     Other(String),
@@ -127,8 +127,14 @@ fn pool_state(path: &Path) -> PoolState {
             image: r
                 .metadata
                 .as_deref()
-                .and_then(|m| ProcessImage::decode(m).ok()),
+                .and_then(|m| ProcessImage::decode(m).ok())
+                .map(Box::new),
             unix_ns: r.checkpoint_unix_ns,
+        },
+        // A checkpoint pool whose engine never committed (killed while being set up).
+        Ok(None) if is_unstarted_ckpt_pool(&report) => PoolState::Process {
+            image: None,
+            unix_ns: 0,
         },
         _ => PoolState::Other(
             report
@@ -138,6 +144,17 @@ fn pool_state(path: &Path) -> PoolState {
                 .unwrap_or_else(|| "not a kioku pool".into()),
         ),
     }
+}
+
+/// A pool of the checkpoint kind whose live commit holds no roots: created, nothing in it.
+fn is_unstarted_ckpt_pool(report: &kioku_pool::inspect::Report) -> bool {
+    use kioku_pool::examine::SlotState;
+    report.header.as_ref().map(|h| h.kind.as_str()) == Some(kioku_ckpt::POOL_KIND)
+        && report.slots.iter().any(|s| {
+            s.role == "live"
+                && matches!(&s.state, SlotState::Intact { slot, sections }
+                    if slot.roots.is_empty() && sections.is_empty())
+        })
 }
 
 fn busy(path: &Path) -> bool {
@@ -217,7 +234,10 @@ pub fn run(a: RunArgs) -> Result<i32> {
     // Start the program first: a program that does not exist leaves no pool behind.
     let tracee = match Tracee::spawn(cmd) {
         Ok(t) => t,
-        Err(kioku_proc::ProcError::DiedBeforeExec { exit, .. }) => {
+        Err(
+            kioku_proc::ProcError::DiedBeforeExec { exit, .. }
+            | kioku_proc::ProcError::Exited { exit, .. },
+        ) => {
             return Ok(match exit {
                 Exit::Code(c) => c,
                 Exit::Signal { sig, .. } => die_of(sig),

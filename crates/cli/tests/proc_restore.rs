@@ -52,8 +52,9 @@ fn kill_and_restore(name: &str, cmd: &[String], files: &[&str], max_ms: u64, kil
             let after = Duration::from_millis(rng.gen_range(5..max_ms));
             match kill_after(child, after, kill_monitor && kills % 2 == 1) {
                 Outcome::Finished(0) => break,
-                // Killed before the first checkpoint: start again, as a user would.
-                Outcome::Finished(1) if stderr_of(&dir).ends_with("no checkpoint yet (the program was killed before its first checkpoint); run it again with `kioku run`\n") => {
+                // Killed before the first checkpoint (or before the pool existed): start
+                // again, as a user would.
+                Outcome::Finished(1) if never_checkpointed(&stderr_of(&dir)) => {
                     std::fs::write(dir.path("stderr.txt"), b"").unwrap();
                     std::fs::write(dir.path("stdout.txt"), b"").unwrap();
                     child = spawn_kioku(&args, &dir);
@@ -77,6 +78,12 @@ fn kill_and_restore(name: &str, cmd: &[String], files: &[&str], max_ms: u64, kil
         }
         eprintln!("{name} cycle {cycle}: {kills} kills, output identical");
     }
+}
+
+fn never_checkpointed(stderr: &str) -> bool {
+    let last = stderr.lines().last().unwrap_or("");
+    last.ends_with("no checkpoint yet (the program was killed before its first checkpoint); run it again with `kioku run`")
+        || (last.contains("no such pool") && !stderr.contains("restored"))
 }
 
 fn s(v: &[&str]) -> Vec<String> {

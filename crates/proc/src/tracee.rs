@@ -96,6 +96,8 @@ pub(crate) struct Inner {
     pub syscall_insn: Option<usize>,
     /// Always write `syscall` over the word at `rip` instead of searching for one.
     pub patch_syscall: bool,
+    /// execve calls completed since the spawn (the first exec of a spawn not counted).
+    pub execs: u64,
 }
 
 /// Handle on a traced process. Clones share the process; the last handle to go kills a process
@@ -232,6 +234,9 @@ fn child_after_fork(
     unsafe {
         // Our copy of the write end would keep the pipe open if the parent died.
         libc::close(go_w);
+        // The Rust runtime ignores SIGPIPE in the monitor; the program starts with the default,
+        // as std::process::Command gives its children.
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         for (target, fd) in stdio.iter().enumerate() {
             if let Some(fd) = fd {
                 // dup2 onto itself keeps close-on-exec: clear it instead.
@@ -362,6 +367,7 @@ impl Tracee {
             detached: false,
             syscall_insn: None,
             patch_syscall: false,
+            execs: 0,
         };
         // From here on, dropping `tracee` kills and reaps the child.
         let tracee = Tracee {
@@ -471,6 +477,7 @@ impl Tracee {
             detached: false,
             syscall_insn: None,
             patch_syscall: false,
+            execs: 0,
         };
         let tracee = Tracee {
             inner: Rc::new(RefCell::new(inner)),
@@ -536,6 +543,12 @@ impl Tracee {
             && i.threads
                 .iter()
                 .all(|t| matches!(t.state, TState::Stopped { .. }))
+    }
+
+    /// How many times the program replaced itself with execve since it was spawned or seized
+    /// (its memory is then all new).
+    pub fn execs(&self) -> u64 {
+        self.inner.borrow().execs
     }
 
     /// How the process ended, once it has.
@@ -874,6 +887,7 @@ impl Inner {
             .unwrap_or(TState::Running);
         self.threads = vec![Thread { tid: pid, state }];
         self.syscall_insn = None;
+        self.execs += 1;
         tracing::debug!(pid, "traced process called execve");
     }
 

@@ -121,6 +121,8 @@ pub struct Capturer {
     /// CRC-32C of the program's vdso (the kernel's code it calls into).
     vdso_crc: Option<u32>,
     recent: Vec<crate::image::EpochStat>,
+    /// The program's exec count when the tracker was made.
+    execs: u64,
 }
 
 /// Checkpoints whose cost the image keeps.
@@ -173,13 +175,15 @@ impl Capturer {
             last: None,
             vdso_crc: None,
             recent: vec![],
+            execs: tracee.execs(),
         })
     }
 
     /// After a restore: the areas are in place in the program and equal to the running
     /// context; start tracking them afresh.
-    pub(crate) fn track_restored(&mut self, recent: Vec<crate::image::EpochStat>) -> Result<()> {
-        self.recent = recent;
+    pub(crate) fn track_restored(&mut self, image: &ProcessImage) -> Result<()> {
+        self.recent = image.recent.clone();
+        self.last = Some(image.clone());
         for a in self.areas.clone() {
             self.tracker.track(PageRange::new(a.start, a.end))?;
         }
@@ -209,10 +213,15 @@ impl Capturer {
     /// Captures the stopped program. Fails with `Unsupported` (changing nothing) when it holds
     /// something a checkpoint cannot bring back.
     pub fn capture(&mut self, tracee: &Tracee, stop_began: Instant) -> Result<Captured> {
+        if tracee.execs() != self.execs {
+            self.after_exec(tracee)?;
+        }
         let pid = self.pid;
         let maps_text = sys::read_proc(format!("/proc/{pid}/maps"))?;
         // Descriptors and mappings first: refusing must leave the pool untouched.
+        let t_start = Instant::now();
         let fds = self.descriptors()?;
+        let t_fds = t_start.elapsed();
         let (vmas, files) = self.layout(&maps_text)?;
         self.note_children(tracee);
 
@@ -224,6 +233,7 @@ impl Capturer {
                 _ => want.push(PageRange::new(v.start, v.end)),
             }
         }
+        let t_layout = t_start.elapsed();
         let fresh = self.reconcile_areas(&want)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
@@ -239,6 +249,7 @@ impl Capturer {
             self.tracker.track(*r)?;
         }
 
+        let t_tracked = t_start.elapsed();
         // (3) Written pages, and pages dropped since the last capture.
         let mut written = Vec::new();
         self.tracker.scan_into(&mut written)?;
@@ -293,10 +304,11 @@ impl Capturer {
             self.verify(&vmas)?;
         }
 
+        let t_copied = t_start.elapsed();
         // (5) Everything else.
         let threads = self.threads(tracee)?;
-        let sigactions = self.sigactions(tracee)?;
         let status = sys::read_proc(format!("/proc/{pid}/status"))?;
+        let sigactions = self.sigactions(tracee, &status)?;
         let mm = self.mm_fields(tracee, &maps_text)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -321,6 +333,15 @@ impl Capturer {
         }
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
             .map_err(|e| RunError::io("reading /proc/PID/cwd", e))?;
+        tracing::trace!(
+            since_stop_us = (t_start - stop_began).as_micros() as u64,
+            fds_us = t_fds.as_micros() as u64,
+            layout_us = t_layout.as_micros() as u64,
+            tracking_us = t_tracked.as_micros() as u64,
+            copied_us = t_copied.as_micros() as u64,
+            rest_us = t_start.elapsed().as_micros() as u64,
+            "capture timing (cumulative from the capture's start)"
+        );
         let image = ProcessImage {
             version: IMAGE_VERSION,
             program: self.program.clone().expect("set above"),
@@ -374,6 +395,28 @@ impl Capturer {
         }
         image.recent = self.recent.clone();
         Ok(Captured { image, stats })
+    }
+
+    /// The program replaced itself (execve): a new address space, a new image. The old areas
+    /// go at the next reconciliation; tracking starts over on the new memory.
+    fn after_exec(&mut self, tracee: &Tracee) -> Result<()> {
+        tracing::debug!(
+            pid = self.pid,
+            "program called execve: capturing the new image"
+        );
+        self.tracker = kioku_proc::tracker_for(tracee)?;
+        self.query = PagemapQuery::open(self.pid)?;
+        for a in std::mem::take(&mut self.areas) {
+            self.engine.delete_region(&a.region)?;
+        }
+        self.populated.clear();
+        self.layout = None;
+        self.program = None;
+        self.tid_addrs.clear();
+        self.brk = None;
+        self.vdso_crc = None;
+        self.execs = tracee.execs();
+        Ok(())
     }
 
     /// Makes a capture durable (the program may run meanwhile: the copy is the monitor's).
@@ -769,9 +812,8 @@ impl Capturer {
         Ok(out)
     }
 
-    fn sigactions(&self, tracee: &Tracee) -> Result<Vec<SigAction>> {
-        let status = sys::read_proc(format!("/proc/{}/status", self.pid))?;
-        let set = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
+    fn sigactions(&self, tracee: &Tracee, status: &str) -> Result<Vec<SigAction>> {
+        let set = sys::status_mask(status, "SigCgt") | sys::status_mask(status, "SigIgn");
         let mut out = Vec::new();
         if set == 0 {
             return Ok(out);

@@ -79,7 +79,20 @@ impl Monitor {
     }
 
     /// Takes a checkpoint now (the program must be running or stopped under the monitor).
+    /// `None` when none was taken: the program died meanwhile, or checkpoints stopped.
     pub fn checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
+        match self.try_checkpoint() {
+            Err(RunError::Proc(ProcError::Exited { .. })) => Ok(None),
+            Err(e @ RunError::Unsupported { .. }) => Err(e),
+            Err(e) if program_gone(self.tracee.pid()) => {
+                tracing::debug!("program died during a checkpoint: {e}");
+                Ok(None)
+            }
+            r => r,
+        }
+    }
+
+    fn try_checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
         let Some(cap) = self.capturer.as_mut() else {
             return Ok(None);
         };
@@ -93,7 +106,8 @@ impl Monitor {
         // Resume whatever happened: the program must not stay stopped because of us.
         let resumed = self.tracee.resume_all();
         let pid = self.tracee.pid();
-        if (captured.is_err() || resumed.is_err()) && program_gone(pid) {
+        let refused = matches!(captured, Err(RunError::Unsupported { .. }));
+        if !refused && (captured.is_err() || resumed.is_err()) && program_gone(pid) {
             // Killed while stopped (SIGKILL cannot wait for us): no checkpoint; the loop
             // collects the exit.
             tracing::debug!(pid, "program died during a checkpoint");
@@ -133,6 +147,14 @@ impl Monitor {
         Ok(Some(report))
     }
 
+    /// Lets the program run for `d` without checkpoints; its exit if it ended.
+    pub fn run_for(&mut self, d: Duration) -> Result<Option<Exit>> {
+        match self.tracee.run_for(d)? {
+            Some(exit) => self.ended(exit).map(Some),
+            None => Ok(None),
+        }
+    }
+
     /// Runs the program to its end, checkpointing; returns how it ended.
     pub fn run(&mut self) -> Result<Exit> {
         let mut next = self.opts.interval.map(|i| Instant::now() + i);
@@ -141,8 +163,10 @@ impl Monitor {
                 Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
                 None => POLL,
             };
-            if let Some(exit) = self.tracee.run_for(slice)? {
-                return self.ended(exit);
+            match self.tracee.run_for(slice) {
+                Ok(Some(exit)) | Err(ProcError::Exited { exit, .. }) => return self.ended(exit),
+                Ok(None) => {}
+                Err(e) => return Err(e.into()),
             }
             let requests: Vec<Request> =
                 self.control.as_ref().map(|c| c.poll()).unwrap_or_default();

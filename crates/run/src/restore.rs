@@ -123,7 +123,10 @@ pub fn restore(pool: Pool) -> Result<Restored> {
         .inherit_fds(false);
     let tracee = match Tracee::spawn(cmd) {
         Ok(t) => t,
-        Err(kioku_proc::ProcError::DiedBeforeExec { exit, .. }) => {
+        Err(
+            kioku_proc::ProcError::DiedBeforeExec { exit, .. }
+            | kioku_proc::ProcError::Exited { exit, .. },
+        ) => {
             return Err(RunError::DiedDuringRestore {
                 how: exit.to_string(),
             })
@@ -181,7 +184,7 @@ fn rebuild(
         })
         .collect();
     let mut capturer = Capturer::assemble(engine, marks, tracee, areas)?;
-    capturer.track_restored(image.recent.clone())?;
+    capturer.track_restored(image)?;
     if crate::capture::verify_enabled() {
         capturer.verify(&image.vmas)?;
         let now = kioku_proc::read_maps(tracee.pid())?;

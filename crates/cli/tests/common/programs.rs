@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses a different part
 //! The example programs of `examples/proc/`, compiled once per test binary with the system C
 //! compiler (static and dynamic builds), and helpers to run them under `kioku`.
 

@@ -1,0 +1,48 @@
+/*
+ * dirty — a memory-heavy program for the checkpoint benchmarks: holds MIB MiB (every page
+ * written once at start), then for SECONDS keeps writing PERCENT % of its pages (spread over
+ * the whole area) every millisecond-ish round, printing a checksum at the end.
+ *
+ * Usage: dirty MIB PERCENT SECONDS
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: dirty MIB PERCENT SECONDS\n");
+        return 2;
+    }
+    size_t mib = (size_t)atol(argv[1]);
+    double pct = atof(argv[2]);
+    double secs = atof(argv[3]);
+    size_t pages = mib * 256;
+    unsigned char *m = malloc(pages * 4096);
+    if (!m) return 1;
+    for (size_t p = 0; p < pages; p++) memset(m + p * 4096, (int)p, 4096);
+    size_t per_round = (size_t)((double)pages * pct / 100.0);
+    if (per_round == 0) per_round = 1;
+    size_t stride = pages / per_round;
+    if (stride == 0) stride = 1;
+    uint64_t sum = 0, round = 0;
+    double end = now() + secs;
+    while (now() < end) {
+        for (size_t i = 0, p = round % stride; i < per_round && p < pages; i++, p += stride) {
+            uint64_t *w = (uint64_t *)(m + p * 4096);
+            w[round % 512] += round;
+            sum += w[(round + 7) % 512];
+        }
+        round++;
+    }
+    printf("rounds=%llu sum=%016llx\n", (unsigned long long)round, (unsigned long long)sum);
+    return 0;
+}
