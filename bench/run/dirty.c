@@ -1,7 +1,9 @@
 /*
  * dirty — a memory-heavy program for the checkpoint benchmarks: holds MIB MiB (every page
- * written once at start), then for SECONDS keeps writing PERCENT % of its pages (spread over
- * the whole area) every millisecond-ish round, printing a checksum at the end.
+ * written once at start), then for SECONDS keeps writing one contiguous PERCENT % of its pages
+ * (a window that moves slowly through the area), printing a checksum at the end. Contiguous,
+ * because transparent huge pages are write-tracked whole: 1 % spread over every 2 MiB page
+ * would dirty all of them.
  *
  * Usage: dirty MIB PERCENT SECONDS
  */
@@ -29,14 +31,14 @@ int main(int argc, char **argv) {
     unsigned char *m = malloc(pages * 4096);
     if (!m) return 1;
     for (size_t p = 0; p < pages; p++) memset(m + p * 4096, (int)p, 4096);
-    size_t per_round = (size_t)((double)pages * pct / 100.0);
-    if (per_round == 0) per_round = 1;
-    size_t stride = pages / per_round;
-    if (stride == 0) stride = 1;
+    size_t window = (size_t)((double)pages * pct / 100.0);
+    if (window == 0) window = 1;
     uint64_t sum = 0, round = 0;
     double end = now() + secs;
     while (now() < end) {
-        for (size_t i = 0, p = round % stride; i < per_round && p < pages; i++, p += stride) {
+        /* The window advances by one page every 64 rounds. */
+        size_t first = (size_t)(round / 64) % (pages - window + 1);
+        for (size_t p = first; p < first + window; p++) {
             uint64_t *w = (uint64_t *)(m + p * 4096);
             w[round % 512] += round;
             sum += w[(round + 7) % 512];

@@ -525,6 +525,10 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
                 format!("{} at offset {} (size {size})", path.display(), f.pos)
             }
             kioku_run::image::FdKind::Device { path } => path.display().to_string(),
+            kioku_run::image::FdKind::Pipe { id, write } => format!(
+                "{} end of a pipe within the program (pipe:[{id}] when checkpointed)",
+                if *write { "write" } else { "read" }
+            ),
         };
         println!("            {:>3}  {what}", f.fd);
     }

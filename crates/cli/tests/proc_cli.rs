@@ -337,3 +337,25 @@ fn a_kernel_without_remote_write_tracking_is_refused_clearly() {
         "{e}"
     );
 }
+
+#[test]
+fn a_forked_child_is_named_as_not_checkpointed() {
+    let dir = RunDir::new();
+    let o = kioku_in(
+        &dir,
+        &[
+            "run",
+            "--pool",
+            "p.pool",
+            "--interval",
+            "10ms",
+            "--",
+            "sh",
+            "-c",
+            "sleep 0.3; echo done",
+        ],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "done\n");
+    assert!(stderr(&o).contains("not checkpointed"), "{}", stderr(&o));
+}

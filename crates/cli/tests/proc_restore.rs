@@ -151,6 +151,18 @@ fn file_writer_survives_sigkill() {
 }
 
 #[test]
+fn signal_dispositions_masks_and_the_vdso_survive_sigkill() {
+    let p = program("signals", false);
+    kill_and_restore(
+        "signals",
+        &s(&[p.to_str().unwrap(), "200"]),
+        &["stdout.txt"],
+        400,
+        false,
+    );
+}
+
+#[test]
 fn a_killed_monitor_loses_nothing() {
     let p = program("pi", false);
     kill_and_restore(

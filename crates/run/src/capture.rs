@@ -28,8 +28,8 @@ use kioku_track::{PageRange, PageTracker, PagemapQuery, Query, Tracker};
 
 use crate::error::{Result, RunError};
 use crate::image::{
-    hex, Area, Backing, FdImage, FdKind, FileId, MmFields, ProcessImage, SigAction, ThreadImage,
-    Vma, IMAGE_VERSION,
+    hex, Area, Backing, FdImage, FdKind, FileId, MmFields, PipeImage, ProcessImage, SigAction,
+    ThreadImage, Vma, IMAGE_VERSION,
 };
 use crate::shadow::{Marks, ShadowSpace};
 use crate::sys::{self, intersect, normalize, subtract};
@@ -220,7 +220,7 @@ impl Capturer {
         let maps_text = sys::read_proc(format!("/proc/{pid}/maps"))?;
         // Descriptors and mappings first: refusing must leave the pool untouched.
         let t_start = Instant::now();
-        let fds = self.descriptors()?;
+        let (fds, pipes) = self.descriptors()?;
         let t_fds = t_start.elapsed();
         let (vmas, files) = self.layout(&maps_text)?;
         self.note_children(tracee);
@@ -251,13 +251,16 @@ impl Capturer {
 
         let t_tracked = t_start.elapsed();
         // (3) Written pages, and pages dropped since the last capture.
+        let t_scan = Instant::now();
         let mut written = Vec::new();
         self.tracker.scan_into(&mut written)?;
+        let scan_us = t_scan.elapsed().as_micros() as u64;
         let mut populated = Vec::new();
         for a in &want {
             self.query.scan(*a, Query::populated(), &mut populated)?;
         }
         normalize(&mut populated);
+        let populated_us = t_scan.elapsed().as_micros() as u64 - scan_us;
         let dropped = intersect(&subtract(&self.populated, &populated), &want);
         self.populated = populated;
 
@@ -279,6 +282,17 @@ impl Capturer {
         copy.extend_from_slice(&retake);
         normalize(&mut copy);
         let zero = subtract(&subtract(&untracked, &whole_src), &fresh);
+        let pages = |v: &[PageRange]| v.iter().map(|r| r.len() / self.page).sum::<usize>();
+        tracing::trace!(
+            written = pages(&written),
+            dropped = pages(&dropped),
+            untracked = pages(&untracked),
+            retake = pages(&retake),
+            zero = pages(&zero),
+            scan_us,
+            populated_us,
+            "pages"
+        );
 
         let t_copy = Instant::now();
         let mut chunks = Vec::new();
@@ -365,6 +379,7 @@ impl Capturer {
             shared_pending: sys::status_mask(&status, "ShdPnd"),
             vdso_crc: self.vdso_crc,
             fds,
+            pipes,
             files,
             finished: None,
             recent: vec![],
@@ -723,7 +738,7 @@ impl Capturer {
         }
     }
 
-    fn descriptors(&self) -> Result<Vec<FdImage>> {
+    fn descriptors(&self) -> Result<(Vec<FdImage>, Vec<PipeImage>)> {
         let pid = self.pid;
         let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map_err(|e| RunError::io("listing /proc/PID/fd", e))?;
@@ -732,6 +747,8 @@ impl Capturer {
             .collect();
         fds.sort_unstable();
         let mut out = Vec::with_capacity(fds.len());
+        // Pipes by inode: (read ends, write ends).
+        let mut pipes: HashMap<u64, (Vec<i32>, Vec<i32>)> = HashMap::new();
         for fd in fds {
             let link = format!("/proc/{pid}/fd/{fd}");
             let Ok(target) = std::fs::read_link(&link) else {
@@ -750,6 +767,10 @@ impl Capturer {
             let md = std::fs::metadata(&link);
             let ft = md.as_ref().map(|m| m.file_type());
             let name = target.to_string_lossy().into_owned();
+            let pipe_ino = name
+                .strip_prefix("pipe:[")
+                .and_then(|x| x.strip_suffix(']'))
+                .and_then(|x| x.parse::<u64>().ok());
             let kind = match ft {
                 Ok(t) if (t.is_file() || t.is_dir()) && !name.ends_with(" (deleted)") => {
                     FdKind::File {
@@ -763,10 +784,21 @@ impl Capturer {
                 {
                     FdKind::Device { path: target }
                 }
+                _ if pipe_ino.is_some() => {
+                    let id = pipe_ino.expect("checked");
+                    let ends = pipes.entry(id).or_default();
+                    let write = flags & libc::O_ACCMODE == libc::O_WRONLY;
+                    if write {
+                        ends.1.push(fd);
+                    } else {
+                        ends.0.push(fd);
+                    }
+                    FdKind::Pipe { id, write }
+                }
                 _ => {
                     return Err(RunError::Unsupported {
                         what: format!(
-                            "descriptor {fd} is {name}; only regular files, directories, stateless devices and the standard streams can be checkpointed"
+                            "descriptor {fd} is {name}; only regular files, directories, stateless devices, pipes within the program and the standard streams can be checkpointed"
                         ),
                     })
                 }
@@ -778,7 +810,28 @@ impl Capturer {
                 kind,
             });
         }
-        Ok(out)
+        // A pipe comes back only when the program holds both its ends (a self-pipe): the
+        // other end of any other pipe is a process kioku does not checkpoint.
+        let mut images = Vec::new();
+        let mut ids: Vec<_> = pipes.into_iter().collect();
+        ids.sort_unstable_by_key(|x| x.0);
+        for (id, (readers, writers)) in ids {
+            if readers.is_empty() || writers.is_empty() {
+                let fd = readers.first().or(writers.first()).expect("one end");
+                return Err(RunError::Unsupported {
+                    what: format!(
+                        "descriptor {fd} is pipe:[{id}] whose other end is in another process"
+                    ),
+                });
+            }
+            let (data, size) = sys::pipe_contents(pid, readers[0])?;
+            images.push(PipeImage {
+                id,
+                capacity: size,
+                data: hex(&data),
+            });
+        }
+        Ok((out, images))
     }
 
     fn threads(&mut self, tracee: &Tracee) -> Result<Vec<ThreadImage>> {

@@ -41,6 +41,8 @@ pub struct ProcessImage {
     /// CRC-32C of the vdso: a restore needs the same kernel code at the same place.
     pub vdso_crc: Option<u32>,
     pub fds: Vec<FdImage>,
+    /// Pipes whose both ends the program holds.
+    pub pipes: Vec<PipeImage>,
     /// Identities of mapped files (index = `Vma::file`).
     pub files: Vec<FileId>,
     /// Set on the last record of a program that ended: nothing to restore.
@@ -209,6 +211,18 @@ pub enum FdKind {
     File { path: PathBuf, size: u64 },
     /// A character device that holds no state (`/dev/null`, `/dev/zero`, `/dev/urandom`…).
     Device { path: PathBuf },
+    /// One end of a pipe whose both ends the program holds (`ProcessImage::pipes[id]`).
+    Pipe { id: u64, write: bool },
+}
+
+/// A pipe within the program: its capacity and the bytes in it at the checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PipeImage {
+    /// The pipe's inode at the checkpoint (names it in `FdKind::Pipe`).
+    pub id: u64,
+    pub capacity: u64,
+    /// Unread bytes, hex.
+    pub data: String,
 }
 
 /// One descriptor.

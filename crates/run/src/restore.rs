@@ -100,7 +100,12 @@ fn check_files(image: &ProcessImage) -> Result<()> {
 
 /// Restores the last checkpoint of `pool` into a new process, left stopped.
 pub fn restore(pool: Pool) -> Result<Restored> {
+    let t0 = std::time::Instant::now();
     let (engine, marks, image, epoch) = open_image(pool)?;
+    tracing::debug!(
+        ms = t0.elapsed().as_secs_f64() * 1e3,
+        "pool recovered (verified, contexts synced)"
+    );
     // Files the program was writing: what it wrote after the checkpoint is written again
     // when it runs on, so cut them back to their size at the checkpoint.
     for fd in &image.fds {
@@ -165,9 +170,17 @@ fn rebuild(
         tid: tracee.pid(),
         image,
     };
+    let t0 = std::time::Instant::now();
     r.specials()?;
     r.mappings()?;
+    let t_map = t0.elapsed();
     let written = r.contents(&engine)?;
+    tracing::debug!(
+        layout_ms = t_map.as_secs_f64() * 1e3,
+        contents_ms = (t0.elapsed() - t_map).as_secs_f64() * 1e3,
+        written,
+        "memory rebuilt"
+    );
     r.protections()?;
     r.mm()?;
     r.cwd()?;
@@ -508,11 +521,12 @@ impl Rebuild<'_> {
         })
     }
 
+    /// Every descriptor of the image at its number: first each is made at a number above all
+    /// of them (so none can clobber another), then moved into place.
     fn descriptors(&mut self) -> Result<()> {
         let (t, tid) = (self.t, self.tid);
-        let keep: Vec<i32> = self
-            .image
-            .fds
+        let fds = &self.image.fds;
+        let keep: Vec<i32> = fds
             .iter()
             .filter(|f| f.kind == FdKind::Inherited)
             .map(|f| f.fd)
@@ -524,13 +538,24 @@ impl Rebuild<'_> {
         for fd in open.into_iter().filter(|fd| !keep.contains(fd)) {
             t.close(tid, fd)?;
         }
-        for f in &self.image.fds {
+        let above = fds.iter().map(|f| f.fd).max().unwrap_or(2) + 1;
+        // Descriptor made for each entry (temporary number), by index.
+        let mut made: Vec<Option<i32>> = vec![None; fds.len()];
+        let high = |fd: i32| -> Result<i32> {
+            let h = t.syscall(
+                tid,
+                libc::SYS_fcntl,
+                &[fd as u64, libc::F_DUPFD_CLOEXEC as u64, above as u64],
+            )? as i32;
+            t.close(tid, fd)?;
+            Ok(h)
+        };
+        for (i, f) in fds.iter().enumerate() {
             let path = match &f.kind {
-                FdKind::Inherited => continue,
                 FdKind::File { path, .. } | FdKind::Device { path } => path,
+                _ => continue,
             };
-            let cloexec = f.flags & libc::O_CLOEXEC != 0;
-            let flags = f.flags & !(libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL | libc::O_CLOEXEC);
+            let flags = f.flags & !(libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL);
             let got = t.openat(
                 tid,
                 libc::AT_FDCWD,
@@ -538,25 +563,77 @@ impl Rebuild<'_> {
                 flags | libc::O_CLOEXEC,
                 0,
             )?;
-            if got != f.fd {
-                t.syscall(
-                    tid,
-                    libc::SYS_dup3,
-                    &[
-                        got as u64,
-                        f.fd as u64,
-                        if cloexec { libc::O_CLOEXEC as u64 } else { 0 },
-                    ],
-                )?;
-                t.close(tid, got)?;
-            } else if !cloexec {
-                t.syscall(tid, libc::SYS_fcntl, &[got as u64, libc::F_SETFD as u64, 0])?;
-            }
+            let got = if got >= above { got } else { high(got)? };
             if matches!(f.kind, FdKind::File { .. }) && f.pos > 0 {
                 t.syscall(
                     tid,
                     libc::SYS_lseek,
-                    &[f.fd as u64, f.pos, libc::SEEK_SET as u64],
+                    &[got as u64, f.pos, libc::SEEK_SET as u64],
+                )?;
+            }
+            made[i] = Some(got);
+        }
+        for p in &self.image.pipes {
+            let mut ends = [0u8; 8];
+            t.with_remote_bytes(tid, &ends.clone(), |at| {
+                t.syscall(tid, libc::SYS_pipe2, &[at as u64, libc::O_CLOEXEC as u64])?;
+                t.read_mem(at, &mut ends)
+            })?;
+            let r = i32::from_le_bytes(ends[..4].try_into().expect("4"));
+            let w = i32::from_le_bytes(ends[4..].try_into().expect("4"));
+            let (r, w) = (high(r)?, high(w)?);
+            t.syscall(
+                tid,
+                libc::SYS_fcntl,
+                &[w as u64, libc::F_SETPIPE_SZ as u64, p.capacity],
+            )?;
+            let data = unhex(&p.data).ok_or_else(|| RunError::NotAProcessCheckpoint {
+                detail: "pipe contents are not hex".into(),
+            })?;
+            if !data.is_empty() {
+                use std::io::Write;
+                let path = format!("/proc/{}/fd/{w}", t.pid());
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|mut f| f.write_all(&data))
+                    .map_err(|e| RunError::io(format!("refilling a pipe through {path}"), e))?;
+            }
+            for (i, f) in fds.iter().enumerate() {
+                if let FdKind::Pipe { id, write } = f.kind {
+                    if id == p.id {
+                        let end = if write { w } else { r };
+                        made[i] = Some(t.syscall(
+                            tid,
+                            libc::SYS_fcntl,
+                            &[end as u64, libc::F_DUPFD_CLOEXEC as u64, above as u64],
+                        )? as i32);
+                    }
+                }
+            }
+            t.close(tid, r)?;
+            t.close(tid, w)?;
+        }
+        for (f, m) in fds.iter().zip(made) {
+            let Some(temp) = m else { continue };
+            let cloexec = f.flags & libc::O_CLOEXEC != 0;
+            t.syscall(
+                tid,
+                libc::SYS_dup3,
+                &[
+                    temp as u64,
+                    f.fd as u64,
+                    if cloexec { libc::O_CLOEXEC as u64 } else { 0 },
+                ],
+            )?;
+            t.close(tid, temp)?;
+            if matches!(f.kind, FdKind::Pipe { .. }) {
+                // Status flags (O_NONBLOCK…) are per open file description.
+                let status = f.flags & (libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT);
+                t.syscall(
+                    tid,
+                    libc::SYS_fcntl,
+                    &[f.fd as u64, libc::F_SETFL as u64, status as u64],
                 )?;
             }
         }
@@ -667,11 +744,6 @@ fn restart_fixup(r: &mut kioku_proc::Regs) {
 }
 
 fn is_zero(b: &[u8]) -> bool {
-    let (pre, words, post) = unsafe_align(b);
-    pre.iter().all(|&x| x == 0) && words.iter().all(|&w| w == 0) && post.iter().all(|&x| x == 0)
-}
-
-fn unsafe_align(b: &[u8]) -> (&[u8], &[u64], &[u8]) {
-    // SAFETY: any bit pattern is a valid u64; align_to handles alignment.
-    unsafe { b.align_to::<u64>() }
+    // Vectorised by the compiler; pages are 4 KiB.
+    b.iter().fold(0u8, |acc, &x| acc | x) == 0
 }

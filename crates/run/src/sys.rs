@@ -2,6 +2,7 @@
 //! injection): bulk memory copies, per-thread signal state, robust lists, rseq.
 
 use std::io;
+use std::os::unix::fs::OpenOptionsExt;
 
 use kioku_track::PageRange;
 
@@ -105,6 +106,55 @@ fn advance(v: &mut Vec<libc::iovec>, mut n: usize) {
         }
     }
     v.drain(..skip);
+}
+
+/// The unread bytes of the pipe open as descriptor `fd` (a read end) of process `pid`, without
+/// taking them out (`tee` into a pipe of our own), and the pipe's capacity.
+pub fn pipe_contents(pid: i32, fd: i32) -> Result<(Vec<u8>, u64)> {
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let path = format!("/proc/{pid}/fd/{fd}");
+    let src = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(|e| RunError::io(format!("opening {path}"), e))?;
+    // SAFETY: fcntl on a descriptor we own.
+    let cap = unsafe { libc::fcntl(src.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    if cap < 0 {
+        return Err(RunError::io("F_GETPIPE_SZ", io::Error::last_os_error()));
+    }
+    let mut ends = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `ends`.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(RunError::io("pipe2", io::Error::last_os_error()));
+    }
+    // SAFETY: both descriptors were just created and are owned by nobody else.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+    // SAFETY: fcntl on a descriptor we own; our pipe must hold all the program's can.
+    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, cap) };
+    // SAFETY: tee between two pipe descriptors we own; nothing is consumed from `src`.
+    let n = unsafe {
+        libc::tee(
+            src.as_raw_fd(),
+            w.as_raw_fd(),
+            cap as usize,
+            libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    let mut data = Vec::new();
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EAGAIN) {
+            return Err(RunError::io("tee (copying a pipe's contents)", e));
+        }
+    } else if n > 0 {
+        drop(w);
+        std::fs::File::from(r)
+            .read_to_end(&mut data)
+            .map_err(|e| RunError::io("reading a pipe's contents", e))?;
+    }
+    Ok((data, cap as u64))
 }
 
 /// Blocked signals of stopped tracee thread `tid`.
