@@ -53,19 +53,22 @@ def kioku_run(args, interval, pool):
     return t, s
 
 
-def overhead(name, args, intervals, reps):
+def overhead(name, args, intervals, reps, where=None):
+    where = where or SHM
     rows = []
     plain = []
     runs = {i: [] for i in intervals}
     stops = {i: [] for i in intervals}
     ckpts = {i: [] for i in intervals}
+    cap = {i: [] for i in intervals}
     for r in range(reps):
         plain.append(timed(args))
         for i in intervals:
-            t, s = kioku_run(args, i, os.path.join(SHM, "o.pool"))
+            t, s = kioku_run(args, i, os.path.join(where, "o.pool"))
             runs[i].append(t)
             stops[i].extend(s["stop_ms"])
             ckpts[i].append(s["checkpoints"])
+            cap[i].append(s["captured_bytes"])
         log(f"{name} rep {r + 1}/{reps}: plain {plain[-1]:.2f} s, " + ", ".join(f"{i} {runs[i][-1]:.2f} s" for i in intervals))
     p = statistics.median(plain)
     for i in intervals:
@@ -73,7 +76,8 @@ def overhead(name, args, intervals, reps):
         st = sorted(stops[i]) or [0.0]
         rows.append(
             f"| {name} | {i} | {p:.3f} | {k:.3f} | {100 * (k / p - 1):+.1f} % | "
-            f"{statistics.median(ckpts[i]):.0f} | {statistics.median(st):.2f} | {st[-1]:.2f} |"
+            f"{statistics.median(ckpts[i]):.0f} | {statistics.median(st):.2f} | {st[-1]:.2f} | "
+            f"{statistics.median(cap[i]) / (1 << 20):.0f} |"
         )
     return rows
 
@@ -144,10 +148,11 @@ def restore_time(mib):
 def main():
     out = []
     out.append("### Overhead against the same program run plainly (pool on /dev/shm, medium shm)\n")
-    out.append("| program | interval | plain s | under kioku s | overhead | checkpoints | median stop ms | max stop ms |")
-    out.append("|---|---|---|---|---|---|---|---|")
+    out.append("| program | interval | plain s | under kioku s | overhead | checkpoints | median stop ms | max stop ms | captured MiB |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
     out += overhead("pi 15,000 digits", [f"{BIN}/pi", "15000"], ["10ms", "100ms", "1s"], PI_REPS)
     out += overhead("pi 30,000 digits", [f"{BIN}/pi", "30000"], ["10ms", "100ms", "1s"], PI_REPS)
+    out += overhead("pi 15,000 digits, pool on disk (medium file)", [f"{BIN}/pi", "15000"], ["10ms", "100ms"], PI_REPS, DISK)
     xz_in = os.path.join(SHM, "xz.in")
     with open(xz_in, "w") as f:
         import random
