@@ -383,6 +383,23 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
+    /// Regions whose two contexts differ, with the first differing page (a debugging aid: after
+    /// a checkpoint they must be equal).
+    pub fn contexts_differ(&self) -> Vec<(String, u64)> {
+        let page = self.page;
+        let mut out = Vec::new();
+        for (i, r) in self.regions.iter().enumerate() {
+            let (a, b) = (self.section_off(i, 0), self.section_off(i, 1));
+            for p in 0..r.crcs.len() as u64 {
+                if self.pool.bytes(a + p * page, page) != self.pool.bytes(b + p * page, page) {
+                    out.push((r.rec.name.clone(), p));
+                    break;
+                }
+            }
+        }
+        out
+    }
+
     /// Epoch of the last checkpoint (0 before the first).
     pub fn epoch(&self) -> u64 {
         self.epoch

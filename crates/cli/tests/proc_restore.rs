@@ -69,6 +69,11 @@ fn kill_and_restore(name: &str, cmd: &[String], files: &[&str], max_ms: u64, kil
             assert!(kills < 200, "{name}: never finishes");
             child = spawn_kioku(&["restore", "--pool", pool, "--interval", "15ms"], &dir);
         }
+        let log = stderr_of(&dir);
+        assert!(
+            !log.contains("ERROR"),
+            "{name} cycle {cycle}: the capture or the checkpoint was inconsistent:\n{log}"
+        );
         for f in files {
             assert!(
                 plain.read(f) == dir.read(f),

@@ -78,6 +78,21 @@ pub(crate) fn ser_dur<S: serde::Serializer>(
     s.serialize_f64(d.as_secs_f64() * 1e3)
 }
 
+/// Pages to copy while the program runs ([`Capturer::prepare`]): (program, shadow, length).
+pub struct Precopy {
+    chunks: Vec<(usize, usize, usize)>,
+}
+
+impl Precopy {
+    pub fn bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.2 as u64).sum()
+    }
+}
+
+/// Below this much to copy for new mappings, the capture copies them while the program is
+/// stopped (a second stop would cost more).
+pub const PRECOPY_MIN: usize = 8 << 20;
+
 /// A captured state waiting to be made durable ([`Capturer::commit`]).
 pub struct Captured {
     image: ProcessImage,
@@ -123,6 +138,8 @@ pub struct Capturer {
     recent: Vec<crate::image::EpochStat>,
     /// The program's exec count when the tracker was made.
     execs: u64,
+    /// Program ranges a precopy could not copy (unmapped meanwhile): taken at the capture.
+    precopy_failed: Vec<PageRange>,
 }
 
 /// Checkpoints whose cost the image keeps.
@@ -176,6 +193,7 @@ impl Capturer {
             vdso_crc: None,
             recent: vec![],
             execs: tracee.execs(),
+            precopy_failed: vec![],
         })
     }
 
@@ -210,6 +228,122 @@ impl Capturer {
         self.areas.iter().map(|a| (a.end - a.start) as u64).sum()
     }
 
+    /// While the program is stopped, before [`Capturer::capture`]: when mappings that are not
+    /// write-tracked yet (new, replaced, moved) hold at least `PRECOPY_MIN` bytes, registers
+    /// them and returns their pages, to be copied by [`Capturer::precopy`] while the program
+    /// runs; pages it writes meanwhile are found written at the capture and copied again. So a
+    /// program's first checkpoint (or one after it mapped much new memory) does not stop it for
+    /// the whole copy. `None`: nothing worth it, nothing changed.
+    pub fn prepare(&mut self, tracee: &Tracee) -> Result<Option<Precopy>> {
+        if tracee.execs() != self.execs {
+            self.after_exec(tracee)?;
+        }
+        let maps_text = sys::read_proc(format!("/proc/{}/maps", self.pid))?;
+        // Refuse before changing anything, as the capture would.
+        self.descriptors()?;
+        let (vmas, _) = self.layout(&maps_text)?;
+        let want = area_ranges(&vmas);
+        let mut estimate = Vec::new();
+        for a in &want {
+            self.query
+                .scan(*a, Query::not_write_tracked(), &mut estimate)?;
+        }
+        normalize(&mut estimate);
+        let mut pop = Vec::new();
+        for r in &estimate {
+            self.query.scan(*r, Query::populated(), &mut pop)?;
+        }
+        if (pages_in(&pop) * self.page) < PRECOPY_MIN
+            || std::env::var_os("KIOKU_NO_PRECOPY").is_some()
+        {
+            return Ok(None);
+        }
+        let fresh = self.reconcile_areas(&want)?;
+        let untracked = self.register_untracked(&want)?;
+        let mut pre_pop = Vec::new();
+        for r in &untracked {
+            self.query.scan(*r, Query::populated(), &mut pre_pop)?;
+        }
+        normalize(&mut pre_pop);
+        let (retake, zero) = self.whole_parts(&vmas, &untracked, &pre_pop, &fresh);
+        // What is populated there now is what a later drop is measured against.
+        let mut populated = subtract(&self.populated, &untracked);
+        populated.extend_from_slice(&pre_pop);
+        normalize(&mut populated);
+        self.populated = populated;
+        self.zero_shadow(&zero);
+        let mut chunks = Vec::new();
+        for r in &retake {
+            self.shadow_chunks(*r, &mut chunks);
+        }
+        Ok(Some(Precopy { chunks }))
+    }
+
+    /// Copies what [`Capturer::prepare`] returned, while the program runs. A range the program
+    /// unmaps meanwhile fails to copy; the capture then sees the change.
+    pub fn precopy(&mut self, p: Precopy) -> u64 {
+        let mut copied = 0;
+        for c in p.chunks {
+            // Whatever reached the running context is marked, even from a copy that failed
+            // part-way; a failed chunk is copied again at the capture (where still mapped).
+            self.marks.add(PageRange::new(c.1, c.1 + c.2));
+            match sys::copy_pages(self.pid, &[c], true) {
+                Ok(n) => copied += n,
+                Err(_) => self.precopy_failed.push(PageRange::new(c.0, c.0 + c.2)),
+            }
+        }
+        copied
+    }
+
+    /// Registers the parts of `want` that are not write-tracked; returns them.
+    fn register_untracked(&mut self, want: &[PageRange]) -> Result<Vec<PageRange>> {
+        let mut untracked = Vec::new();
+        for a in want {
+            self.query
+                .scan(*a, Query::not_write_tracked(), &mut untracked)?;
+        }
+        normalize(&mut untracked);
+        for r in &untracked {
+            self.tracker.untrack(*r)?;
+            self.tracker.track(*r)?;
+        }
+        Ok(untracked)
+    }
+
+    /// Of `untracked`: what to copy whole (populated, or file-backed) and what to zero in the
+    /// running context (unpopulated anonymous pages whose region space is not fresh).
+    fn whole_parts(
+        &self,
+        vmas: &[Vma],
+        untracked: &[PageRange],
+        populated: &[PageRange],
+        fresh: &[PageRange],
+    ) -> (Vec<PageRange>, Vec<PageRange>) {
+        let mut whole_src: Vec<PageRange> = vmas
+            .iter()
+            .filter(|v| v.captured && matches!(v.backing, Backing::File { .. }))
+            .map(|v| PageRange::new(v.start, v.end))
+            .collect();
+        whole_src.extend_from_slice(populated);
+        normalize(&mut whole_src);
+        let retake = intersect(untracked, &whole_src);
+        let zero = subtract(&subtract(untracked, &whole_src), fresh);
+        (retake, zero)
+    }
+
+    fn zero_shadow(&self, zero: &[PageRange]) {
+        let mut zchunks = Vec::new();
+        for r in zero {
+            self.shadow_chunks(*r, &mut zchunks);
+        }
+        for &(_, local, len) in &zchunks {
+            // SAFETY: `local..local+len` lies inside a region of the engine (mapped shared and
+            // writable in this process, see `shadow_chunks`); nothing else refers to it now.
+            unsafe { std::ptr::write_bytes(local as *mut u8, 0, len) };
+            self.marks.add(PageRange::new(local, local + len));
+        }
+    }
+
     /// Captures the stopped program. Fails with `Unsupported` (changing nothing) when it holds
     /// something a checkpoint cannot bring back.
     pub fn capture(&mut self, tracee: &Tracee, stop_began: Instant) -> Result<Captured> {
@@ -226,28 +360,13 @@ impl Capturer {
         self.note_children(tracee);
 
         // (1) Areas: runs of captured mappings; regions follow them.
-        let mut want: Vec<PageRange> = Vec::new();
-        for v in vmas.iter().filter(|v| v.captured) {
-            match want.last_mut() {
-                Some(l) if l.end == v.start => l.end = v.end,
-                _ => want.push(PageRange::new(v.start, v.end)),
-            }
-        }
+        let want = area_ranges(&vmas);
         let t_layout = t_start.elapsed();
         let fresh = self.reconcile_areas(&want)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
         // them whole.
-        let mut untracked = Vec::new();
-        for a in &want {
-            self.query
-                .scan(*a, Query::not_write_tracked(), &mut untracked)?;
-        }
-        normalize(&mut untracked);
-        for r in &untracked {
-            self.tracker.untrack(*r)?;
-            self.tracker.track(*r)?;
-        }
+        let untracked = self.register_untracked(&want)?;
 
         let t_tracked = t_start.elapsed();
         // (3) Written pages, and pages dropped since the last capture.
@@ -267,28 +386,20 @@ impl Capturer {
         // (4) What to copy: written ∪ dropped ∪ (untracked ∩ (populated ∪ file-backed)); what
         // to zero: untracked, unpopulated anonymous pages that are not fresh (fresh region
         // space is zero already).
-        let mut file_backed: Vec<PageRange> = vmas
-            .iter()
-            .filter(|v| v.captured && matches!(v.backing, Backing::File { .. }))
-            .map(|v| PageRange::new(v.start, v.end))
-            .collect();
-        normalize(&mut file_backed);
+        let (retake, zero) = self.whole_parts(&vmas, &untracked, &self.populated, &fresh);
         let mut copy = written.clone();
-        let mut whole_src = self.populated.clone();
-        whole_src.extend_from_slice(&file_backed);
-        normalize(&mut whole_src);
-        let retake = intersect(&untracked, &whole_src);
         copy.extend_from_slice(&dropped);
         copy.extend_from_slice(&retake);
+        let mut failed = std::mem::take(&mut self.precopy_failed);
+        normalize(&mut failed);
+        copy.extend(intersect(&failed, &want));
         normalize(&mut copy);
-        let zero = subtract(&subtract(&untracked, &whole_src), &fresh);
-        let pages = |v: &[PageRange]| v.iter().map(|r| r.len() / self.page).sum::<usize>();
         tracing::trace!(
-            written = pages(&written),
-            dropped = pages(&dropped),
-            untracked = pages(&untracked),
-            retake = pages(&retake),
-            zero = pages(&zero),
+            written = pages_in(&written),
+            dropped = pages_in(&dropped),
+            untracked = pages_in(&untracked),
+            retake = pages_in(&retake),
+            zero = pages_in(&zero),
             scan_us,
             populated_us,
             "pages"
@@ -303,16 +414,7 @@ impl Capturer {
         for &(_, local, len) in &chunks {
             self.marks.add(PageRange::new(local, local + len));
         }
-        let mut zchunks = Vec::new();
-        for r in &zero {
-            self.shadow_chunks(*r, &mut zchunks);
-        }
-        for &(_, local, len) in &zchunks {
-            // SAFETY: `local..local+len` lies inside a region of the engine (mapped shared and
-            // writable in this process, see `shadow_chunks`); nothing else refers to it now.
-            unsafe { std::ptr::write_bytes(local as *mut u8, 0, len) };
-            self.marks.add(PageRange::new(local, local + len));
-        }
+        self.zero_shadow(&zero);
         let copy_time = t_copy.elapsed();
         if verify_enabled() {
             self.verify(&vmas)?;
@@ -437,6 +539,11 @@ impl Capturer {
     /// Makes a capture durable (the program may run meanwhile: the copy is the monitor's).
     pub fn commit(&mut self, c: Captured) -> Result<CheckpointReport> {
         let engine = self.engine.checkpoint(&c.image.encode())?;
+        if verify_enabled() {
+            for (region, page) in self.engine.contexts_differ() {
+                tracing::error!(region, page, "the two contexts differ after a checkpoint");
+            }
+        }
         self.last = Some(c.image);
         Ok(CheckpointReport {
             epoch: engine.epoch,
@@ -472,6 +579,10 @@ impl Capturer {
                 let shadow =
                     unsafe { std::slice::from_raw_parts((base + page - a.start) as *const u8, ps) };
                 if shadow != &buf[..] {
+                    let diff = shadow.iter().zip(&buf).filter(|(a, b)| a != b).count();
+                    let zs = shadow.iter().all(|&x| x == 0);
+                    let zb = buf.iter().all(|&x| x == 0);
+                    tracing::error!(diff, shadow_zero = zs, program_zero = zb, "page difference");
                     let v = vmas.iter().find(|v| v.start <= page && page < v.end);
                     tracing::error!(page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
                 }
@@ -533,6 +644,9 @@ impl Capturer {
                                 }
                             }
                             Err(kioku_ckpt::CkptError::BeyondReservation { .. }) => {
+                                // A new region: nothing of the old one carries over, so the
+                                // whole range must be taken again (untracked → retaken).
+                                self.tracker.untrack(PageRange::new(a.start, a.end))?;
                                 self.engine.delete_region(&a.region)?;
                                 self.create_region(w)?;
                                 fresh.push(*w);
@@ -937,6 +1051,22 @@ fn tid_address(tracee: &Tracee, tid: i32) -> Result<u64> {
         tracee.read_mem(at, &mut b)
     })?;
     Ok(u64::from_le_bytes(b))
+}
+
+/// Runs of adjacent captured mappings.
+fn area_ranges(vmas: &[Vma]) -> Vec<PageRange> {
+    let mut want: Vec<PageRange> = Vec::new();
+    for v in vmas.iter().filter(|v| v.captured) {
+        match want.last_mut() {
+            Some(l) if l.end == v.start => l.end = v.end,
+            _ => want.push(PageRange::new(v.start, v.end)),
+        }
+    }
+    want
+}
+
+fn pages_in(v: &[PageRange]) -> usize {
+    v.iter().map(|r| r.len()).sum::<usize>() / page_size()
 }
 
 pub(crate) fn region_name(start: usize) -> String {

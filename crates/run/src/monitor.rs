@@ -96,13 +96,32 @@ impl Monitor {
         let Some(cap) = self.capturer.as_mut() else {
             return Ok(None);
         };
-        let t0 = Instant::now();
+        let mut t0 = Instant::now();
         match self.tracee.stop_all() {
             Ok(()) => {}
             Err(ProcError::Exited { .. }) => return Ok(None),
             Err(e) => return Err(e.into()),
         }
-        let captured = cap.capture(&self.tracee, t0);
+        // Much new memory: register it, copy it while the program runs, then stop again for
+        // what it wrote meanwhile.
+        let mut prestop = Duration::ZERO;
+        let captured = match cap.prepare(&self.tracee) {
+            Ok(Some(pre)) => {
+                prestop = t0.elapsed();
+                self.tracee.resume_all()?;
+                let bytes = cap.precopy(pre);
+                tracing::debug!(mib = bytes >> 20, "copied new memory while the program ran");
+                t0 = Instant::now();
+                self.tracee.stop_all()?;
+                cap.capture(&self.tracee, t0)
+            }
+            Ok(None) => cap.capture(&self.tracee, t0),
+            Err(e) => Err(e),
+        }
+        .map(|mut c| {
+            c.stats.stop += prestop;
+            c
+        });
         // Resume whatever happened: the program must not stay stopped because of us.
         let resumed = self.tracee.resume_all();
         let pid = self.tracee.pid();

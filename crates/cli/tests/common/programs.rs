@@ -87,6 +87,9 @@ pub fn spawn_kioku(args: &[&str], dir: &RunDir) -> Child {
     Command::new(kioku())
         .args(args)
         .current_dir(dir.dir.path())
+        // Every capture compared with the program's memory, both contexts compared after
+        // every checkpoint: a difference is logged as an ERROR, which the tests look for.
+        .env("KIOKU_VERIFY_CAPTURE", "1")
         .stdin(Stdio::null())
         .stdout(open("stdout.txt"))
         .stderr(open("stderr.txt"))
