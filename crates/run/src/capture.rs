@@ -140,6 +140,8 @@ pub struct Capturer {
     execs: u64,
     /// Program ranges a precopy could not copy (unmapped meanwhile): taken at the capture.
     precopy_failed: Vec<PageRange>,
+    /// The maps `prepare` read, for the capture in the same stop.
+    stopped_maps: Option<String>,
 }
 
 /// Checkpoints whose cost the image keeps.
@@ -194,6 +196,7 @@ impl Capturer {
             recent: vec![],
             execs: tracee.execs(),
             precopy_failed: vec![],
+            stopped_maps: None,
         })
     }
 
@@ -239,8 +242,6 @@ impl Capturer {
             self.after_exec(tracee)?;
         }
         let maps_text = sys::read_proc(format!("/proc/{}/maps", self.pid))?;
-        // Refuse before changing anything, as the capture would.
-        self.descriptors()?;
         let (vmas, _) = self.layout(&maps_text)?;
         let want = area_ranges(&vmas);
         let mut estimate = Vec::new();
@@ -249,15 +250,22 @@ impl Capturer {
                 .scan(*a, Query::not_write_tracked(), &mut estimate)?;
         }
         normalize(&mut estimate);
+        // Mostly nothing new: decided without reading more than the maps (which the capture,
+        // in the same stop, reuses).
+        if pages_in(&estimate) * self.page < PRECOPY_MIN || precopy_disabled() {
+            self.stopped_maps = Some(maps_text);
+            return Ok(None);
+        }
         let mut pop = Vec::new();
         for r in &estimate {
             self.query.scan(*r, Query::populated(), &mut pop)?;
         }
-        if (pages_in(&pop) * self.page) < PRECOPY_MIN
-            || std::env::var_os("KIOKU_NO_PRECOPY").is_some()
-        {
+        if pages_in(&pop) * self.page < PRECOPY_MIN {
+            self.stopped_maps = Some(maps_text);
             return Ok(None);
         }
+        // Refuse before changing anything, as the capture would.
+        self.descriptors()?;
         let fresh = self.reconcile_areas(&want)?;
         let untracked = self.register_untracked(&want)?;
         let mut pre_pop = Vec::new();
@@ -351,7 +359,10 @@ impl Capturer {
             self.after_exec(tracee)?;
         }
         let pid = self.pid;
-        let maps_text = sys::read_proc(format!("/proc/{pid}/maps"))?;
+        let maps_text = match self.stopped_maps.take() {
+            Some(t) => t,
+            None => sys::read_proc(format!("/proc/{pid}/maps"))?,
+        };
         // Descriptors and mappings first: refusing must leave the pool untouched.
         let t_start = Instant::now();
         let (fds, pipes) = self.descriptors()?;
@@ -1081,6 +1092,12 @@ pub(crate) fn vdso_crc(tracee: &Tracee) -> Result<Option<u32>> {
     let mut b = vec![0u8; v.end - v.start];
     tracee.read_mem(v.start, &mut b)?;
     Ok(Some(crc32c::crc32c(&b)))
+}
+
+/// `KIOKU_NO_PRECOPY=1`: copy new memory while the program is stopped (for comparisons).
+fn precopy_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("KIOKU_NO_PRECOPY").is_some_and(|v| v == "1"))
 }
 
 pub(crate) fn verify_enabled() -> bool {
