@@ -28,7 +28,7 @@ BIN = os.environ["BENCH_BIN"]
 SHM = os.environ["BENCH_SHM"]
 DISK = os.environ["BENCH_DISK"]
 PI_REPS = int(os.environ.get("PI_REPS", "3"))
-XZ_REPS = int(os.environ.get("XZ_REPS", "1"))
+XZ_REPS = int(os.environ.get("XZ_REPS", "3"))
 XZ_MIB = int(os.environ.get("XZ_MIB", "24"))
 
 

@@ -4,8 +4,8 @@
 # write bandwidth, restore time vs resident MiB — all in one run (bench/run/bench.py).
 # Writes the `run` section of docs/perf.md.
 #
-# Usage: bench/run/run.sh      (about 15 minutes on a 2-core machine)
-# Env: PI_REPS (default 3), XZ_REPS (default 1), XZ_MIB (xz input, default 24),
+# Usage: bench/run/run.sh      (about 12 minutes on a 2-core machine)
+# Env: PI_REPS (default 3), XZ_REPS (default 3), XZ_MIB (xz input, default 24),
 #      NO_WRITE=1 (print the section only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,7 +35,7 @@ end=$(date -u +%s)
 section=$(cat <<MD
 Command: \`bench/run/run.sh\` (source $src; $(nproc) cores; load average $load_start at the start,
 $(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end - start) / 60 )) minutes). Medians of
-PI_REPS=${PI_REPS:-3} runs for pi, XZ_REPS=${XZ_REPS:-1} for xz. "Stop" is what the program
+PI_REPS=${PI_REPS:-3} runs for pi, XZ_REPS=${XZ_REPS:-3} for xz. "Stop" is what the program
 sees: from the monitor's stop request to its resume; making the checkpoint durable and syncing
 the other context happen afterwards on the monitor's core while the program runs.
 
