@@ -724,20 +724,24 @@ impl Inner {
     /// every other thread's exit was collected, so while waiting, exited (zombie) threads are
     /// reaped.
     pub(crate) fn wait_one(&mut self, tid: i32) -> Result<(Status, i32)> {
+        self.wait_reaping(tid)
+            .map_err(|source| ProcError::Wait { tid, source })
+    }
+
+    /// `wait_one` with the OS error (ECHILD: gone without a status for us).
+    fn wait_reaping(&mut self, tid: i32) -> std::io::Result<(Status, i32)> {
         let mut spins = 0u32;
         loop {
-            match sys::wait(tid, true) {
-                Ok(Some(s)) => return Ok(s),
-                Ok(None) => {}
-                Err(source) => return Err(ProcError::Wait { tid, source }),
+            if let Some(s) = sys::wait(tid, true)? {
+                return Ok(s);
             }
-            if tid == self.pid && self.threads.len() > 1 && is_zombie(self.pid, tid) {
-                let others: Vec<i32> = self
-                    .threads
-                    .iter()
-                    .map(|t| t.tid)
-                    .filter(|&t| t != tid && is_zombie(self.pid, t))
-                    .collect();
+            if tid == self.pid && is_zombie(self.pid, tid) {
+                // Every exited thread: the ones we know, and any whose clone we never saw.
+                let mut others: Vec<i32> = self.threads.iter().map(|t| t.tid).collect();
+                others.extend(list_threads(self.pid).unwrap_or_default());
+                others.sort_unstable();
+                others.dedup();
+                others.retain(|&t| t != tid && is_zombie(self.pid, t));
                 for t in others {
                     if let Ok(Some((Status::Exited(_) | Status::Killed { .. }, _))) =
                         sys::wait(t, false)
@@ -926,7 +930,14 @@ impl Inner {
             else {
                 break;
             };
-            match sys::wait(tid, false) {
+            // The leader of a killed process reports only once its other threads are reaped,
+            // even those we had seen stopped: wait for it reaping them.
+            let got = if tid == pid {
+                self.wait_reaping(tid).map(Some)
+            } else {
+                sys::wait(tid, false)
+            };
+            match got {
                 Ok(Some((st, raw))) => self.on_status(tid, st, raw, Mode::Stopping)?,
                 Ok(None) => {}
                 Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {

@@ -502,9 +502,10 @@ fn operations_on_a_running_or_dead_tracee_fail_cleanly() {
 
 #[test]
 fn seize_inject_detach_a_running_process() {
-    let reference = untraced(&["work", "40"]);
+    // Long enough to outlive the stops below on a loaded machine.
+    let reference = untraced(&["work", "400"]);
     let child = std::process::Command::new(CHILD)
-        .args(["work", "40"])
+        .args(["work", "400"])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

@@ -57,8 +57,6 @@ pub struct PagemapQuery {
     buf: Vec<sys::PageRegion>,
 }
 
-const MAX_REGIONS: usize = 1 << 16;
-
 impl PagemapQuery {
     /// Opens `/proc/PID/pagemap` (ptrace-read permission on `pid` needed).
     pub fn open(pid: i32) -> Result<PagemapQuery, TrackError> {
@@ -76,7 +74,7 @@ impl PagemapQuery {
         Ok(PagemapQuery {
             pid,
             pagemap,
-            buf: vec![sys::PageRegion::default(); 256],
+            buf: vec![sys::PageRegion::default(); INITIAL_REGIONS],
         })
     }
 
@@ -89,55 +87,101 @@ impl PagemapQuery {
         out: &mut Vec<PageRange>,
     ) -> Result<(), TrackError> {
         range.check()?;
-        let mut start = range.start as u64;
-        let end = range.end as u64;
-        while start < end {
-            let mut arg = sys::PmScanArg {
-                size: std::mem::size_of::<sys::PmScanArg>() as u64,
-                flags: 0,
-                start,
-                end,
-                vec: self.buf.as_mut_ptr() as u64,
-                vec_len: self.buf.len() as u64,
-                category_inverted: q.not,
-                category_mask: q.all | q.not,
-                category_anyof_mask: q.any,
-                return_mask: q.all | q.not | q.any,
-                ..Default::default()
-            };
-            // SAFETY: `arg` is valid; `vec` points at `vec_len` writable PageRegions owned by
-            // `self.buf`, which is not touched until the call returns.
-            let rc = unsafe {
-                libc::ioctl(
-                    self.pagemap.as_raw_fd(),
-                    sys::PAGEMAP_SCAN as _,
-                    &mut arg as *mut sys::PmScanArg,
-                )
-            };
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                return Err(match e.raw_os_error() {
-                    Some(libc::ESRCH) => TrackError::ProcessGone { pid: self.pid },
-                    _ => TrackError::Sys {
-                        what: "PAGEMAP_SCAN",
-                        source: e,
-                    },
-                });
-            }
-            let n = rc as usize;
-            for reg in &self.buf[..n.min(self.buf.len())] {
-                push_coalesced(out, PageRange::new(reg.start as usize, reg.end as usize));
-            }
-            // Done, or no progress (nothing more to walk).
-            if arg.walk_end >= end || arg.walk_end <= start {
-                break;
-            }
-            if n >= self.buf.len() && self.buf.len() < MAX_REGIONS {
-                let len = (self.buf.len() * 4).min(MAX_REGIONS);
-                self.buf.resize(len, sys::PageRegion::default());
-            }
-            start = arg.walk_end;
+        let masks = sys::PmScanArg {
+            category_inverted: q.not,
+            category_mask: q.all | q.not,
+            category_anyof_mask: q.any,
+            return_mask: q.all | q.not | q.any,
+            ..Default::default()
+        };
+        walk(&self.pagemap, &mut self.buf, range, masks, out)
+            .map(|_| ())
+            .map_err(|e| scan_error(e, self.pid, range))
+    }
+}
+
+/// Output buffer entries at first; the buffer grows ×4 when a walk fills it, up to
+/// `MAX_REGIONS`.
+pub(crate) const INITIAL_REGIONS: usize = 256;
+const MAX_REGIONS: usize = 1 << 16;
+
+/// A failed walk: the errno, or none when the walk made no progress.
+pub(crate) struct WalkError(Option<io::Error>, bool);
+
+/// One `PAGEMAP_SCAN` walk of `range` with the flags and category masks of `masks` (other
+/// fields are filled in), resuming from `walk_end` while the output buffer fills up and
+/// growing it; matching ranges appended to `out`, coalesced. Returns the ioctls made.
+pub(crate) fn walk(
+    pagemap: &File,
+    buf: &mut Vec<sys::PageRegion>,
+    range: PageRange,
+    masks: sys::PmScanArg,
+    out: &mut Vec<PageRange>,
+) -> Result<usize, WalkError> {
+    let mut start = range.start as u64;
+    let end = range.end as u64;
+    let mut calls = 0;
+    while start < end {
+        let mut arg = sys::PmScanArg {
+            size: std::mem::size_of::<sys::PmScanArg>() as u64,
+            start,
+            end,
+            vec: buf.as_mut_ptr() as u64,
+            vec_len: buf.len() as u64,
+            ..masks
+        };
+        // SAFETY: `arg` is valid; `vec` points at `vec_len` writable PageRegions owned by
+        // `buf`, which is not touched until the call returns.
+        let rc = unsafe {
+            libc::ioctl(
+                pagemap.as_raw_fd(),
+                sys::PAGEMAP_SCAN as _,
+                &mut arg as *mut sys::PmScanArg,
+            )
+        };
+        calls += 1;
+        if rc < 0 {
+            return Err(WalkError(Some(io::Error::last_os_error()), false));
         }
-        Ok(())
+        let n = rc as usize;
+        for reg in &buf[..n.min(buf.len())] {
+            push_coalesced(out, PageRange::new(reg.start as usize, reg.end as usize));
+        }
+        if arg.walk_end >= end {
+            break;
+        }
+        if arg.walk_end <= start {
+            // No progress: nothing returned means the address space is gone.
+            return Err(WalkError(None, n == 0));
+        }
+        if n >= buf.len() && buf.len() < MAX_REGIONS {
+            let len = (buf.len() * 4).min(MAX_REGIONS);
+            buf.resize(len, sys::PageRegion::default());
+        }
+        start = arg.walk_end;
+    }
+    Ok(calls)
+}
+
+/// A failed walk as a `TrackError` (EPERM: a mapping of `range` is not registered for async
+/// write-protect, with `PM_SCAN_CHECK_WPASYNC`).
+pub(crate) fn scan_error(e: WalkError, pid: i32, range: PageRange) -> TrackError {
+    match e {
+        WalkError(Some(e), _) => match e.raw_os_error() {
+            Some(libc::EPERM) => TrackError::NotRegistered {
+                start: range.start,
+                end: range.end,
+            },
+            Some(libc::ESRCH) => TrackError::ProcessGone { pid },
+            _ => TrackError::Sys {
+                what: "PAGEMAP_SCAN",
+                source: e,
+            },
+        },
+        WalkError(None, true) => TrackError::ProcessGone { pid },
+        WalkError(None, false) => TrackError::Sys {
+            what: "PAGEMAP_SCAN (walk made no progress)",
+            source: io::Error::from_raw_os_error(libc::EIO),
+        },
     }
 }

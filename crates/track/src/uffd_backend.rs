@@ -4,14 +4,11 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use crate::query::{scan_error, walk, INITIAL_REGIONS};
 use crate::rangeset::RangeSet;
 use crate::sys;
 use crate::uffd;
-use crate::{push_coalesced, BackendKind, Event, PageRange, PageTracker, ScanStats, TrackError};
-
-/// Regions in the first output buffer; it grows ×4 when a scan fills it, up to `MAX_REGIONS`.
-const INITIAL_REGIONS: usize = 256;
-const MAX_REGIONS: usize = 1 << 16;
+use crate::{BackendKind, Event, PageRange, PageTracker, ScanStats, TrackError};
 
 /// Tracks written pages with userfaultfd async write-protect and `PAGEMAP_SCAN`.
 #[derive(Debug)]
@@ -162,7 +159,7 @@ impl UffdTracker {
         }
     }
 
-    /// One tracked range, resuming from `walk_end` while the output buffer fills up.
+    /// One tracked range: written pages (re-armed with `PM_SCAN_WP_MATCHING` in `flags`).
     fn scan_range(
         &mut self,
         r: PageRange,
@@ -170,68 +167,14 @@ impl UffdTracker {
         out: &mut Vec<PageRange>,
         syscalls: &mut usize,
     ) -> Result<(), TrackError> {
-        let mut start = r.start as u64;
-        let end = r.end as u64;
-        while start < end {
-            let mut arg = sys::PmScanArg {
-                size: std::mem::size_of::<sys::PmScanArg>() as u64,
-                flags,
-                start,
-                end,
-                vec: self.buf.as_mut_ptr() as u64,
-                vec_len: self.buf.len() as u64,
-                category_mask: sys::PAGE_IS_WRITTEN,
-                return_mask: sys::PAGE_IS_WRITTEN,
-                ..Default::default()
-            };
-            // SAFETY: `arg` is valid; `vec` points at `vec_len` writable PageRegions owned by
-            // `self.buf`, which is not touched until the call returns.
-            let rc = unsafe {
-                libc::ioctl(
-                    self.pagemap.as_raw_fd(),
-                    sys::PAGEMAP_SCAN as _,
-                    &mut arg as *mut sys::PmScanArg,
-                )
-            };
-            *syscalls += 1;
-            if rc < 0 {
-                let e = io::Error::last_os_error();
-                return Err(match e.raw_os_error() {
-                    Some(libc::EPERM) => TrackError::NotRegistered {
-                        start: r.start,
-                        end: r.end,
-                    },
-                    Some(libc::ESRCH) => TrackError::ProcessGone { pid: self.pid },
-                    _ => TrackError::Sys {
-                        what: "PAGEMAP_SCAN",
-                        source: e,
-                    },
-                });
-            }
-            let n = rc as usize;
-            for reg in &self.buf[..n.min(self.buf.len())] {
-                push_coalesced(out, PageRange::new(reg.start as usize, reg.end as usize));
-            }
-            if arg.walk_end >= end {
-                break;
-            }
-            if arg.walk_end <= start {
-                if n == 0 {
-                    // No progress and nothing returned: the address space is gone.
-                    return Err(TrackError::ProcessGone { pid: self.pid });
-                }
-                return Err(TrackError::Sys {
-                    what: "PAGEMAP_SCAN (walk made no progress)",
-                    source: io::Error::from_raw_os_error(libc::EIO),
-                });
-            }
-            // The output buffer was full: grow it for next time and resume where the walk ended.
-            if n >= self.buf.len() && self.buf.len() < MAX_REGIONS {
-                let len = (self.buf.len() * 4).min(MAX_REGIONS);
-                self.buf.resize(len, sys::PageRegion::default());
-            }
-            start = arg.walk_end;
-        }
+        let masks = sys::PmScanArg {
+            flags,
+            category_mask: sys::PAGE_IS_WRITTEN,
+            return_mask: sys::PAGE_IS_WRITTEN,
+            ..Default::default()
+        };
+        *syscalls += walk(&self.pagemap, &mut self.buf, r, masks, out)
+            .map_err(|e| scan_error(e, self.pid, r))?;
         Ok(())
     }
 
