@@ -60,6 +60,8 @@ pub struct CaptureStats {
     pub written: u64,
     /// Pages taken again because their mapping was replaced or they were dropped.
     pub retaken: u64,
+    /// Bytes of new memory copied while the program ran, before this capture's stop.
+    pub precopied: u64,
     /// Bytes of captured memory.
     pub captured_bytes: u64,
     pub areas: usize,
@@ -502,6 +504,7 @@ impl Capturer {
             pages: copied / self.page as u64,
             written: written_pages,
             retaken: (copied / self.page as u64).saturating_sub(written_pages),
+            precopied: 0,
             captured_bytes: self.captured_bytes(),
             areas: self.areas.len(),
             threads: image.threads.len(),

@@ -104,13 +104,16 @@ impl Monitor {
         }
         // Much new memory: register it, copy it while the program runs, then stop again for
         // what it wrote meanwhile.
-        let mut prestop = Duration::ZERO;
+        let (mut prestop, mut precopied) = (Duration::ZERO, 0);
         let captured = match cap.prepare(&self.tracee) {
             Ok(Some(pre)) => {
                 prestop = t0.elapsed();
                 self.tracee.resume_all()?;
-                let bytes = cap.precopy(pre);
-                tracing::debug!(mib = bytes >> 20, "copied new memory while the program ran");
+                precopied = cap.precopy(pre);
+                tracing::debug!(
+                    mib = precopied >> 20,
+                    "copied new memory while the program ran"
+                );
                 t0 = Instant::now();
                 self.tracee.stop_all()?;
                 cap.capture(&self.tracee, t0)
@@ -120,6 +123,7 @@ impl Monitor {
         }
         .map(|mut c| {
             c.stats.stop += prestop;
+            c.stats.precopied = precopied;
             c
         });
         // Resume whatever happened: the program must not stay stopped because of us.
@@ -155,7 +159,8 @@ impl Monitor {
         s.last_epoch = report.epoch;
         s.stop_ms.push(report.capture.stop.as_secs_f64() * 1e3);
         s.durable_ms.push(report.engine.total.as_secs_f64() * 1e3);
-        s.copied_bytes += report.capture.pages * kioku_track::page_size() as u64;
+        s.copied_bytes +=
+            report.capture.pages * kioku_track::page_size() as u64 + report.capture.precopied;
         s.captured_bytes = report.capture.captured_bytes;
         tracing::debug!(
             epoch = report.epoch,
