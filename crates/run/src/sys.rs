@@ -22,20 +22,14 @@ const IOV_MAX: usize = 1024;
 pub fn copy_pages(pid: i32, chunks: &[(usize, usize, usize)], read: bool) -> Result<u64> {
     let mut total = 0u64;
     for batch in chunks.chunks(IOV_MAX) {
-        let local: Vec<libc::iovec> = batch
+        let iov = |addr: usize, len: usize| libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: len,
+        };
+        let (remote, local): (Vec<libc::iovec>, Vec<libc::iovec>) = batch
             .iter()
-            .map(|&(_, l, n)| libc::iovec {
-                iov_base: l as *mut libc::c_void,
-                iov_len: n,
-            })
-            .collect();
-        let remote: Vec<libc::iovec> = batch
-            .iter()
-            .map(|&(r, _, n)| libc::iovec {
-                iov_base: r as *mut libc::c_void,
-                iov_len: n,
-            })
-            .collect();
+            .map(|&(r, l, n)| (iov(r, n), iov(l, n)))
+            .unzip();
         let want: usize = batch.iter().map(|c| c.2).sum();
         let mut done = 0usize;
         // A partial transfer stops at the first failing iovec; resume after it.

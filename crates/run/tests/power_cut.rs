@@ -65,17 +65,37 @@ fn epochs(m: &mut Monitor, n: usize) -> bool {
     true
 }
 
-/// Restores `image` and runs the program to its end; the epoch restored.
-fn restore_and_finish(image: Vec<u8>, what: &str) -> u64 {
-    let medium = SimMedium::from_image(image).unwrap();
-    let pool = Pool::open_on(
+/// A checkpoint pool on `medium`.
+fn open(medium: SimMedium, what: &str) -> Pool {
+    Pool::open_on(
         Box::new(medium),
         &OpenOptions {
             kind: Some(kioku_ckpt::POOL_KIND.into()),
             ..Default::default()
         },
     )
-    .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"));
+    .unwrap_or_else(|e| panic!("{what}: the pool does not open: {e}"))
+}
+
+/// Restores every crash image `ctl` holds and runs each program to its end: each must restore
+/// epoch 2 or 3 and write exactly `want` to `out`. Returns the images checked.
+fn check_crash_images(ctl: &SimControl, what: &str, out: &Path, want: &[u8]) -> usize {
+    let mut n = 0;
+    for image in ctl.crash_image_sample(2).unwrap() {
+        let epoch = restore_and_finish(image, what);
+        assert!((2..=3).contains(&epoch), "{what}: restored epoch {epoch}");
+        assert!(
+            std::fs::read(out).unwrap() == want,
+            "{what}: output differs"
+        );
+        n += 1;
+    }
+    n
+}
+
+/// Restores `image` and runs the program to its end; the epoch restored.
+fn restore_and_finish(image: Vec<u8>, what: &str) -> u64 {
+    let pool = open(SimMedium::from_image(image).unwrap(), what);
     let r = kioku_run::restore::restore(pool).unwrap_or_else(|e| panic!("{what}: restore: {e}"));
     let epoch = r.epoch;
     let mut m = Monitor::new(r.tracee, r.capturer, opts()).unwrap();
@@ -83,10 +103,9 @@ fn restore_and_finish(image: Vec<u8>, what: &str) -> u64 {
     epoch
 }
 
-fn reference(prog: &Path, dir: &Path) -> Vec<u8> {
+fn reference(prog: &Path) -> Vec<u8> {
     let o = Command::new(prog).arg(DIGITS).output().unwrap();
     assert!(o.status.success());
-    let _ = dir;
     o.stdout
 }
 
@@ -94,7 +113,7 @@ fn reference(prog: &Path, dir: &Path) -> Vec<u8> {
 fn crash_at_every_ordering_point_of_a_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let prog = pi(dir.path());
-    let want = reference(&prog, dir.path());
+    let want = reference(&prog);
     let out = dir.path().join("out.txt");
     let (mut images, mut points) = (0, 0);
     for k in 0.. {
@@ -108,16 +127,8 @@ fn crash_at_every_ordering_point_of_a_checkpoint() {
             points = k;
             break; // the checkpoint had fewer ordering points than k
         }
-        for image in ctl.crash_image_sample(2).unwrap() {
-            let what = format!("cut at point {k} of the third checkpoint");
-            let epoch = restore_and_finish(image, &what);
-            assert!((2..=3).contains(&epoch), "{what}: restored epoch {epoch}");
-            assert!(
-                std::fs::read(&out).unwrap() == want,
-                "{what}: output differs"
-            );
-            images += 1;
-        }
+        let what = format!("cut at point {k} of the third checkpoint");
+        images += check_crash_images(&ctl, &what, &out, &want);
     }
     assert!(
         points >= 4,
@@ -130,7 +141,7 @@ fn crash_at_every_ordering_point_of_a_checkpoint() {
 fn crash_at_every_ordering_point_of_a_restore() {
     let dir = tempfile::tempdir().unwrap();
     let prog = pi(dir.path());
-    let want = reference(&prog, dir.path());
+    let want = reference(&prog);
     let out = dir.path().join("out.txt");
     let (mut m, ctl) = start(&prog, &out);
     assert!(epochs(&mut m, 2));
@@ -143,15 +154,7 @@ fn crash_at_every_ordering_point_of_a_restore() {
         let medium = SimMedium::from_image(base.clone()).unwrap();
         let c2 = medium.control();
         c2.cut_power_at(c2.ordering_points() + k);
-        let pool = Pool::open_on(
-            Box::new(medium),
-            &OpenOptions {
-                kind: Some(kioku_ckpt::POOL_KIND.into()),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let r = kioku_run::restore::restore(pool).unwrap();
+        let r = kioku_run::restore::restore(open(medium, "restore under test")).unwrap();
         assert_eq!(r.epoch, 2);
         let mut m = Monitor::new(r.tracee, r.capturer, opts()).unwrap();
         assert!(epochs(&mut m, 1), "pi ended too early for the test");
@@ -160,16 +163,8 @@ fn crash_at_every_ordering_point_of_a_restore() {
             points = k;
             break;
         }
-        for image in c2.crash_image_sample(2).unwrap() {
-            let what = format!("cut at point {k} of a restore and its first checkpoint");
-            let epoch = restore_and_finish(image, &what);
-            assert!((2..=3).contains(&epoch), "{what}: restored epoch {epoch}");
-            assert!(
-                std::fs::read(&out).unwrap() == want,
-                "{what}: output differs"
-            );
-            images += 1;
-        }
+        let what = format!("cut at point {k} of a restore and its first checkpoint");
+        images += check_crash_images(&c2, &what, &out, &want);
     }
     eprintln!("{points} ordering points, {images} crash images restored, output identical");
 }

@@ -61,16 +61,7 @@ impl PagemapQuery {
     /// Opens `/proc/PID/pagemap` (ptrace-read permission on `pid` needed).
     pub fn open(pid: i32) -> Result<PagemapQuery, TrackError> {
         crate::uffd::probe_pagemap_scan()?;
-        let pagemap = File::open(format!("/proc/{pid}/pagemap")).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                TrackError::ProcessGone { pid }
-            } else {
-                TrackError::Sys {
-                    what: "opening /proc/PID/pagemap (needs ptrace-read permission)",
-                    source,
-                }
-            }
-        })?;
+        let pagemap = open_pagemap(pid)?;
         Ok(PagemapQuery {
             pid,
             pagemap,
@@ -98,6 +89,20 @@ impl PagemapQuery {
             .map(|_| ())
             .map_err(|e| scan_error(e, self.pid, range))
     }
+}
+
+/// `/proc/PID/pagemap`, for `PAGEMAP_SCAN`.
+pub(crate) fn open_pagemap(pid: i32) -> Result<File, TrackError> {
+    File::open(format!("/proc/{pid}/pagemap")).map_err(|source| {
+        if source.kind() == io::ErrorKind::NotFound {
+            TrackError::ProcessGone { pid }
+        } else {
+            TrackError::Sys {
+                what: "opening /proc/PID/pagemap (needs ptrace-read permission)",
+                source,
+            }
+        }
+    })
 }
 
 /// Output buffer entries at first; the buffer grows ×4 when a walk fills it, up to

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use crate::query::{scan_error, walk, INITIAL_REGIONS};
+use crate::query::{open_pagemap, scan_error, walk, INITIAL_REGIONS};
 use crate::rangeset::RangeSet;
 use crate::sys;
 use crate::uffd;
@@ -51,16 +51,7 @@ impl UffdTracker {
     pub fn for_process(pid: i32, uffd: OwnedFd) -> Result<UffdTracker, TrackError> {
         uffd::probe_pagemap_scan()?;
         let features = uffd::ensure_wp_async(uffd.as_raw_fd())?;
-        let pagemap = File::open(format!("/proc/{pid}/pagemap")).map_err(|source| {
-            if source.kind() == io::ErrorKind::NotFound {
-                TrackError::ProcessGone { pid }
-            } else {
-                TrackError::Sys {
-                    what: "opening /proc/PID/pagemap (needs ptrace-read permission)",
-                    source,
-                }
-            }
-        })?;
+        let pagemap = open_pagemap(pid)?;
         Ok(UffdTracker {
             uffd,
             pagemap,
