@@ -272,12 +272,20 @@ fn a_pool_in_use_is_refused() {
 fn an_unsupported_descriptor_stops_checkpoints_and_the_program_runs_on() {
     let dir = RunDir::new();
     let p = program("pi", false);
-    // A pipe on descriptor 3, passed on with --inherit-fds.
+    // The read end of a pipe on descriptor 3, passed on with --inherit-fds; the write end
+    // stays with this test only, so the program holds a pipe to another process. Both
+    // inherited numbers are closed first: holding both ends would make a self-pipe, which
+    // is checkpointed.
     let (r, w) = {
         let mut fds = [0; 2];
         // SAFETY: pipe(2) into a local array.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         (fds[0], fds[1])
+    };
+    let move_read_end = if r == 3 {
+        String::new()
+    } else {
+        format!("exec 3<&{r} {r}<&-;")
     };
     let o = Command::new(kioku())
         .args([
@@ -292,7 +300,7 @@ fn an_unsupported_descriptor_stops_checkpoints_and_the_program_runs_on() {
             "--",
             "sh",
             "-c",
-            &format!("exec 3<&{r}; exec {} 4000", p.display()),
+            &format!("{move_read_end} exec {w}>&-; exec {} 4000", p.display()),
         ])
         .current_dir(dir.dir.path())
         .stdout(Stdio::null())
