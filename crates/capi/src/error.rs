@@ -104,6 +104,7 @@ pub fn ckpt_code(e: &CkptError) -> c_int {
         CkptError::NotACheckpoint { .. }
         | CkptError::MetaDamaged { .. }
         | CkptError::ContextDamaged { .. } => KIOKU_E_CORRUPT,
+        CkptError::OutOfOrder { .. } => KIOKU_E_STATE,
     }
 }
 

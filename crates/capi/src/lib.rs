@@ -303,6 +303,7 @@ pub unsafe extern "C" fn kioku_create(
         let opts = EngineOptions {
             medium,
             allow_rollback: false,
+            ..Default::default()
         };
         let engine = Engine::create(path, &opts)?;
         // SAFETY: `out` is non-NULL and writable per kioku.h.
@@ -382,6 +383,7 @@ pub unsafe extern "C" fn kioku_recover_ex(
         let opts = EngineOptions {
             medium,
             allow_rollback: flags & KIOKU_RECOVER_ALLOW_ROLLBACK != 0,
+            ..Default::default()
         };
         let (engine, rec) = Engine::recover(path, &opts)?;
         let info = Recovery {

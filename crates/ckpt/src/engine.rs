@@ -40,7 +40,13 @@ pub(crate) mod root {
     pub const META_LEN: usize = 3;
     pub const META_CRC: usize = 4;
     pub const TIME: usize = 5;
-    pub const COUNT: usize = 6;
+    /// Length and checksum of the other context's metadata while a checkpoint is prepared
+    /// (`VALID == RUNNING`), so that it can be rolled back; zero otherwise.
+    pub const PREV_META_LEN: usize = 6;
+    pub const PREV_META_CRC: usize = 7;
+    pub const COUNT: usize = 8;
+    /// Roots written before two-phase checkpoints existed.
+    pub const COUNT_V1: usize = 6;
 }
 
 /// How to create or open a checkpoint pool.
@@ -49,6 +55,102 @@ pub struct EngineOptions {
     pub medium: MediumChoice,
     /// Use the pool's previous commit when its live commit slot is damaged.
     pub allow_rollback: bool,
+    /// When the pool's last checkpoint is prepared but not finished ([`Engine::prepare`]),
+    /// recover the checkpoint before it instead (a group that did not commit the epoch).
+    pub rollback_prepared: bool,
+}
+
+/// A pool's last commit, read without changing the pool ([`commit_state`]).
+#[derive(Clone, Debug)]
+pub struct CommitState {
+    /// Epoch of the last (possibly only prepared) checkpoint.
+    pub epoch: u64,
+    /// Whether that checkpoint is prepared but not finished: the checkpoint before it (epoch
+    /// `epoch - 1`, `previous_metadata`) is still intact and can be recovered instead.
+    pub prepared: bool,
+    /// The caller's metadata of that checkpoint.
+    pub metadata: Vec<u8>,
+    /// When prepared: the caller's metadata of the checkpoint before it.
+    pub previous_metadata: Option<Vec<u8>>,
+}
+
+/// What a pool written by this engine holds as its last commit. Opens the pool (taking its
+/// lock for the moment) and changes nothing.
+pub fn commit_state(path: &Path, opts: &EngineOptions) -> Result<CommitState> {
+    let o = OpenOptions {
+        medium: opts.medium,
+        kind: Some(POOL_KIND.into()),
+        allow_rollback: opts.allow_rollback,
+        fixed_time_ns: None,
+    };
+    let pool = Pool::open(path, &o)?;
+    let r = pool.roots().to_vec();
+    if r.is_empty() {
+        return Ok(CommitState {
+            epoch: 0,
+            prepared: false,
+            metadata: vec![],
+            previous_metadata: None,
+        });
+    }
+    let (valid, epoch, prepared) = check_roots(&r)?;
+    let user = |ctx: usize, len: u64, crc: u64, epoch: u64| -> Result<Vec<u8>> {
+        let b = read_meta(&pool, ctx, len, crc).ok_or(CkptError::MetaDamaged { epoch })?;
+        Ok(ContextMeta::decode(&b)
+            .map_err(|detail| CkptError::NotACheckpoint { detail })?
+            .user)
+    };
+    let metadata = match user(valid, r[root::META_LEN], r[root::META_CRC], epoch) {
+        Ok(m) => m,
+        // The valid context's copy is damaged; the other holds the same block after a sync.
+        Err(_) if !prepared => user(1 - valid, r[root::META_LEN], r[root::META_CRC], epoch)?,
+        Err(e) => return Err(e),
+    };
+    let previous_metadata = if prepared {
+        Some(user(
+            1 - valid,
+            r[root::PREV_META_LEN],
+            r[root::PREV_META_CRC],
+            epoch - 1,
+        )?)
+    } else {
+        None
+    };
+    Ok(CommitState {
+        epoch,
+        prepared,
+        metadata,
+        previous_metadata,
+    })
+}
+
+/// Checks the shape of the engine's commit roots; (valid context, epoch, prepared).
+fn check_roots(r: &[u64]) -> Result<(usize, u64, bool)> {
+    if (r.len() != root::COUNT && r.len() != root::COUNT_V1)
+        || r[root::VALID] > 1
+        || r[root::RUNNING] > 1
+    {
+        return Err(CkptError::NotACheckpoint {
+            detail: format!("commit roots {r:?}"),
+        });
+    }
+    let prepared = r.len() == root::COUNT
+        && r[root::VALID] == r[root::RUNNING]
+        && r[root::PREV_META_LEN] > 0
+        && r[root::EPOCH] > 0;
+    Ok((r[root::VALID] as usize, r[root::EPOCH], prepared))
+}
+
+/// A checkpoint made durable by [`Engine::prepare`] and not yet finished.
+struct Prepared {
+    runs: Vec<(usize, usize, usize)>,
+    meta: Vec<u8>,
+    meta_crc: u32,
+    dirty: Vec<PageRange>,
+    t_scan: Duration,
+    t_durable: Duration,
+    t0: Instant,
+    dirty_pages: u64,
 }
 
 /// Where a region is and how large.
@@ -139,6 +241,10 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     hot: std::collections::HashMap<u64, u32>,
     /// Whether hot regions may be switched to being taken whole.
     adaptive: bool,
+    /// Length and checksum of the valid context's metadata (kept in the roots of a prepared
+    /// checkpoint, so that it can be rolled back).
+    committed_meta: (u64, u32),
+    prepared: Option<Prepared>,
 }
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
@@ -198,16 +304,24 @@ impl Engine<SelfSpace> {
             allow_rollback: opts.allow_rollback,
             fixed_time_ns: None,
         };
-        Engine::recover_in(Pool::open(path, &o)?, SelfSpace)
+        Engine::recover_in_with(Pool::open(path, &o)?, SelfSpace, opts.rollback_prepared)
     }
 
     /// `recover` from a medium built by the caller (a `sim` crash image).
     pub fn recover_on(medium: Box<dyn Medium>) -> Result<(Self, Recovered)> {
+        Engine::recover_on_with(medium, false)
+    }
+
+    /// `recover_on`, rolling a prepared checkpoint back when `rollback_prepared`.
+    pub fn recover_on_with(
+        medium: Box<dyn Medium>,
+        rollback_prepared: bool,
+    ) -> Result<(Self, Recovered)> {
         let o = OpenOptions {
             kind: Some(POOL_KIND.into()),
             ..Default::default()
         };
-        Engine::recover_in(Pool::open_on(medium, &o)?, SelfSpace)
+        Engine::recover_in_with(Pool::open_on(medium, &o)?, SelfSpace, rollback_prepared)
     }
 }
 
@@ -228,7 +342,9 @@ impl<S: AddressSpace> Engine<S> {
         write_meta(&mut pool, 1, &meta)?;
         let roots = roots(1, 0, 0, &meta, crc32c::crc32c(&meta));
         pool.commit(&roots)?;
-        Engine::assemble(pool, space, 0, 0, 1)
+        let mut engine = Engine::assemble(pool, space, 0, 0, 1)?;
+        engine.committed_meta = (meta.len() as u64, crc32c::crc32c(&meta));
+        Ok(engine)
     }
 
     /// An engine with no regions mapped yet, running on context `running`.
@@ -256,6 +372,8 @@ impl<S: AddressSpace> Engine<S> {
             whole: Default::default(),
             hot: Default::default(),
             adaptive: true,
+            committed_meta: (0, 0),
+            prepared: None,
         })
     }
 
@@ -263,7 +381,17 @@ impl<S: AddressSpace> Engine<S> {
     /// it is damaged, the other one when it is a complete copy), makes the other context equal
     /// to it, maps every region at its address and returns the checkpoint's metadata. A crash
     /// at any point of this leaves a pool that recovers again.
-    pub fn recover_in(mut pool: Pool, space: S) -> Result<(Self, Recovered)> {
+    pub fn recover_in(pool: Pool, space: S) -> Result<(Self, Recovered)> {
+        Engine::recover_in_with(pool, space, false)
+    }
+
+    /// [`Engine::recover_in`]; with `rollback_prepared`, a checkpoint that was prepared but
+    /// not finished is dropped and the one before it recovered.
+    pub fn recover_in_with(
+        mut pool: Pool,
+        space: S,
+        rollback_prepared: bool,
+    ) -> Result<(Self, Recovered)> {
         if pool.epoch() == 0 && pool.roots().is_empty() && pool.sections().is_empty() {
             // Created, but the engine's first commit never happened (a crash right after the
             // pool file appeared): no checkpoint exists, so there is nothing to lose.
@@ -278,11 +406,20 @@ impl<S: AddressSpace> Engine<S> {
             };
             return Ok((engine, recovered));
         }
-        let r = pool.roots().to_vec();
-        if r.len() != root::COUNT || r[root::VALID] > 1 || r[root::RUNNING] > 1 {
-            return Err(CkptError::NotACheckpoint {
-                detail: format!("commit roots {r:?}"),
-            });
+        let mut r = pool.roots().to_vec();
+        let (_, _, prepared) = check_roots(&r)?;
+        if prepared && rollback_prepared {
+            // The other context still holds the checkpoint before: its metadata's length and
+            // checksum were kept in the roots for this.
+            let running = r[root::RUNNING];
+            r[root::VALID] = 1 - running;
+            r[root::EPOCH] -= 1;
+            r[root::META_LEN] = r[root::PREV_META_LEN];
+            r[root::META_CRC] = r[root::PREV_META_CRC];
+            tracing::info!(
+                epoch = r[root::EPOCH],
+                "rolling back a prepared, unfinished checkpoint"
+            );
         }
         let valid = r[root::VALID] as usize;
         let epoch = r[root::EPOCH];
@@ -345,6 +482,7 @@ impl<S: AddressSpace> Engine<S> {
 
         let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
         let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
+        engine.committed_meta = (meta_bytes.len() as u64, r[root::META_CRC] as u32);
         for (mut rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
             let want = (!engine.space.relocatable()).then_some(rec.addr);
             rec.addr = engine
@@ -584,20 +722,59 @@ impl<S: AddressSpace> Engine<S> {
     /// (stop other threads first). Only pages written since the last checkpoint are written
     /// back and copied.
     pub fn checkpoint(&mut self, metadata: &[u8]) -> Result<CheckpointStats> {
-        let t0 = Instant::now();
-        let (run, other) = (self.running, 1 - self.running);
-        let page = self.page as usize;
+        self.prepare(metadata)?;
+        self.finish()
+    }
 
-        // (1) pages written in this epoch: write them back, update their checksums.
-        let mut dirty = std::mem::take(&mut self.scratch);
-        dirty.clear();
+    /// Pages written since the last checkpoint, as `(region name, first page, pages)` runs
+    /// (regions taken whole: all their pages). Scanning here does not lose them: the next
+    /// checkpoint includes them. Lets a caller act on what changed (send its delta) before
+    /// the checkpoint.
+    pub fn written(&mut self) -> Result<Vec<(String, usize, usize)>> {
+        let mut dirty = Vec::new();
         self.tracker.scan_into(&mut dirty)?;
-        dirty.append(&mut self.carried);
-        dirty.sort_unstable();
-        let t_scan = t0.elapsed();
-        // Per region: (first page, pages) runs, clipped to the region.
+        self.carried.extend_from_slice(&dirty);
+        let mut all = self.carried.clone();
+        all.sort_unstable();
+        Ok(self
+            .runs_of(&all)
+            .into_iter()
+            .map(|(i, first, n)| (self.regions[i].rec.name.clone(), first, n))
+            .collect())
+    }
+
+    /// The bytes of region `name` as of the last checkpoint (the valid context), while the
+    /// program writes the running one: `None` for a region created since, shorter than the
+    /// region when it grew since (pages beyond were zero).
+    pub fn committed(&self, name: &str) -> Option<&[u8]> {
+        let i = self.regions.iter().position(|r| r.rec.name == name)?;
+        if self.prepared.is_some() {
+            return None;
+        }
+        // A region created (or grown) in this epoch is missing (or shorter) there.
+        let sec = self
+            .pool
+            .section(&section_name(self.regions[i].rec.id, 1 - self.running))?;
+        Some(
+            self.pool
+                .bytes(sec.offset, sec.len.min(self.regions[i].rec.len)),
+        )
+    }
+
+    /// `(region index, first page, pages)` runs of the regions covered by sorted `dirty`
+    /// ranges, plus every page of regions taken whole; sorted, without duplicates.
+    fn runs_of(&self, dirty: &[PageRange]) -> Vec<(usize, usize, usize)> {
+        let page = self.page as usize;
+        // Overlapping ranges (a range carried and scanned again) become one.
+        let mut merged: Vec<PageRange> = Vec::with_capacity(dirty.len());
+        for d in dirty {
+            match merged.last_mut() {
+                Some(last) if d.start <= last.end => last.end = last.end.max(d.end),
+                _ => merged.push(*d),
+            }
+        }
         let mut runs: Vec<(usize, usize, usize)> = Vec::new();
-        for d in &dirty {
+        for d in &merged {
             let mut start = d.start;
             while start < d.end {
                 let i = self
@@ -623,6 +800,32 @@ impl<S: AddressSpace> Engine<S> {
         }
         runs.sort_unstable();
         runs.dedup();
+        runs
+    }
+
+    /// The first half of [`Engine::checkpoint`]: writes back the pages written in this epoch
+    /// and the metadata, and commits — the checkpoint is durable when this returns, and until
+    /// [`Engine::finish`] the checkpoint before it stays intact in the other context, so a
+    /// recovery with [`EngineOptions::rollback_prepared`] can still return to it. A group of
+    /// processes prepares everywhere, agrees, then finishes.
+    pub fn prepare(&mut self, metadata: &[u8]) -> Result<()> {
+        if self.prepared.is_some() {
+            return Err(CkptError::OutOfOrder {
+                detail: "a prepared checkpoint is not finished",
+            });
+        }
+        let t0 = Instant::now();
+        let run = self.running;
+        let page = self.page as usize;
+
+        // (1) pages written in this epoch: write them back, update their checksums.
+        let mut dirty = std::mem::take(&mut self.scratch);
+        dirty.clear();
+        self.tracker.scan_into(&mut dirty)?;
+        dirty.append(&mut self.carried);
+        dirty.sort_unstable();
+        let t_scan = t0.elapsed();
+        let runs = self.runs_of(&dirty);
         let mut dirty_pages = 0u64;
         let offsets: Vec<u64> = (0..self.regions.len())
             .map(|i| self.section_off(i, run))
@@ -647,16 +850,52 @@ impl<S: AddressSpace> Engine<S> {
         let meta = encode_parts(epoch, now_ns(), page as u32, &entries, metadata);
         let meta_crc = crc32c::crc32c(&meta);
         write_meta(&mut self.pool, run, &meta)?;
-        self.pool.commit(&roots(run, run, epoch, &meta, meta_crc))?;
+        let mut r = roots(run, run, epoch, &meta, meta_crc);
+        r[root::PREV_META_LEN] = self.committed_meta.0;
+        r[root::PREV_META_CRC] = self.committed_meta.1 as u64;
+        self.pool.commit(&r)?;
         self.epoch = epoch;
         let t_durable = t0.elapsed();
+        self.prepared = Some(Prepared {
+            runs,
+            meta,
+            meta_crc,
+            dirty,
+            t_scan,
+            t_durable,
+            t0,
+            dirty_pages,
+        });
+        Ok(())
+    }
 
+    /// The second half of [`Engine::checkpoint`]: syncs the other context with the prepared
+    /// checkpoint and makes it the valid one; the checkpoint before is gone from here on.
+    pub fn finish(&mut self) -> Result<CheckpointStats> {
+        let Some(p) = self.prepared.take() else {
+            return Err(CkptError::OutOfOrder {
+                detail: "no checkpoint is prepared",
+            });
+        };
+        let Prepared {
+            runs,
+            meta,
+            meta_crc,
+            dirty,
+            t_scan,
+            t_durable,
+            t0,
+            dirty_pages,
+        } = p;
+        let (run, other) = (self.running, 1 - self.running);
+        let epoch = self.epoch;
         // (4) sync the other context, then make it the valid one; continue on `run`.
         let records: Vec<RegionRecord> = self.regions.iter().map(|r| r.rec.clone()).collect();
         sync_context(&mut self.pool, &records, self.page, run, other, Some(&runs))?;
         write_meta(&mut self.pool, other, &meta)?;
         self.pool
             .commit(&roots(other, run, epoch, &meta, meta_crc))?;
+        self.committed_meta = (meta.len() as u64, meta_crc);
         self.adapt_tracking(&runs)?;
 
         self.scratch = dirty;

@@ -48,6 +48,8 @@ pub enum CkptError {
         region: String,
         page: u64,
     },
+    #[error("{detail}: call prepare, then finish, once each per checkpoint")]
+    OutOfOrder { detail: &'static str },
 }
 
 pub type Result<T> = std::result::Result<T, CkptError>;

@@ -56,7 +56,7 @@ pub fn inspect(path: &Path, report: &Report) -> std::io::Result<Option<CkptRepor
         return Ok(None);
     };
     let r = &slot.roots;
-    if r.len() != root::COUNT {
+    if r.len() != root::COUNT && r.len() != root::COUNT_V1 {
         return Ok(None);
     }
     let file = std::fs::File::open(path)?;

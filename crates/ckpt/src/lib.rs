@@ -34,7 +34,8 @@ pub mod meta;
 pub mod space;
 
 pub use engine::{
-    CheckpointStats, Engine, EngineOptions, Recovered, RegionInfo, RegionOptions, POOL_KIND,
+    commit_state, CheckpointStats, CommitState, Engine, EngineOptions, Recovered, RegionInfo,
+    RegionOptions, POOL_KIND,
 };
 pub use error::{CkptError, Result};
-pub use space::{AddressSpace, SelfSpace};
+pub use space::{AddressSpace, MovableSelfSpace, SelfSpace};

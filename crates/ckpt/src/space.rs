@@ -119,3 +119,34 @@ impl AddressSpace for SelfSpace {
         Ok(Box::new(Tracker::new()?))
     }
 }
+
+/// The calling process, with regions that recovery may place anywhere (the caller finds
+/// them by name): for libraries whose users get region pointers after recovery, where the
+/// old addresses may since have been taken (address-space randomisation, other libraries'
+/// mappings made earlier in the new process).
+#[derive(Debug, Default)]
+pub struct MovableSelfSpace(SelfSpace);
+
+impl AddressSpace for MovableSelfSpace {
+    fn pid(&self) -> i32 {
+        self.0.pid()
+    }
+    fn reserve(&mut self, name: &str, addr: Option<usize>, len: usize) -> Result<usize> {
+        self.0.reserve(name, addr, len)
+    }
+    fn map_pool(&mut self, addr: usize, len: usize, medium: &dyn Medium, off: u64) -> Result<()> {
+        self.0.map_pool(addr, len, medium, off)
+    }
+    fn unmap_to_reserved(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.0.unmap_to_reserved(addr, len)
+    }
+    fn release(&mut self, addr: usize, len: usize) -> Result<()> {
+        self.0.release(addr, len)
+    }
+    fn tracker(&mut self) -> Result<Box<dyn PageTracker>> {
+        self.0.tracker()
+    }
+    fn relocatable(&self) -> bool {
+        true
+    }
+}

@@ -262,3 +262,63 @@ fn close_leaving_mapped_keeps_the_memory() {
     let (e, _) = Engine::recover(&path, &opts()).unwrap();
     assert_eq!((mem(&e, "r")[1], mem(&e, "r")[2]), (5, 0));
 }
+
+#[test]
+fn a_prepared_checkpoint_rolls_forward_or_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    let mut e = Engine::create(&path, &opts()).unwrap();
+    e.create_region("data", 4 * 4096, at(9, 1)).unwrap();
+    let m = mem(&e, "data");
+    m[0] = 1;
+    e.checkpoint(b"one").unwrap();
+    // What changed since the checkpoint, and the committed bytes beside the running ones.
+    m[4096] = 2;
+    m[3 * 4096] = 3;
+    assert_eq!(
+        e.written().unwrap(),
+        vec![("data".to_string(), 1, 1), ("data".to_string(), 3, 1)]
+    );
+    assert_eq!(e.committed("data").unwrap()[4096], 0);
+    m[4096 + 1] = 4; // written again after the scan: still one page
+    e.prepare(b"two").unwrap();
+    assert!(
+        matches!(e.prepare(b"x"), Err(CkptError::OutOfOrder { .. })),
+        "prepare twice"
+    );
+    // A crash between prepare and finish.
+    drop(e);
+    let copy = dir.path().join("copy.pool");
+    std::fs::copy(&path, &copy).unwrap();
+
+    let st = kioku_ckpt::commit_state(&path, &opts()).unwrap();
+    assert!(st.prepared);
+    assert_eq!(st.epoch, 2);
+    assert_eq!(st.metadata, b"two");
+    assert_eq!(st.previous_metadata.as_deref(), Some(&b"one"[..]));
+
+    let back = EngineOptions {
+        rollback_prepared: true,
+        ..opts()
+    };
+    let (mut e, rec) = Engine::recover(&path, &back).unwrap();
+    assert_eq!((rec.epoch, rec.metadata.as_slice()), (1, &b"one"[..]));
+    let m = mem(&e, "data");
+    assert_eq!((m[0], m[4096], m[4097], m[3 * 4096]), (1, 0, 0, 0));
+    // The rolled-back pool goes on: the next checkpoint is epoch 2 again.
+    m[2 * 4096] = 5;
+    let s = e.checkpoint(b"two again").unwrap();
+    assert_eq!((s.epoch, s.dirty_pages), (2, 1));
+    drop(e);
+    let st = kioku_ckpt::commit_state(&path, &opts()).unwrap();
+    assert!(!st.prepared && st.epoch == 2 && st.metadata == b"two again");
+
+    // Without rollback, the prepared checkpoint is the one recovered (it is durable).
+    let (e, rec) = Engine::recover(&copy, &opts()).unwrap();
+    assert_eq!((rec.epoch, rec.metadata.as_slice()), (2, &b"two"[..]));
+    let m = mem(&e, "data");
+    assert_eq!((m[0], m[4096], m[4097], m[3 * 4096]), (1, 2, 4, 3));
+    // The finished checkpoint is no longer prepared.
+    drop(e);
+    assert!(!kioku_ckpt::commit_state(&copy, &opts()).unwrap().prepared);
+}

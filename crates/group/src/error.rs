@@ -1,0 +1,37 @@
+//! What can go wrong in a group checkpoint, as one type; each message says what to do.
+
+use kioku_ckpt::CkptError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    #[error(transparent)]
+    Ckpt(#[from] CkptError),
+    #[error(transparent)]
+    Ec(#[from] kioku_ec::EcError),
+    #[error("MPI {what} failed: {detail}")]
+    Mpi { what: &'static str, detail: String },
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{0}")]
+    State(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("rank {rank}: {detail}")]
+    Remote { rank: usize, detail: String },
+    #[error("{lost} ranks of group {group} are lost ({ranks:?}), more than its {m} parity shards can rebuild; the checkpoint cannot be recovered (restore the pools of at least {need} of them, or start afresh by removing the pools)")]
+    TooManyLost {
+        group: usize,
+        lost: usize,
+        ranks: Vec<usize>,
+        m: usize,
+        need: usize,
+    },
+    #[error("ranks {ranks:?} are lost and no checkpoint at a level that rebuilds them exists (only local checkpoints were taken); start afresh by removing the pools")]
+    NoRedundancy { ranks: Vec<usize> },
+    #[error("the pools under {dir} belong to a job of {was} ranks; this job has {now}: restart with {was} ranks, or use another pool directory")]
+    SizeChanged { dir: String, was: usize, now: usize },
+    #[error("{path}: {detail}")]
+    Pool { path: String, detail: String },
+}
+
+pub type Result<T> = std::result::Result<T, GroupError>;

@@ -1,0 +1,928 @@
+//! One rank's side of a group checkpoint: its pool (the checkpoint engine, two contexts), the
+//! regions the program protects, the journals that keep each remote level's base, the parity
+//! it holds for others, and the collective checkpoint and recovery.
+
+use crate::config::Config;
+use crate::error::{GroupError, Result};
+use crate::layout::{Groups, Scheme};
+use crate::meta::{GroupMeta, Table, MAGIC, VERSION};
+use crate::mpi::{Comm, Op};
+use crate::pages::{Mem, Sparse};
+use kioku_ckpt::{CkptError, MovableSelfSpace, RegionOptions};
+
+/// The engine of a rank's pool; regions are found by name, so recovery may place them anywhere.
+pub type Engine = kioku_ckpt::Engine<MovableSelfSpace>;
+use kioku_ec::Codec;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Checkpoint levels.
+pub const LOCAL: u8 = 1;
+pub const PARTNER: u8 = 2;
+pub const RS: u8 = 3;
+
+const TAG_ENCODE: u32 = 11;
+const TAG_DECODE: u32 = 12;
+/// Address space kept for growth of the library's own regions (journals, parity).
+const AUX_RESERVE: usize = 64 << 30;
+
+/// A remote level as this job keeps it.
+struct Level {
+    id: u8,
+    scheme: Scheme,
+    codec: Arc<Codec>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum State {
+    /// No pool of an earlier run exists: regions may be allocated, checkpoints taken.
+    Running,
+    /// Pools of an earlier run exist: `recover` first.
+    MustRecover,
+    /// A collective operation failed half-way; the job must restart and recover.
+    Broken(String),
+}
+
+/// What the last checkpoint did (on this rank).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckpointReport {
+    pub epoch: u64,
+    pub level: u8,
+    /// Data pages written since the previous checkpoint.
+    pub dirty_pages: u64,
+    /// Pages whose delta went into the encoding.
+    pub encoded_pages: u64,
+    /// Bytes this rank sent to others.
+    pub bytes_sent: u64,
+    pub encode: Duration,
+    pub persist: Duration,
+    pub total: Duration,
+}
+
+/// What a recovery did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RecoveryReport {
+    /// The group epoch whose state the program now has.
+    pub epoch: u64,
+    /// Ranks whose pools were missing or damaged and were rebuilt.
+    pub lost: Vec<usize>,
+    /// The level they were rebuilt from (0: none lost).
+    pub level: u8,
+    /// Ranks that rolled a prepared, unagreed checkpoint back.
+    pub rolled_back: usize,
+    pub bytes_received: u64,
+    pub total: Duration,
+}
+
+/// One rank's view of the job's group checkpoints.
+pub struct Group {
+    comm: Comm,
+    cfg: Config,
+    groups: Groups,
+    gi: usize,
+    pos: usize,
+    members: Vec<usize>,
+    page: usize,
+    state: State,
+    engine: Option<Engine>,
+    table: Table,
+    levels: Vec<Level>,
+    /// The last committed checkpoint's metadata.
+    meta: Option<GroupMeta>,
+    pub last: CheckpointReport,
+    pub recovered: Option<RecoveryReport>,
+}
+
+fn user_name(id: u32) -> String {
+    format!("u{id}")
+}
+fn journal_name(level: u8) -> String {
+    format!("j{level}")
+}
+fn bitmap_name(level: u8) -> String {
+    format!("b{level}")
+}
+fn parity_name(level: u8, stripe: usize) -> String {
+    format!("x{level}.{stripe}")
+}
+fn aux() -> RegionOptions {
+    RegionOptions {
+        addr: None,
+        reserve: Some(AUX_RESERVE),
+    }
+}
+
+/// Fault injection for the crash tests: `KIOKU_FAULT=<point>:<rank>:<epoch>` makes that rank
+/// kill itself with SIGKILL at that point of that checkpoint (points: `encode`, `prepared`).
+fn fault(point: &str, rank: usize, epoch: u64) {
+    let Ok(spec) = std::env::var("KIOKU_FAULT") else {
+        return;
+    };
+    let mut it = spec.split(':');
+    let (Some(p), Some(r), Some(e)) = (it.next(), it.next(), it.next()) else {
+        return;
+    };
+    if p == point && r.parse() == Ok(rank) && e.parse() == Ok(epoch) {
+        tracing::warn!(point, rank, epoch, "KIOKU_FAULT: killing this rank");
+        // SAFETY: raising a signal at ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+}
+
+/// Errors of all ranks, gathered: `Ok` when every rank succeeded, else the first failure
+/// (every rank returns the same error, so the program sees one collective outcome).
+fn agree(comm: &Comm, mine: std::result::Result<(), String>) -> Result<()> {
+    let text = match &mine {
+        Ok(()) => Vec::new(),
+        Err(e) => e.clone().into_bytes(),
+    };
+    let all = comm.allgather_var(&text)?;
+    match all.iter().position(|e| !e.is_empty()) {
+        None => Ok(()),
+        Some(rank) => Err(GroupError::Remote {
+            rank,
+            detail: String::from_utf8_lossy(&all[rank]).into_owned(),
+        }),
+    }
+}
+
+fn xor_into(dst: &mut [u8], a: &[u8], b: &[u8]) {
+    for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
+        *d = x ^ y;
+    }
+}
+
+/// How pages enter an encoding.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// Deltas against each page's base; zero deltas are skipped.
+    Delta,
+    /// Whole pages against zeroed parity, zero pages skipped (rebuilding after recovery,
+    /// verifying).
+    Rebuild,
+    /// Whole pages, every one of them, against zeroed parity (the baseline: full checkpoints
+    /// with full encoding).
+    Full,
+}
+
+/// Where a holder puts what it receives.
+enum Target<'a> {
+    /// XOR into the parity regions.
+    Regions,
+    /// Into zeroed scratch stripes (verification), by held stripe.
+    Scratch(&'a mut Vec<Vec<u8>>),
+}
+
+/// The remote levels `cfg` keeps, for a group of `g` members.
+fn make_levels(cfg: &Config, g: usize) -> Result<Vec<Level>> {
+    let mut levels = Vec::new();
+    if cfg.partner {
+        levels.push(Level {
+            id: PARTNER,
+            scheme: Scheme::new(1, 1, g),
+            codec: Arc::new(Codec::new(1, 1)?),
+        });
+    }
+    if cfg.rs {
+        levels.push(Level {
+            id: RS,
+            scheme: Scheme::new(g - cfg.parity, cfg.parity, g),
+            codec: Arc::new(Codec::new(g - cfg.parity, cfg.parity)?),
+        });
+    }
+    Ok(levels)
+}
+
+impl Group {
+    /// Sets up this rank: reads the configuration, forms the groups, and either creates the
+    /// pools (no earlier run left any) or notes that `recover` must come first.
+    pub fn start(comm: Comm, cfg: Config) -> Result<Group> {
+        let node = comm.node()?;
+        let nodes: Vec<usize> = comm
+            .allgather(&(node as u64).to_le_bytes())?
+            .into_iter()
+            .map(|b| u64::from_le_bytes(b[..8].try_into().expect("8 bytes")) as usize)
+            .collect();
+        let min = if cfg.rs { cfg.parity + 1 } else { 2 };
+        let groups = Groups::new(&nodes, cfg.group_size, min)?;
+        let (gi, pos) = groups.place(comm.rank());
+        let members = groups.groups[gi].clone();
+        let g = members.len();
+        let levels = make_levels(&cfg, g)?;
+        let path = cfg.pool_path(comm.rank());
+        let mut exists = [u64::from(path.exists())];
+        comm.allreduce(&mut exists, Op::Max)?;
+        let mut me = Group {
+            page: kioku_pool::system_page_size() as usize,
+            comm,
+            cfg,
+            groups,
+            gi,
+            pos,
+            members,
+            state: State::MustRecover,
+            engine: None,
+            table: Table::default(),
+            levels,
+            meta: None,
+            last: CheckpointReport::default(),
+            recovered: None,
+        };
+        if exists[0] == 0 {
+            let made = me.create_pool();
+            agree(&me.comm, made.map_err(|e| e.to_string()))?;
+            me.state = State::Running;
+        }
+        Ok(me)
+    }
+
+    fn create_pool(&mut self) -> Result<()> {
+        let path = self.cfg.pool_path(self.comm.rank());
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| GroupError::Pool {
+                path: dir.display().to_string(),
+                detail: format!("cannot create the pool directory: {e}"),
+            })?;
+        }
+        let mut c = kioku_pool::CreateOptions::new(kioku_ckpt::POOL_KIND);
+        c.medium = self.cfg.medium;
+        let pool = kioku_pool::Pool::create(&path, &c).map_err(CkptError::from)?;
+        self.engine = Some(Engine::init(pool, MovableSelfSpace::default())?);
+        Ok(())
+    }
+
+    pub fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+    pub fn size(&self) -> usize {
+        self.comm.size()
+    }
+    pub fn group(&self) -> (usize, usize, usize) {
+        (self.gi, self.pos, self.members.len())
+    }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// Whether pools of an earlier run wait to be recovered.
+    pub fn must_recover(&self) -> bool {
+        self.state == State::MustRecover
+    }
+    /// The last committed group epoch (0: none).
+    pub fn epoch(&self) -> u64 {
+        self.meta.as_ref().map_or(0, |m| m.epoch)
+    }
+    pub fn last_level(&self) -> u8 {
+        self.meta.as_ref().map_or(0, |m| m.level)
+    }
+    /// The (k, m) of the rs level.
+    pub fn rs_code(&self) -> Option<(usize, usize)> {
+        self.levels
+            .iter()
+            .find(|l| l.id == RS)
+            .map(|l| (l.scheme.k, l.scheme.m))
+    }
+
+    fn running(&self) -> Result<()> {
+        match &self.state {
+            State::Running => Ok(()),
+            State::MustRecover => Err(GroupError::State(format!(
+                "pools of an earlier run exist under {}: call kioku_group_recover() to resume from them, or remove them to start afresh",
+                self.cfg.dir.display()
+            ))),
+            State::Broken(why) => Err(GroupError::State(format!(
+                "an earlier group operation failed ({why}); restart the job and call kioku_group_recover()"
+            ))),
+        }
+    }
+
+    fn engine(&self) -> &Engine {
+        self.engine.as_ref().expect("engine open while running")
+    }
+
+    fn engine_mut(&mut self) -> &mut Engine {
+        self.engine.as_mut().expect("engine open while running")
+    }
+
+    fn mem(&self, name: &str) -> Option<Mem> {
+        Mem::of(self.engine(), name, self.page)
+    }
+
+    /// Memory for protected region `id` of `size` bytes: a new zeroed region, or after
+    /// recovery the recovered one (same size required).
+    pub fn alloc(&mut self, id: u32, size: usize) -> Result<*mut u8> {
+        self.running()?;
+        if size == 0 {
+            return Err(GroupError::Invalid("kioku_group_alloc: size 0".into()));
+        }
+        let pages = size.div_ceil(self.page) as u64;
+        if let Some(e) = self.table.get(id) {
+            if e.bytes != size as u64 {
+                return Err(GroupError::Invalid(format!(
+                    "kioku_group_alloc: region {id} exists with {} bytes, asked for {size}; ids name one region for the whole job",
+                    e.bytes
+                )));
+            }
+            return Ok(self
+                .engine()
+                .region(&user_name(id))
+                .expect("table and engine agree")
+                .as_ptr());
+        }
+        let reserve = pages as usize * self.page;
+        let r = self.engine_mut().create_region(
+            &user_name(id),
+            size,
+            RegionOptions {
+                addr: None,
+                reserve: Some(reserve),
+            },
+        )?;
+        self.table.add(id, size as u64, pages);
+        Ok(r.as_ptr())
+    }
+
+    /// Makes `len` pages of region `name` exist (creating or growing it, never shrinking).
+    fn ensure_region(&mut self, name: &str, len: usize) -> Result<()> {
+        let len = len.max(self.page).div_ceil(self.page) * self.page;
+        match self.engine().region(name) {
+            Some(r) if r.len >= len => Ok(()),
+            Some(_) => self.engine_mut().resize_region(name, len).map(|_| ()),
+            None => self
+                .engine_mut()
+                .create_region(name, len, aux())
+                .map(|_| ()),
+        }
+        .map_err(GroupError::from)
+    }
+
+    /// The tables of this rank's group members (position order), from every rank's.
+    fn group_tables(&self) -> Result<Vec<Table>> {
+        let mine = serde_json::to_vec(&self.table).expect("table serialises");
+        let all = self.comm.allgather_var(&mine)?;
+        self.members
+            .iter()
+            .map(|&r| {
+                serde_json::from_slice(&all[r]).map_err(|e| GroupError::Remote {
+                    rank: r,
+                    detail: format!("bad table: {e}"),
+                })
+            })
+            .collect()
+    }
+
+    /// Data pages written since the last checkpoint, ascending.
+    fn written_data_pages(&mut self) -> Result<Vec<u64>> {
+        let runs = self.engine_mut().written()?;
+        let mut out = Vec::new();
+        for (name, first, n) in runs {
+            let Some(id) = name.strip_prefix('u').and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let e = self.table.get(id).expect("region in table");
+            out.extend((first as u64..(first + n) as u64).map(|p| e.offset + p));
+        }
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Live bytes of data page `p` (`None` past the data space).
+    fn data_page(&self, p: u64) -> Option<&[u8]> {
+        let (e, i) = self.table.locate(p)?;
+        Mem::of(self.engine(), &user_name(e.id), self.page)?
+            .page(i)
+            .map(|s| {
+                // SAFETY: the slice points into a region the engine keeps mapped while it
+                // lives, and the engine outlives this borrow of `self`.
+                unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }
+            })
+    }
+
+    /// Data page `p` as of the last checkpoint (`None`: it did not exist then — zero).
+    fn committed_page(&self, p: u64) -> Option<&[u8]> {
+        let (e, i) = self.table.locate(p)?;
+        let b = self.engine().committed(&user_name(e.id))?;
+        let at = i as usize * self.page;
+        b.get(at..at + self.page)
+    }
+
+    /// A collective checkpoint at `level` (1 local, 2 partner, 3 rs).
+    pub fn checkpoint(&mut self, level: u8) -> Result<CheckpointReport> {
+        self.running()?;
+        if !(LOCAL..=RS).contains(&level) {
+            return Err(GroupError::Invalid(format!(
+                "checkpoint level {level}: 1 (local), 2 (partner) or 3 (rs)"
+            )));
+        }
+        if level != LOCAL && !self.levels.iter().any(|l| l.id == level) {
+            return Err(GroupError::Invalid(format!(
+                "checkpoint level {level} is not kept by this job; add it to KIOKU_LEVELS (partner, rs)"
+            )));
+        }
+        let r = self.checkpoint_inner(level, false);
+        if let Err(e) = &r {
+            if !matches!(e, GroupError::Invalid(_)) {
+                self.state = State::Broken(e.to_string());
+            }
+        }
+        r
+    }
+
+    fn checkpoint_inner(&mut self, level: u8, rebuild: bool) -> Result<CheckpointReport> {
+        let t0 = Instant::now();
+        let epoch = self.epoch() + 1;
+        let rank = self.rank();
+        let tables = self.group_tables()?;
+        let max_pages = tables.iter().map(Table::pages).max().unwrap_or(0);
+        let my_pages = self.table.pages();
+        let dirty = self.written_data_pages()?;
+        let prev = self.meta.clone();
+
+        // Journals, bitmaps and parity regions sized for the data (a local failure here is
+        // agreed on before anyone starts sending).
+        let prepared = (|| -> Result<()> {
+            let ids: Vec<(u8, Scheme)> = self.levels.iter().map(|l| (l.id, l.scheme)).collect();
+            for (id, scheme) in ids {
+                self.ensure_region(&journal_name(id), my_pages as usize * self.page)?;
+                self.ensure_region(&bitmap_name(id), (my_pages as usize).div_ceil(8))?;
+                if id == level || rebuild {
+                    let q = scheme.stripe_pages(max_pages) as usize;
+                    for (j, _) in scheme.held(self.pos) {
+                        self.ensure_region(&parity_name(id, j), q * self.page)?;
+                    }
+                }
+            }
+            Ok(())
+        })();
+        agree(&self.comm, prepared.map_err(|e| e.to_string()))?;
+
+        // Journals: the first write since a level's last checkpoint saves the page's base.
+        for l in &self.levels {
+            if l.id == level || rebuild {
+                continue;
+            }
+            let (j, b) = (
+                self.mem(&journal_name(l.id)).expect("journal"),
+                self.mem(&bitmap_name(l.id)).expect("bitmap"),
+            );
+            for &p in &dirty {
+                if !b.bit(p) {
+                    let dst = j.page_mut(p).expect("journal covers the data");
+                    match self.committed_page(p) {
+                        Some(old) => dst.copy_from_slice(old),
+                        None => dst.fill(0),
+                    }
+                    b.set_bit(p);
+                }
+            }
+        }
+
+        let te = Instant::now();
+        let mut encoded = 0;
+        self.comm.take_sent();
+        let mut encode_levels: Vec<u8> = Vec::new();
+        if rebuild {
+            encode_levels.extend(self.levels.iter().map(|l| l.id));
+        } else if level != LOCAL {
+            encode_levels.push(level);
+        }
+        for id in &encode_levels {
+            let mode = if rebuild {
+                Mode::Rebuild
+            } else if self.cfg.full {
+                Mode::Full
+            } else {
+                Mode::Delta
+            };
+            if mode != Mode::Delta {
+                let l = self.levels.iter().find(|l| l.id == *id).expect("level");
+                for (j, _) in l.scheme.held(self.pos) {
+                    self.mem(&parity_name(*id, j))
+                        .expect("parity")
+                        .bytes_mut()
+                        .fill(0);
+                }
+            }
+            fault("encode", rank, epoch);
+            encoded += self.encode(*id, &tables, &dirty, mode, Target::Regions)?;
+            self.mem(&bitmap_name(*id)).expect("bitmap").clear_bits();
+        }
+        let bytes_sent = self.comm.take_sent();
+        let t_encode = te.elapsed();
+
+        // The checkpoint itself: prepared everywhere, agreed, finished.
+        let q_of = |id: u8| {
+            self.levels
+                .iter()
+                .find(|l| l.id == id)
+                .map_or(0, |l| l.scheme.stripe_pages(max_pages))
+        };
+        let encoded_now = |id: u8| encode_levels.contains(&id);
+        let meta = GroupMeta {
+            magic: MAGIC.into(),
+            version: VERSION,
+            ranks: self.size(),
+            rank,
+            epoch,
+            level,
+            last_partner: if encoded_now(PARTNER) {
+                epoch
+            } else {
+                prev.as_ref().map_or(0, |m| m.last_partner)
+            },
+            last_rs: if encoded_now(RS) {
+                epoch
+            } else {
+                prev.as_ref().map_or(0, |m| m.last_rs)
+            },
+            stripe_pages_partner: if encoded_now(PARTNER) {
+                q_of(PARTNER)
+            } else {
+                prev.as_ref().map_or(0, |m| m.stripe_pages_partner)
+            },
+            stripe_pages_rs: if encoded_now(RS) {
+                q_of(RS)
+            } else {
+                prev.as_ref().map_or(0, |m| m.stripe_pages_rs)
+            },
+            members: self.members.clone(),
+            tables,
+            group_size: self.cfg.group_size,
+            parity: self.cfg.parity,
+            partner: self.cfg.partner,
+            rs: self.cfg.rs,
+        };
+        let tp = Instant::now();
+        let prepared = self.engine_mut().prepare(&meta.encode());
+        fault("prepared", rank, epoch);
+        agree(&self.comm, prepared.map_err(|e| e.to_string()))?;
+        self.engine_mut().finish()?;
+        let t_persist = tp.elapsed();
+        self.meta = Some(meta);
+        self.last = CheckpointReport {
+            epoch,
+            level,
+            dirty_pages: dirty.len() as u64,
+            encoded_pages: encoded,
+            bytes_sent,
+            encode: t_encode,
+            persist: t_persist,
+            total: t0.elapsed(),
+        };
+        Ok(self.last.clone())
+    }
+
+    /// This rank's part of encoding level `id` over its group: the pipeline of the thesis.
+    /// Stripe by stripe (every member walks them in the same order), the stripe's pages go in
+    /// segments along its contributors; each adds `C[t][i] · delta` of its own pages to the
+    /// running partial sums (sparse: only pages someone changed) and passes them on; the last
+    /// hands parity `t` to holder `t`, who XORs it into its parity. Segments keep every link
+    /// of the chain busy at once. Returns the pages this rank contributed.
+    fn encode(
+        &mut self,
+        id: u8,
+        tables: &[Table],
+        dirty: &[u64],
+        mode: Mode,
+        mut target: Target,
+    ) -> Result<u64> {
+        let l = self.levels.iter().find(|l| l.id == id).expect("level");
+        let (scheme, codec) = (l.scheme, l.codec.clone());
+        let (k, m) = (scheme.k, scheme.m);
+        let page = self.page;
+        let max_pages = tables.iter().map(Table::pages).max().unwrap_or(0);
+        let q_total = scheme.stripe_pages(max_pages);
+        let seg = self.cfg.segment_pages as u64;
+        let nseg = q_total.div_ceil(seg);
+        let my_pages = self.table.pages();
+
+        // The pages this rank feeds in, by chunk: q = p / k of pages p with p % k == chunk.
+        let pages: Vec<u64> = match mode {
+            Mode::Delta => {
+                let mut e = self.mem(&bitmap_name(id)).expect("bitmap").set_bits();
+                e.retain(|&p| p < my_pages);
+                e.extend_from_slice(dirty);
+                e.sort_unstable();
+                e.dedup();
+                e
+            }
+            Mode::Rebuild | Mode::Full => (0..my_pages).collect(),
+        };
+        let mut by_chunk: Vec<Vec<u64>> = vec![Vec::new(); k];
+        for &p in &pages {
+            by_chunk[(p % k as u64) as usize].push(p / k as u64);
+        }
+        let bitmap = self.mem(&bitmap_name(id)).expect("bitmap");
+        let journal = self.mem(&journal_name(id)).expect("journal");
+        let zero = vec![0u8; page];
+        let mut delta = vec![0u8; page];
+        let mut contributed = 0u64;
+        let mut wire = Vec::new();
+        let mut inbox = Vec::new();
+        let peer = |pos: usize| self.members[pos];
+
+        for j in 0..scheme.g {
+            let contributors = scheme.contributors(j);
+            let holders = scheme.holders(j);
+            if let Some(i) = contributors.iter().position(|&p| p == self.pos) {
+                let mine = &by_chunk[i];
+                let mut at = 0usize;
+                for s in 0..nseg {
+                    let (lo, hi) = (s * seg, ((s + 1) * seg).min(q_total));
+                    let incoming = if i > 0 {
+                        self.comm
+                            .recv_into(peer(contributors[i - 1]), TAG_ENCODE, &mut inbox)?;
+                        Sparse::decode(&inbox, m * page).ok_or_else(|| GroupError::Remote {
+                            rank: peer(contributors[i - 1]),
+                            detail: "malformed encoding message".into(),
+                        })?
+                    } else {
+                        Sparse::new(m * page)
+                    };
+                    // Merge: incoming partial sums plus this rank's contributions.
+                    let mut out = Sparse::new(m * page);
+                    let mut a = 0usize;
+                    while at < mine.len() && mine[at] < hi {
+                        let q = mine[at];
+                        at += 1;
+                        if q < lo {
+                            continue;
+                        }
+                        let p = q * k as u64 + i as u64;
+                        let new = self.data_page(p).unwrap_or(&zero);
+                        let base: &[u8] = match mode {
+                            Mode::Delta if bitmap.bit(p) => journal.page(p).unwrap_or(&zero),
+                            Mode::Delta => self.committed_page(p).unwrap_or(&zero),
+                            Mode::Rebuild | Mode::Full => &zero,
+                        };
+                        xor_into(&mut delta, new, base);
+                        if mode != Mode::Full && delta.iter().all(|&b| b == 0) {
+                            continue;
+                        }
+                        contributed += 1;
+                        while a < incoming.len() && (incoming.qs[a] as u64) < q {
+                            out.push(incoming.qs[a], incoming.entry(a));
+                            a += 1;
+                        }
+                        let entry = if a < incoming.len() && incoming.qs[a] as u64 == q {
+                            out.push(incoming.qs[a], incoming.entry(a));
+                            a += 1;
+                            let n = out.len();
+                            &mut out.data[(n - 1) * m * page..n * m * page]
+                        } else {
+                            out.push_zero(q as u32)
+                        };
+                        let mut parts: Vec<&mut [u8]> = entry.chunks_mut(page).collect();
+                        codec.update_delta(i, 0, &delta, &mut parts)?;
+                    }
+                    while a < incoming.len() {
+                        out.push(incoming.qs[a], incoming.entry(a));
+                        a += 1;
+                    }
+                    if i + 1 < k {
+                        out.encode_into(&mut wire);
+                        self.comm
+                            .send(peer(contributors[i + 1]), TAG_ENCODE, &wire)?;
+                    } else {
+                        for (t, &h) in holders.iter().enumerate() {
+                            let mut one = Sparse::new(page);
+                            for e in 0..out.len() {
+                                one.push(out.qs[e], &out.entry(e)[t * page..(t + 1) * page]);
+                            }
+                            one.encode_into(&mut wire);
+                            self.comm.send(peer(h), TAG_ENCODE, &wire)?;
+                        }
+                    }
+                }
+            } else if let Some(t) = holders.iter().position(|&p| p == self.pos) {
+                let from = peer(contributors[k - 1]);
+                let held = scheme
+                    .held(self.pos)
+                    .iter()
+                    .position(|&(hj, _)| hj == j)
+                    .expect("held stripe");
+                let _ = t;
+                for _ in 0..nseg {
+                    self.comm.recv_into(from, TAG_ENCODE, &mut inbox)?;
+                    let got = Sparse::decode(&inbox, page).ok_or_else(|| GroupError::Remote {
+                        rank: from,
+                        detail: "malformed parity message".into(),
+                    })?;
+                    let region;
+                    let dst: &mut [u8] = match &mut target {
+                        Target::Regions => {
+                            region = self.mem(&parity_name(id, j)).expect("parity");
+                            region.bytes_mut()
+                        }
+                        Target::Scratch(bufs) => &mut bufs[held][..],
+                    };
+                    for e in 0..got.len() {
+                        let at = got.qs[e] as usize * page;
+                        let d = dst
+                            .get_mut(at..at + page)
+                            .ok_or_else(|| GroupError::Remote {
+                                rank: from,
+                                detail: format!("parity page {} beyond the stripe", got.qs[e]),
+                            })?;
+                        for (x, y) in d.iter_mut().zip(got.entry(e)) {
+                            *x ^= y;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(contributed)
+    }
+
+    /// Checks that the parity this group holds for every level kept equals the encoding of
+    /// the data as of that level's last checkpoint (computed afresh, through the same
+    /// pipeline, into scratch buffers). Collective; call it right after a checkpoint (the
+    /// program's data must be what that checkpoint holds). Returns the parity pages that
+    /// differ, summed over the job, per level checked.
+    pub fn verify(&mut self) -> Result<Vec<(u8, u64)>> {
+        self.running()?;
+        let tables = self.group_tables()?;
+        let Some(meta) = self.meta.clone() else {
+            return Ok(vec![]);
+        };
+        let mut out = Vec::new();
+        let ids: Vec<(u8, Scheme)> = self.levels.iter().map(|l| (l.id, l.scheme)).collect();
+        for (id, scheme) in ids {
+            if meta.last(id) != meta.epoch {
+                continue; // Parity of an earlier epoch: the data moved on since.
+            }
+            let q = meta.stripe_pages(id) as usize;
+            let held = scheme.held(self.pos);
+            let mut scratch: Vec<Vec<u8>> = vec![vec![0u8; q * self.page]; held.len()];
+            self.encode(
+                id,
+                &tables,
+                &[],
+                Mode::Rebuild,
+                Target::Scratch(&mut scratch),
+            )?;
+            let mut bad = 0u64;
+            for (h, (j, _)) in held.iter().enumerate() {
+                let have = self.mem(&parity_name(id, *j)).expect("parity");
+                let have = &have.bytes()[..q * self.page];
+                bad += have
+                    .chunks(self.page)
+                    .zip(scratch[h].chunks(self.page))
+                    .filter(|(a, b)| a != b)
+                    .count() as u64;
+            }
+            let mut sum = [bad];
+            self.comm.allreduce(&mut sum, Op::Sum)?;
+            out.push((id, sum[0]));
+        }
+        Ok(out)
+    }
+
+    /// Collective recovery after a restart: agrees on the epoch every rank can return to,
+    /// rolls back checkpoints that were prepared but not agreed, rebuilds lost ranks (missing
+    /// or damaged pools) from the others' data and parity, and takes a checkpoint at every
+    /// level kept so that the group is protected again before the program goes on.
+    pub fn recover(&mut self) -> Result<RecoveryReport> {
+        if self.state != State::MustRecover {
+            return Err(GroupError::State(
+                "kioku_group_recover: nothing to recover (no pools of an earlier run); allocate and run"
+                    .into(),
+            ));
+        }
+        let r = crate::recovery::recover(self);
+        match &r {
+            Ok(rep) => {
+                self.state = State::Running;
+                self.recovered = Some(rep.clone());
+            }
+            Err(e) => self.state = State::Broken(e.to_string()),
+        }
+        r
+    }
+
+    /// Drops the engine: the pool keeps the last checkpoint.
+    pub fn close(&mut self) {
+        self.engine = None;
+    }
+}
+
+/// What recovery needs of the group's internals.
+pub(crate) mod internals {
+    use super::*;
+
+    impl Group {
+        pub(crate) fn comm_mut(&mut self) -> &mut Comm {
+            &mut self.comm
+        }
+        pub(crate) fn page_size(&self) -> usize {
+            self.page
+        }
+        pub(crate) fn group_members(&self) -> &[usize] {
+            &self.members
+        }
+        /// Takes the groups a checkpoint recorded (a restart may place ranks differently).
+        pub(crate) fn set_groups(&mut self, groups: Groups) -> Result<()> {
+            let (gi, pos) = groups.place(self.comm.rank());
+            self.members = groups.groups[gi].clone();
+            self.levels = make_levels(&self.cfg, self.members.len())?;
+            self.groups = groups;
+            self.gi = gi;
+            self.pos = pos;
+            Ok(())
+        }
+        pub(crate) fn set_engine(&mut self, e: Engine, table: Table, meta: Option<GroupMeta>) {
+            self.engine = Some(e);
+            self.table = table;
+            self.meta = meta;
+        }
+        pub(crate) fn set_table_meta(&mut self, table: Table, meta: GroupMeta) {
+            self.table = table;
+            self.meta = Some(meta);
+        }
+        pub(crate) fn create_fresh_pool(&mut self) -> Result<()> {
+            self.create_pool()
+        }
+        pub(crate) fn level_scheme(&self, id: u8) -> (Scheme, Arc<Codec>) {
+            let l = self.levels.iter().find(|l| l.id == id).expect("level kept");
+            (l.scheme, l.codec.clone())
+        }
+        /// The scheme `id` would have over a group of `g` members.
+        pub(crate) fn scheme_for(&self, id: u8, g: usize) -> Scheme {
+            if id == PARTNER {
+                Scheme::new(1, 1, g)
+            } else {
+                Scheme::new(g - self.cfg.parity, self.cfg.parity, g)
+            }
+        }
+        pub(crate) fn level_ids(&self) -> Vec<u8> {
+            self.levels.iter().map(|l| l.id).collect()
+        }
+        pub(crate) fn groups(&self) -> &Groups {
+            &self.groups
+        }
+        pub(crate) fn memory(&self, name: &str) -> Option<Mem> {
+            self.mem(name)
+        }
+        pub(crate) fn table(&self) -> &Table {
+            &self.table
+        }
+        pub(crate) fn data_page_of(&self, p: u64) -> Option<&[u8]> {
+            self.data_page(p)
+        }
+        pub(crate) fn rebuild_checkpoint(&mut self) -> Result<CheckpointReport> {
+            let level = self.levels.iter().map(|l| l.id).max().unwrap_or(LOCAL);
+            self.checkpoint_inner(level, true)
+        }
+        pub(crate) fn create_user_region(&mut self, id: u32, bytes: u64) -> Result<()> {
+            let reserve = bytes.div_ceil(self.page as u64) as usize * self.page;
+            self.engine_mut().create_region(
+                &user_name(id),
+                bytes as usize,
+                RegionOptions {
+                    addr: None,
+                    reserve: Some(reserve),
+                },
+            )?;
+            Ok(())
+        }
+    }
+
+    pub(crate) fn user_region(id: u32) -> String {
+        user_name(id)
+    }
+    pub(crate) fn journal(level: u8) -> String {
+        journal_name(level)
+    }
+    pub(crate) fn bitmap(level: u8) -> String {
+        bitmap_name(level)
+    }
+    pub(crate) fn parity(level: u8, stripe: usize) -> String {
+        parity_name(level, stripe)
+    }
+
+    pub(crate) const DECODE_TAG: u32 = TAG_DECODE;
+
+    pub(crate) fn agree_all(comm: &Comm, r: std::result::Result<(), String>) -> Result<()> {
+        agree(comm, r)
+    }
+
+    /// Whether an error opening a pool means its contents are damaged (the rank is lost and
+    /// rebuilt) rather than that it is someone else's or unusable here (a clear error).
+    pub(crate) fn is_damage(e: &CkptError) -> bool {
+        use kioku_pool::PoolError as P;
+        match e {
+            CkptError::MetaDamaged { .. } | CkptError::ContextDamaged { .. } => true,
+            CkptError::Pool(p) => matches!(
+                p,
+                P::NotAPool { .. }
+                    | P::Truncated { .. }
+                    | P::HeaderChecksum { .. }
+                    | P::HeaderInvalid { .. }
+                    | P::CommitDamaged { .. }
+                    | P::LiveSlotDamaged { .. }
+            ),
+            _ => false,
+        }
+    }
+}

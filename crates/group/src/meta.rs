@@ -1,0 +1,117 @@
+//! What a rank's checkpoint records besides its regions (the engine's caller metadata), and
+//! the table that maps a rank's regions into its data space.
+
+use serde::{Deserialize, Serialize};
+
+pub const MAGIC: &str = "kioku.group";
+pub const VERSION: u32 = 1;
+
+/// One protected region: `kioku_group_alloc(id, size)`, placed at `offset` pages of the rank's data
+/// space (offsets never move, so a new region adds pages at the end and no delta elsewhere).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegionEntry {
+    pub id: u32,
+    pub offset: u64,
+    pub pages: u64,
+    pub bytes: u64,
+}
+
+/// The data space of one rank.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Table {
+    pub regions: Vec<RegionEntry>,
+}
+
+impl Table {
+    /// Pages of the data space.
+    pub fn pages(&self) -> u64 {
+        self.regions
+            .iter()
+            .map(|r| r.offset + r.pages)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The region holding data page `p`, and the page's index in it.
+    pub fn locate(&self, p: u64) -> Option<(&RegionEntry, u64)> {
+        let i = self.regions.partition_point(|r| r.offset + r.pages <= p);
+        self.regions
+            .get(i)
+            .filter(|r| r.offset <= p)
+            .map(|r| (r, p - r.offset))
+    }
+
+    pub fn get(&self, id: u32) -> Option<&RegionEntry> {
+        self.regions.iter().find(|r| r.id == id)
+    }
+
+    /// Adds region `id` of `bytes` (`pages` pages) at the end.
+    pub fn add(&mut self, id: u32, bytes: u64, pages: u64) -> RegionEntry {
+        let e = RegionEntry {
+            id,
+            offset: self.pages(),
+            pages,
+            bytes,
+        };
+        self.regions.push(e.clone());
+        e
+    }
+}
+
+/// Caller metadata of every checkpoint of a group pool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupMeta {
+    pub magic: String,
+    pub version: u32,
+    /// Ranks of the job and this pool's rank.
+    pub ranks: usize,
+    pub rank: usize,
+    /// The group checkpoint this is (1, 2, …), the same on every rank.
+    pub epoch: u64,
+    /// Level of this checkpoint: 1 local, 2 partner, 3 rs.
+    pub level: u8,
+    /// Epoch of the last checkpoint of the partner and rs levels (0: none yet); the parity
+    /// those levels keep is of that epoch.
+    pub last_partner: u64,
+    pub last_rs: u64,
+    /// Stripe pages of each level at its last encoding.
+    pub stripe_pages_partner: u64,
+    pub stripe_pages_rs: u64,
+    /// Members of this rank's group (world ranks, position order) and their tables, so that a
+    /// lost member's layout is known to the others.
+    pub members: Vec<usize>,
+    pub tables: Vec<Table>,
+    /// The configuration the parity was made with.
+    pub group_size: usize,
+    pub parity: usize,
+    pub partner: bool,
+    pub rs: bool,
+}
+
+impl GroupMeta {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("metadata serialises")
+    }
+
+    /// `None` when the bytes are not a group checkpoint's.
+    pub fn decode(b: &[u8]) -> Option<GroupMeta> {
+        let m: GroupMeta = serde_json::from_slice(b).ok()?;
+        (m.magic == MAGIC && m.version == VERSION).then_some(m)
+    }
+
+    pub fn last(&self, level: u8) -> u64 {
+        if level == 2 {
+            self.last_partner
+        } else {
+            self.last_rs
+        }
+    }
+
+    pub fn stripe_pages(&self, level: u8) -> u64 {
+        if level == 2 {
+            self.stripe_pages_partner
+        } else {
+            self.stripe_pages_rs
+        }
+    }
+}

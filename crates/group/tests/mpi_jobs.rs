@@ -1,0 +1,402 @@
+//! Real MPI jobs (Open MPI's mpirun, several ranks on this machine) running
+//! `examples/mpi/group_check.c` against the group library: checkpoints, ranks killed, pools
+//! deleted (replacement nodes) or damaged, restarts, recovery, and a check of every protected
+//! byte against data recomputed from nothing. Parity is checked against a fresh full encoding
+//! after every checkpoint (`kioku_group_verify`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The directory holding `libkioku_group.so` nearest above this test executable.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.ancestors()
+        .skip(1)
+        .find(|d| d.join("libkioku_group.so").exists())
+        .unwrap_or_else(|| panic!("no libkioku_group.so above {}", exe.display()))
+        .to_path_buf()
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `group_check` built with mpicc, or `None` (said loudly) when MPI is not installed.
+fn program() -> Option<PathBuf> {
+    static BUILT: OnceLock<Option<(tempfile::TempDir, PathBuf)>> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let have = |c: &str| {
+                Command::new(c)
+                    .arg("--version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            };
+            if !have("mpicc") || !have("mpirun") {
+                eprintln!("SKIPPED: mpicc/mpirun not found (Open MPI: `make deps`, or apt-get install openmpi-bin libopenmpi-dev)");
+                return None;
+            }
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("group_check");
+            let lib = lib_dir();
+            let o = Command::new("mpicc")
+                .args(["-std=c99", "-D_POSIX_C_SOURCE=200809L", "-O1", "-Wall", "-Wextra", "-Werror", "-I"])
+                .arg(repo().join("include"))
+                .arg(repo().join("examples/mpi/group_check.c"))
+                .arg("-o")
+                .arg(&out)
+                .arg(format!("-L{}", lib.display()))
+                .arg("-lkioku_group")
+                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "mpicc: {}", String::from_utf8_lossy(&o.stderr));
+            Some((dir, out))
+        })
+        .as_ref()
+        .map(|(_, p)| p.clone())
+}
+
+struct Job {
+    dir: tempfile::TempDir,
+    np: usize,
+    env: Vec<(String, String)>,
+}
+
+struct Outcome {
+    ok: bool,
+    out: String,
+}
+
+impl Outcome {
+    fn lines(&self, prefix: &str) -> Vec<&str> {
+        self.out.lines().filter(|l| l.starts_with(prefix)).collect()
+    }
+}
+
+impl Job {
+    fn new(np: usize, group_size: usize, levels: &str) -> Job {
+        Job {
+            dir: tempfile::tempdir().unwrap(),
+            np,
+            env: vec![
+                ("KIOKU_GROUP_SIZE".into(), group_size.to_string()),
+                ("KIOKU_PARITY".into(), "2".into()),
+                ("KIOKU_LEVELS".into(), levels.into()),
+                ("KIOKU_MEDIUM".into(), "file".into()),
+                ("GROUP_CHECK_VERIFY".into(), "1".into()),
+            ],
+        }
+    }
+
+    fn set(&mut self, k: &str, v: &str) -> &mut Job {
+        self.env.retain(|(x, _)| x != k);
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    fn pool(&self, rank: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!(".kioku/group/job.{rank}.pool"))
+    }
+
+    /// Runs `group_check ARGS` under mpirun with `np` ranks.
+    fn run(&self, np: usize, args: &[&str]) -> Outcome {
+        let prog = program().expect("checked by the caller");
+        let mut c = Command::new("mpirun");
+        c.args(["--oversubscribe", "--bind-to", "none", "-np"])
+            .arg(np.to_string())
+            .arg(&prog)
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("OMPI_MCA_mpi_yield_when_idle", "1");
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        let out =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        Outcome {
+            ok: o.status.success(),
+            out,
+        }
+    }
+
+    fn lose(&self, ranks: &[usize]) {
+        for &r in ranks {
+            std::fs::remove_file(self.pool(r)).unwrap();
+        }
+    }
+
+    /// A run that kills `rank` after writing iteration `at` (the job dies with it).
+    fn crash(&self, args: &[&str], rank: usize, at: u64) {
+        let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        a.push(rank.to_string());
+        a.push(at.to_string());
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let o = self.run(self.np, &a);
+        assert!(!o.ok, "the job should have died: {}", o.out);
+        assert!(o.lines("dying").len() == 1, "{}", o.out);
+    }
+
+    /// A restart that must recover to iteration `iter` (each rank verifies every byte), then
+    /// finish; `lost` ranks rebuilt from `level`.
+    fn recover(&self, args: &[&str], iter: u64, lost: usize, level: u8) -> Outcome {
+        let o = self.run(self.np, args);
+        assert!(o.ok, "restart failed:\n{}", o.out);
+        let rec = o.lines("recovered");
+        assert_eq!(rec.len(), self.np, "{}", o.out);
+        for l in rec {
+            assert!(
+                l.contains(&format!("iter {iter} level {level} lost {lost}")),
+                "want iter {iter} level {level} lost {lost}: {l}\n{}",
+                o.out
+            );
+        }
+        assert_eq!(o.lines("verified").len(), self.np, "{}", o.out);
+        assert_eq!(o.lines("done").len(), self.np, "{}", o.out);
+        o
+    }
+}
+
+macro_rules! need_mpi {
+    () => {
+        if program().is_none() {
+            return;
+        }
+    };
+}
+
+#[test]
+fn rs_4_plus_2_rebuilds_one_then_two_lost_ranks() {
+    need_mpi!();
+    let job = Job::new(6, 6, "rs");
+    let args = ["10", "96", "dense", "3"];
+    job.crash(&args, 2, 6);
+    job.lose(&[2]);
+    job.recover(&args, 5, 1, 3);
+    let args = ["20", "96", "dense", "3"];
+    job.crash(&args, 0, 16);
+    job.lose(&[1, 4]);
+    job.recover(&args, 15, 2, 3);
+}
+
+#[test]
+fn rs_8_plus_2_rebuilds_one_then_two_lost_ranks() {
+    need_mpi!();
+    let job = Job::new(10, 10, "rs");
+    let args = ["6", "40", "sparse", "3"];
+    job.crash(&args, 9, 4);
+    job.lose(&[9]);
+    job.recover(&args, 3, 1, 3);
+    let args = ["10", "40", "sparse", "3"];
+    job.crash(&args, 3, 9);
+    job.lose(&[0, 7]);
+    job.recover(&args, 8, 2, 3);
+}
+
+#[test]
+fn restart_without_loss_resumes_from_the_last_checkpoint() {
+    need_mpi!();
+    let job = Job::new(6, 6, "rs");
+    let args = ["8", "32", "sparse", "131"];
+    job.crash(&args, 4, 5);
+    job.recover(&args, 4, 0, 0);
+}
+
+#[test]
+fn a_rank_lost_during_encoding_leaves_the_previous_checkpoint() {
+    need_mpi!();
+    let mut job = Job::new(6, 6, "rs");
+    let args = ["8", "64", "dense", "3"];
+    job.set("KIOKU_FAULT", "encode:3:5");
+    let o = job.run(6, &args);
+    assert!(!o.ok, "{}", o.out);
+    job.set("KIOKU_FAULT", "");
+    job.lose(&[3]);
+    job.recover(&args, 4, 1, 3);
+}
+
+#[test]
+fn a_rank_killed_between_prepare_and_commit_rolls_back_or_forward_as_agreed() {
+    need_mpi!();
+    let mut job = Job::new(6, 6, "rs");
+    let args = ["8", "64", "sparse", "3"];
+    job.set("KIOKU_FAULT", "prepared:1:5");
+    let o = job.run(6, &args);
+    assert!(!o.ok, "{}", o.out);
+    job.set("KIOKU_FAULT", "");
+    // Rank 1 prepared epoch 5; the others prepared it or not when the job died. Every pool
+    // at 5 means 5 was durable everywhere (kept); otherwise 5 is rolled back to 4.
+    let o = job.run(6, &args);
+    assert!(o.ok, "{}", o.out);
+    let rec = o.lines("recovered");
+    assert_eq!(rec.len(), 6);
+    let iter4 = rec.iter().all(|l| l.contains("iter 4 "));
+    let iter5 = rec.iter().all(|l| l.contains("iter 5 "));
+    assert!(iter4 || iter5, "{}", o.out);
+    assert_eq!(o.lines("verified").len(), 6, "{}", o.out);
+}
+
+#[test]
+fn a_lost_partner_pair_falls_back_to_the_rs_level_and_journals_roll_survivors_back() {
+    need_mpi!();
+    let job = Job::new(6, 6, "partner,rs");
+    // Levels by iteration: 1 local, 2 partner, 3 rs (i % 4 -> "1213"): rs at 3, 7, 11;
+    // partner at 1, 5, 9; local at 2, 6, 10. Rank 2 dies writing 12.
+    let args = ["14", "64", "sparse", "1213"];
+    job.crash(&args, 2, 12);
+    // Ranks 2 and 3: 3's copy is at 2, so the partner level cannot rebuild them; rs (m = 2)
+    // can, from epoch 11 — the last checkpoint anyway.
+    job.lose(&[2, 3]);
+    job.recover(&args, 11, 2, 3);
+
+    // Now a loss the partner level covers, after a local checkpoint moved on past it: the
+    // survivors go back to the partner epoch through their journals.
+    let args = ["30", "64", "sparse", "1213"];
+    job.crash(&args, 5, 23); // 21 partner, 22 local committed
+    job.lose(&[5]);
+    job.recover(&args, 21, 1, 2);
+}
+
+#[test]
+fn more_than_m_losses_are_a_clear_collective_error_and_the_survivors_pools_are_kept() {
+    need_mpi!();
+    let job = Job::new(6, 6, "rs");
+    let args = ["6", "32", "sparse", "3"];
+    job.crash(&args, 0, 4);
+    job.lose(&[0, 2, 4]);
+    let before: Vec<Vec<u8>> = [1, 3, 5]
+        .iter()
+        .map(|&r| std::fs::read(job.pool(r)).unwrap())
+        .collect();
+    let o = job.run(6, &args);
+    assert!(!o.ok);
+    let errs = o.lines("error");
+    assert!(!errs.is_empty(), "{}", o.out);
+    for e in &errs {
+        assert!(e.contains("recover -31"), "{e}");
+        assert!(
+            e.contains("3 ranks of group 0 are lost") && e.contains("2 parity"),
+            "{e}"
+        );
+    }
+    for (i, &r) in [1, 3, 5].iter().enumerate() {
+        assert!(
+            std::fs::read(job.pool(r)).unwrap() == before[i],
+            "pool {r} changed"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_pool_is_set_aside_and_its_rank_rebuilt() {
+    need_mpi!();
+    let job = Job::new(6, 6, "rs");
+    let args = ["6", "32", "dense", "3"];
+    job.crash(&args, 1, 5);
+    let junk = b"not a pool at all".repeat(100);
+    std::fs::write(job.pool(3), &junk).unwrap();
+    job.recover(&args, 4, 1, 3);
+    let aside = job.pool(3).with_extension("pool.damaged");
+    assert_eq!(
+        std::fs::read(aside).unwrap(),
+        junk,
+        "the damaged file is kept"
+    );
+}
+
+#[test]
+fn bad_restarts_are_refused_clearly() {
+    need_mpi!();
+    let mut job = Job::new(6, 6, "rs");
+    let args = ["6", "32", "sparse", "3"];
+    job.crash(&args, 1, 4);
+    // Another number of ranks.
+    let o = job.run(4, &args);
+    assert!(!o.ok);
+    assert!(
+        o.out.contains("belong to a job of 6 ranks; this job has 4"),
+        "{}",
+        o.out
+    );
+    // Other settings than the pools were written with.
+    job.set("KIOKU_PARITY", "1");
+    let o = job.run(6, &args);
+    assert!(!o.ok);
+    assert!(
+        o.out.contains("restart with the same settings"),
+        "{}",
+        o.out
+    );
+    job.set("KIOKU_PARITY", "2");
+    // A program that allocates without recovering: refused, the pools untouched.
+    job.set("GROUP_CHECK_NO_RECOVER", "1");
+    let o = job.run(6, &args);
+    assert!(!o.ok);
+    assert!(
+        o.out.contains("alloc -1") || o.out.contains("call kioku_group_recover()"),
+        "{}",
+        o.out
+    );
+    // Nothing above changed the checkpoint: it still recovers.
+    job.env.retain(|(k, _)| k != "GROUP_CHECK_NO_RECOVER");
+    job.recover(&args, 3, 0, 0);
+    // A configuration error at init.
+    job.set("KIOKU_LEVELS", "mirror");
+    let o = job.run(6, &args);
+    assert!(!o.ok);
+    assert!(
+        o.out.contains("init -33") && o.out.contains("KIOKU_LEVELS"),
+        "{}",
+        o.out
+    );
+}
+
+/// Property: after any sequence of incremental checkpoints (random levels, patterns, sizes,
+/// group shapes), the parity each group holds equals the full encoding of the current data —
+/// `kioku_group_verify` recomputes it after every checkpoint and the program aborts on a
+/// difference.
+#[test]
+fn parity_equals_the_full_encoding_after_any_sequence_of_checkpoints() {
+    need_mpi!();
+    let seed: u64 = std::env::var("KIOKU_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("KIOKU_SEED={seed}");
+    let mut x = seed | 1;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    for _ in 0..4 {
+        let np = 4 + next(4) as usize;
+        let levels: String = (0..1 + next(6))
+            .map(|_| ["1", "2", "3"][next(3) as usize])
+            .collect();
+        let pages = 8 + next(80);
+        let pattern = if next(2) == 0 { "sparse" } else { "dense" };
+        let mut job = Job::new(np, np, "partner,rs");
+        job.set("KIOKU_SEGMENT_PAGES", &(1 + next(16)).to_string());
+        let steps = (6 + next(8)).to_string();
+        let pages = pages.to_string();
+        let o = job.run(np, &[&steps, &pages, pattern, &levels]);
+        assert!(
+            o.ok && o.lines("done").len() == np,
+            "np {np} levels {levels} pages {pages} {pattern} (KIOKU_SEED={seed}):\n{}",
+            o.out
+        );
+    }
+}

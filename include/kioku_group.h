@@ -1,0 +1,136 @@
+/*
+ * kioku_group.h — group checkpoints for MPI programs (C, C++, and Fortran through
+ * ISO_C_BINDING with kioku_group_init_f).
+ *
+ * Each rank protects memory it gets from kioku_group_alloc(): the memory lives in the rank's
+ * own pool (NDCKPT's two contexts), so kioku sees which pages the program writes. A
+ * collective kioku_group_checkpoint(level) makes every rank's protected memory durable in its
+ * pool (KIOKU_LEVEL_LOCAL), and also copies what changed to a partner rank
+ * (KIOKU_LEVEL_PARTNER) or folds it into Reed–Solomon parity held by the other members of the
+ * rank's group (KIOKU_LEVEL_RS): only the XOR deltas of the pages written since that level's
+ * last checkpoint cross the network, pipelined along the group. The checkpoint is committed
+ * when every rank has made it durable; a failure part-way leaves the previous one.
+ *
+ * After a restart (same number of ranks; some pools may be missing — replacement nodes — or
+ * damaged), kioku_group_recover() brings every rank back to the newest checkpoint all of
+ * them can reach, rebuilding up to m lost ranks per group from the survivors.
+ *
+ *     MPI_Init(&argc, &argv);
+ *     if (kioku_group_init(MPI_COMM_WORLD, NULL) != KIOKU_OK) { puts(kioku_group_error()); ... }
+ *     struct kioku_group_status st;
+ *     kioku_group_status(&st);
+ *     if (st.must_recover) kioku_group_recover();        // collective
+ *     double *a = kioku_group_alloc(1, n * sizeof *a);  // recovered contents, or zeros
+ *     long *iter = kioku_group_alloc(2, sizeof *iter);
+ *     for (; *iter < steps; ++*iter) {
+ *         compute(a);
+ *         kioku_group_checkpoint(*iter % 10 == 9 ? KIOKU_LEVEL_RS : KIOKU_LEVEL_LOCAL);
+ *     }
+ *     kioku_group_finalize();
+ *     MPI_Finalize();
+ *
+ * Configuration: a file of `key = value` lines (path given to kioku_group_init, or NULL) and
+ * KIOKU_* environment variables, which win: KIOKU_DIR (pool directory, default .kioku/group),
+ * KIOKU_NAME, KIOKU_MEDIUM, KIOKU_GROUP_SIZE (default 8), KIOKU_PARITY (m, default 2),
+ * KIOKU_LEVELS (remote levels kept: "rs", "partner" or "partner,rs"; default rs),
+ * KIOKU_SEGMENT_PAGES, KIOKU_FULL. See docs/group.md.
+ *
+ * Conventions: functions return KIOKU_OK (0) or a negative code (the KIOKU_E_* values shared
+ * with kioku.h, plus the group codes below); kioku_group_error() gives a one-line detail of
+ * the calling thread's last failure. Collective functions must be called by every rank of the
+ * communicator, in the same order. Link with -lkioku_group and MPI (mpicc does the latter).
+ */
+#ifndef KIOKU_GROUP_H
+#define KIOKU_GROUP_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Checkpoint levels. */
+#define KIOKU_LEVEL_LOCAL 1   /* the rank's own pool only */
+#define KIOKU_LEVEL_PARTNER 2 /* plus a copy at another member of the group */
+#define KIOKU_LEVEL_RS 3      /* plus Reed–Solomon parity over the group (m losses) */
+
+/* Codes (the first ones have the values of kioku.h's codes of the same name). */
+#define KIOKU_OK 0
+#define KIOKU_E_INVAL (-1)
+#define KIOKU_E_NOT_FOUND (-2)
+#define KIOKU_E_BUSY (-4)
+#define KIOKU_E_CORRUPT (-8)
+#define KIOKU_E_IO (-18)
+#define KIOKU_E_NOMEM (-19)
+#define KIOKU_E_STATE (-22)
+#define KIOKU_E_INTERNAL (-23)
+/* An MPI operation failed. */
+#define KIOKU_E_MPI (-30)
+/* Lost ranks cannot be rebuilt: more than m in a group, or no partner/rs checkpoint exists. */
+#define KIOKU_E_LOST (-31)
+/* Another rank failed; the message names it and why. */
+#define KIOKU_E_REMOTE (-32)
+/* The configuration is wrong, or differs from the one the pools were written with. */
+#define KIOKU_E_CONFIG (-33)
+
+struct kioku_group_status {
+    int32_t rank, size;         /* in the communicator given to kioku_group_init */
+    int32_t group, group_size;  /* this rank's group and its members */
+    int32_t position;           /* this rank's place in its group */
+    int32_t rs_k, rs_m;         /* the rs level's code (0, 0 when not kept) */
+    int32_t must_recover;       /* 1: pools of an earlier run exist; call kioku_group_recover */
+    uint64_t epoch;             /* last committed group checkpoint (0: none) */
+    int32_t last_level;         /* its level */
+    int32_t recovered_level;    /* level the last recovery rebuilt lost ranks from (0: none lost) */
+    uint64_t recovered_epoch;   /* checkpoint the last recovery returned to */
+    uint64_t recovered_lost;    /* ranks it rebuilt */
+    uint64_t last_dirty_pages;  /* this rank, last checkpoint: pages written in the epoch */
+    uint64_t last_encoded_pages; /* pages whose delta it encoded */
+    uint64_t last_bytes_sent;   /* bytes it sent */
+    uint64_t last_encode_ns, last_persist_ns, last_total_ns;
+};
+
+/* Collective. Sets up kioku over a duplicate of `comm` (MPI must be initialised). `config`:
+ * path of a configuration file, or NULL. Creates the pools when no earlier run left any;
+ * otherwise status.must_recover is 1 and kioku_group_recover() must come before
+ * kioku_group_alloc() (pools are never reinitialised silently: remove them to start afresh). */
+int kioku_group_init(MPI_Comm comm, const char *config);
+/* The same, with a Fortran communicator handle (MPI_Fint; e.g. MPI_COMM_WORLD%MPI_VAL). */
+int kioku_group_init_f(MPI_Fint comm, const char *config);
+/* Collective. Closes the pools (they keep the last checkpoint). */
+int kioku_group_finalize(void);
+
+/* Memory for protected region `id` of `size` bytes: zeroed when new; after a recovery, the
+ * recovered contents (the size must be the one the region was created with). NULL on
+ * failure. Valid until kioku_group_finalize(). Not collective. */
+void *kioku_group_alloc(uint32_t id, size_t size);
+
+/* Collective. A checkpoint at `level` (KIOKU_LEVEL_*); returns when it is committed on every
+ * rank. No thread may write protected memory during the call. On failure the previous
+ * checkpoint stays the committed one and further calls fail with KIOKU_E_STATE: restart the
+ * job and recover. */
+int kioku_group_checkpoint(int level);
+
+/* Collective. After a restart: returns every rank to the newest checkpoint all of them can
+ * reach, rebuilding lost ranks' memory (KIOKU_E_LOST when more than m of a group are lost),
+ * and protects the group again before returning. */
+int kioku_group_recover(void);
+
+/* This rank's view of the group. Not collective. */
+int kioku_group_status(struct kioku_group_status *out);
+
+/* Collective. Recomputes every kept level's parity from the data and compares it with the
+ * parity held; *bad_pages (if not NULL) gets the number of differing parity pages in the
+ * job (0: consistent). Call right after a checkpoint. */
+int kioku_group_verify(uint64_t *bad_pages);
+
+/* The calling thread's last failure, one line ("" when none). */
+const char *kioku_group_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KIOKU_GROUP_H */
