@@ -86,6 +86,7 @@ struct kioku_group_status {
     int32_t recovered_level;    /* level the last recovery rebuilt lost ranks from (0: none lost) */
     uint64_t recovered_epoch;   /* checkpoint the last recovery returned to */
     uint64_t recovered_lost;    /* ranks it rebuilt */
+    uint64_t recovered_ns;      /* how long it took (this rank) */
     uint64_t last_dirty_pages;  /* this rank, last checkpoint: pages written in the epoch */
     uint64_t last_encoded_pages; /* pages whose delta it encoded */
     uint64_t last_bytes_sent;   /* bytes it sent */

@@ -743,6 +743,16 @@ impl<S: AddressSpace> Engine<S> {
             .collect())
     }
 
+    /// Makes the next checkpoint take every page of region `name`, written or not (a full
+    /// checkpoint, as a baseline to compare incremental ones with).
+    pub fn take_whole_next(&mut self, name: &str) -> Result<()> {
+        let i = self.index(name)?;
+        let r = &self.regions[i].rec;
+        self.carried
+            .push(PageRange::new(r.addr, r.addr + r.len as usize));
+        Ok(())
+    }
+
     /// The bytes of region `name` as of the last checkpoint (the valid context), while the
     /// program writes the running one: `None` for a region created since, shorter than the
     /// region when it grew since (pages beyond were zero).

@@ -153,6 +153,53 @@ fn xor_into(dst: &mut [u8], a: &[u8], b: &[u8]) {
     }
 }
 
+/// Where each data page is, live and as last committed. Valid while no region is created,
+/// resized or deleted and the engine is not closed (one pass of a collective operation).
+pub(crate) struct DataView {
+    page: usize,
+    regions: Vec<ViewedRegion>,
+}
+
+/// One region of a [`DataView`].
+struct ViewedRegion {
+    /// First data page and pages.
+    offset: u64,
+    pages: u64,
+    live: Mem,
+    /// The committed bytes, if the region existed at the last checkpoint.
+    committed: Option<(*const u8, usize)>,
+}
+
+impl DataView {
+    fn find(&self, p: u64) -> Option<&ViewedRegion> {
+        let i = self.regions.partition_point(|r| r.offset + r.pages <= p);
+        self.regions.get(i).filter(|r| r.offset <= p)
+    }
+
+    /// Live bytes of data page `p` (`None` past the data space).
+    pub(crate) fn live(&self, p: u64) -> Option<&[u8]> {
+        let r = self.find(p)?;
+        r.live.page(p - r.offset).map(|s| {
+            // SAFETY: the page lies in a region the engine keeps mapped for this view's use
+            // (see the type's contract); `Mem::page` already checked the bounds.
+            unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }
+        })
+    }
+
+    /// Data page `p` as of the last checkpoint (`None`: it did not exist then — zero).
+    pub(crate) fn committed(&self, p: u64) -> Option<&[u8]> {
+        let r = self.find(p)?;
+        let (ptr, len) = r.committed?;
+        let at = (p - r.offset) as usize * self.page;
+        (at + self.page <= len).then(|| {
+            // SAFETY: `[ptr, ptr+len)` is the valid context's section in the pool mapping,
+            // unchanged during the view's use (no checkpoint runs meanwhile); `at + page <=
+            // len` was checked.
+            unsafe { std::slice::from_raw_parts(ptr.add(at), self.page) }
+        })
+    }
+}
+
 /// How pages enter an encoding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Mode {
@@ -248,7 +295,11 @@ impl Group {
         let mut c = kioku_pool::CreateOptions::new(kioku_ckpt::POOL_KIND);
         c.medium = self.cfg.medium;
         let pool = kioku_pool::Pool::create(&path, &c).map_err(CkptError::from)?;
-        self.engine = Some(Engine::init(pool, MovableSelfSpace::default())?);
+        let mut engine = Engine::init(pool, MovableSelfSpace::default())?;
+        // Exact written pages, never whole regions: a page reported written costs a delta
+        // computation and a zero check here, more than its write-protect fault.
+        engine.set_adaptive(false)?;
+        self.engine = Some(engine);
         Ok(())
     }
 
@@ -387,24 +438,30 @@ impl Group {
         Ok(out)
     }
 
-    /// Live bytes of data page `p` (`None` past the data space).
-    fn data_page(&self, p: u64) -> Option<&[u8]> {
-        let (e, i) = self.table.locate(p)?;
-        Mem::of(self.engine(), &user_name(e.id), self.page)?
-            .page(i)
-            .map(|s| {
-                // SAFETY: the slice points into a region the engine keeps mapped while it
-                // lives, and the engine outlives this borrow of `self`.
-                unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }
+    /// The data space's pages, live and as last committed, located once for a pass over
+    /// many pages.
+    fn data_view(&self) -> DataView {
+        let engine = self.engine();
+        let regions = self
+            .table
+            .regions
+            .iter()
+            .map(|e| {
+                let name = user_name(e.id);
+                let live = Mem::of(engine, &name, self.page).expect("region of the table");
+                let committed = engine.committed(&name).map(|b| (b.as_ptr(), b.len()));
+                ViewedRegion {
+                    offset: e.offset,
+                    pages: e.pages,
+                    live,
+                    committed,
+                }
             })
-    }
-
-    /// Data page `p` as of the last checkpoint (`None`: it did not exist then — zero).
-    fn committed_page(&self, p: u64) -> Option<&[u8]> {
-        let (e, i) = self.table.locate(p)?;
-        let b = self.engine().committed(&user_name(e.id))?;
-        let at = i as usize * self.page;
-        b.get(at..at + self.page)
+            .collect();
+        DataView {
+            page: self.page,
+            regions,
+        }
     }
 
     /// A collective checkpoint at `level` (1 local, 2 partner, 3 rs).
@@ -436,6 +493,12 @@ impl Group {
         let tables = self.group_tables()?;
         let max_pages = tables.iter().map(Table::pages).max().unwrap_or(0);
         let my_pages = self.table.pages();
+        if self.cfg.full && !rebuild {
+            // The baseline: a full checkpoint writes every page, written or not.
+            for id in self.table.regions.iter().map(|r| r.id).collect::<Vec<_>>() {
+                self.engine_mut().take_whole_next(&user_name(id))?;
+            }
+        }
         let dirty = self.written_data_pages()?;
         let prev = self.meta.clone();
 
@@ -444,8 +507,14 @@ impl Group {
         let prepared = (|| -> Result<()> {
             let ids: Vec<(u8, Scheme)> = self.levels.iter().map(|l| (l.id, l.scheme)).collect();
             for (id, scheme) in ids {
-                self.ensure_region(&journal_name(id), my_pages as usize * self.page)?;
-                self.ensure_region(&bitmap_name(id), (my_pages as usize).div_ceil(8))?;
+                // A level's journal exists from the first other checkpoint after the level's
+                // own first one (before that its base is all zeros: nothing to keep).
+                let encoded_before = prev.as_ref().is_some_and(|m| m.last(id) > 0);
+                let journaled = self.engine().region(&journal_name(id)).is_some();
+                if journaled || (encoded_before && id != level && !rebuild) {
+                    self.ensure_region(&journal_name(id), my_pages as usize * self.page)?;
+                    self.ensure_region(&bitmap_name(id), (my_pages as usize).div_ceil(8))?;
+                }
                 if id == level || rebuild {
                     let q = scheme.stripe_pages(max_pages) as usize;
                     for (j, _) in scheme.held(self.pos) {
@@ -458,18 +527,19 @@ impl Group {
         agree(&self.comm, prepared.map_err(|e| e.to_string()))?;
 
         // Journals: the first write since a level's last checkpoint saves the page's base.
+        let view = self.data_view();
         for l in &self.levels {
             if l.id == level || rebuild {
                 continue;
             }
-            let (j, b) = (
-                self.mem(&journal_name(l.id)).expect("journal"),
-                self.mem(&bitmap_name(l.id)).expect("bitmap"),
-            );
+            let (Some(j), Some(b)) = (self.mem(&journal_name(l.id)), self.mem(&bitmap_name(l.id)))
+            else {
+                continue; // Never encoded yet: its first encoding takes everything.
+            };
             for &p in &dirty {
                 if !b.bit(p) {
                     let dst = j.page_mut(p).expect("journal covers the data");
-                    match self.committed_page(p) {
+                    match view.committed(p) {
                         Some(old) => dst.copy_from_slice(old),
                         None => dst.fill(0),
                     }
@@ -488,7 +558,7 @@ impl Group {
             encode_levels.push(level);
         }
         for id in &encode_levels {
-            let mode = if rebuild {
+            let mode = if rebuild || prev.as_ref().is_none_or(|m| m.last(*id) == 0) {
                 Mode::Rebuild
             } else if self.cfg.full {
                 Mode::Full
@@ -506,7 +576,9 @@ impl Group {
             }
             fault("encode", rank, epoch);
             encoded += self.encode(*id, &tables, &dirty, mode, Target::Regions)?;
-            self.mem(&bitmap_name(*id)).expect("bitmap").clear_bits();
+            if let Some(b) = self.mem(&bitmap_name(*id)) {
+                b.clear_bits();
+            }
         }
         let bytes_sent = self.comm.take_sent();
         let t_encode = te.elapsed();
@@ -600,7 +672,10 @@ impl Group {
         // The pages this rank feeds in, by chunk: q = p / k of pages p with p % k == chunk.
         let pages: Vec<u64> = match mode {
             Mode::Delta => {
-                let mut e = self.mem(&bitmap_name(id)).expect("bitmap").set_bits();
+                let mut e = self
+                    .mem(&bitmap_name(id))
+                    .map(|b| b.set_bits())
+                    .unwrap_or_default();
                 e.retain(|&p| p < my_pages);
                 e.extend_from_slice(dirty);
                 e.sort_unstable();
@@ -613,14 +688,17 @@ impl Group {
         for &p in &pages {
             by_chunk[(p % k as u64) as usize].push(p / k as u64);
         }
-        let bitmap = self.mem(&bitmap_name(id)).expect("bitmap");
-        let journal = self.mem(&journal_name(id)).expect("journal");
+        let journaled = self.mem(&bitmap_name(id)).zip(self.mem(&journal_name(id)));
         let zero = vec![0u8; page];
         let mut delta = vec![0u8; page];
+        let view = self.data_view();
         let mut contributed = 0u64;
         let mut wire = Vec::new();
         let mut inbox = Vec::new();
-        let peer = |pos: usize| self.members[pos];
+        let mut in_qs: Vec<u32> = Vec::new();
+        let mut out = Sparse::new(m * page);
+        let members = self.members.clone();
+        let peer = |pos: usize| members[pos];
 
         for j in 0..scheme.g {
             let contributors = scheme.contributors(j);
@@ -630,18 +708,22 @@ impl Group {
                 let mut at = 0usize;
                 for s in 0..nseg {
                     let (lo, hi) = (s * seg, ((s + 1) * seg).min(q_total));
-                    let incoming = if i > 0 {
-                        self.comm
-                            .recv_into(peer(contributors[i - 1]), TAG_ENCODE, &mut inbox)?;
-                        Sparse::decode(&inbox, m * page).ok_or_else(|| GroupError::Remote {
-                            rank: peer(contributors[i - 1]),
-                            detail: "malformed encoding message".into(),
+                    let incoming: &[u8] = if i > 0 {
+                        let from = peer(contributors[i - 1]);
+                        self.comm.recv_into(from, TAG_ENCODE, &mut inbox)?;
+                        Sparse::parse(&inbox, m * page, &mut in_qs).ok_or_else(|| {
+                            GroupError::Remote {
+                                rank: from,
+                                detail: "malformed encoding message".into(),
+                            }
                         })?
                     } else {
-                        Sparse::new(m * page)
+                        in_qs.clear();
+                        &[]
                     };
+                    let entry_in = |a: usize| &incoming[a * m * page..(a + 1) * m * page];
                     // Merge: incoming partial sums plus this rank's contributions.
-                    let mut out = Sparse::new(m * page);
+                    out.clear();
                     let mut a = 0usize;
                     while at < mine.len() && mine[at] < hi {
                         let q = mine[at];
@@ -650,10 +732,15 @@ impl Group {
                             continue;
                         }
                         let p = q * k as u64 + i as u64;
-                        let new = self.data_page(p).unwrap_or(&zero);
+                        let new = view.live(p).unwrap_or(&zero);
                         let base: &[u8] = match mode {
-                            Mode::Delta if bitmap.bit(p) => journal.page(p).unwrap_or(&zero),
-                            Mode::Delta => self.committed_page(p).unwrap_or(&zero),
+                            Mode::Delta if journaled.as_ref().is_some_and(|(b, _)| b.bit(p)) => {
+                                journaled
+                                    .as_ref()
+                                    .and_then(|(_, j)| j.page(p))
+                                    .unwrap_or(&zero)
+                            }
+                            Mode::Delta => view.committed(p).unwrap_or(&zero),
                             Mode::Rebuild | Mode::Full => &zero,
                         };
                         xor_into(&mut delta, new, base);
@@ -661,12 +748,12 @@ impl Group {
                             continue;
                         }
                         contributed += 1;
-                        while a < incoming.len() && (incoming.qs[a] as u64) < q {
-                            out.push(incoming.qs[a], incoming.entry(a));
+                        while a < in_qs.len() && (in_qs[a] as u64) < q {
+                            out.push(in_qs[a], entry_in(a));
                             a += 1;
                         }
-                        let entry = if a < incoming.len() && incoming.qs[a] as u64 == q {
-                            out.push(incoming.qs[a], incoming.entry(a));
+                        let entry = if a < in_qs.len() && in_qs[a] as u64 == q {
+                            out.push(in_qs[a], entry_in(a));
                             a += 1;
                             let n = out.len();
                             &mut out.data[(n - 1) * m * page..n * m * page]
@@ -676,8 +763,8 @@ impl Group {
                         let mut parts: Vec<&mut [u8]> = entry.chunks_mut(page).collect();
                         codec.update_delta(i, 0, &delta, &mut parts)?;
                     }
-                    while a < incoming.len() {
-                        out.push(incoming.qs[a], incoming.entry(a));
+                    while a < in_qs.len() {
+                        out.push(in_qs[a], entry_in(a));
                         a += 1;
                     }
                     if i + 1 < k {
@@ -686,28 +773,25 @@ impl Group {
                             .send(peer(contributors[i + 1]), TAG_ENCODE, &wire)?;
                     } else {
                         for (t, &h) in holders.iter().enumerate() {
-                            let mut one = Sparse::new(page);
-                            for e in 0..out.len() {
-                                one.push(out.qs[e], &out.entry(e)[t * page..(t + 1) * page]);
-                            }
-                            one.encode_into(&mut wire);
+                            out.encode_part_into(t, page, &mut wire);
                             self.comm.send(peer(h), TAG_ENCODE, &wire)?;
                         }
                     }
                 }
-            } else if let Some(t) = holders.iter().position(|&p| p == self.pos) {
+            } else if holders.contains(&self.pos) {
                 let from = peer(contributors[k - 1]);
                 let held = scheme
                     .held(self.pos)
                     .iter()
                     .position(|&(hj, _)| hj == j)
                     .expect("held stripe");
-                let _ = t;
                 for _ in 0..nseg {
                     self.comm.recv_into(from, TAG_ENCODE, &mut inbox)?;
-                    let got = Sparse::decode(&inbox, page).ok_or_else(|| GroupError::Remote {
-                        rank: from,
-                        detail: "malformed parity message".into(),
+                    let got = Sparse::parse(&inbox, page, &mut in_qs).ok_or_else(|| {
+                        GroupError::Remote {
+                            rank: from,
+                            detail: "malformed parity message".into(),
+                        }
                     })?;
                     let region;
                     let dst: &mut [u8] = match &mut target {
@@ -717,15 +801,15 @@ impl Group {
                         }
                         Target::Scratch(bufs) => &mut bufs[held][..],
                     };
-                    for e in 0..got.len() {
-                        let at = got.qs[e] as usize * page;
+                    for (e, &q) in in_qs.iter().enumerate() {
+                        let at = q as usize * page;
                         let d = dst
                             .get_mut(at..at + page)
                             .ok_or_else(|| GroupError::Remote {
                                 rank: from,
-                                detail: format!("parity page {} beyond the stripe", got.qs[e]),
+                                detail: format!("parity page {q} beyond the stripe"),
                             })?;
-                        for (x, y) in d.iter_mut().zip(got.entry(e)) {
+                        for (x, y) in d.iter_mut().zip(&got[e * page..(e + 1) * page]) {
                             *x ^= y;
                         }
                     }
@@ -867,8 +951,8 @@ pub(crate) mod internals {
         pub(crate) fn table(&self) -> &Table {
             &self.table
         }
-        pub(crate) fn data_page_of(&self, p: u64) -> Option<&[u8]> {
-            self.data_page(p)
+        pub(crate) fn view(&self) -> DataView {
+            self.data_view()
         }
         pub(crate) fn rebuild_checkpoint(&mut self) -> Result<CheckpointReport> {
             let level = self.levels.iter().map(|l| l.id).max().unwrap_or(LOCAL);

@@ -111,6 +111,40 @@ impl Sparse {
         self.qs.len()
     }
 
+    /// Empties the list, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.qs.clear();
+        self.data.clear();
+    }
+
+    /// Reads a message in place: its page numbers into `qs`, its entries as the returned
+    /// bytes (`qs.len() × width`).
+    pub fn parse<'a>(b: &'a [u8], width: usize, qs: &mut Vec<u32>) -> Option<&'a [u8]> {
+        let n = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
+        let qs_end = 4 + 4 * n;
+        qs.clear();
+        qs.extend(
+            b.get(4..qs_end)?
+                .chunks_exact(4)
+                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))),
+        );
+        let data = b.get(qs_end..)?;
+        (data.len() == n * width).then_some(data)
+    }
+
+    /// Writes the message of entries' bytes `part` (a `width`-wide slice at `part × width`
+    /// of each entry) into `out`: what holder `part` of a partial sum receives.
+    pub fn encode_part_into(&self, part: usize, width: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(&(self.qs.len() as u32).to_le_bytes());
+        for q in &self.qs {
+            out.extend_from_slice(&q.to_le_bytes());
+        }
+        for e in 0..self.len() {
+            out.extend_from_slice(&self.entry(e)[part * width..(part + 1) * width]);
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.qs.is_empty()
     }
@@ -141,22 +175,6 @@ impl Sparse {
         }
         out.extend_from_slice(&self.data);
     }
-
-    pub fn decode(b: &[u8], width: usize) -> Option<Sparse> {
-        let n = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
-        let qs_end = 4 + 4 * n;
-        let qs: Vec<u32> = b
-            .get(4..qs_end)?
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect();
-        let data = b.get(qs_end..)?;
-        (data.len() == n * width).then(|| Sparse {
-            qs,
-            data: data.to_vec(),
-            width,
-        })
-    }
 }
 
 #[cfg(test)]
@@ -170,7 +188,11 @@ mod tests {
         s.push_zero(7)[2] = 9;
         let mut b = Vec::new();
         s.encode_into(&mut b);
-        assert_eq!(Sparse::decode(&b, 3), Some(s));
-        assert_eq!(Sparse::decode(&b[..b.len() - 1], 3), None);
+        let mut qs = vec![];
+        assert_eq!(Sparse::parse(&b[..b.len() - 1], 3, &mut qs), None);
+        assert_eq!(Sparse::parse(&b, 3, &mut qs), Some(&[1, 2, 3, 0, 0, 9][..]));
+        assert_eq!(qs, vec![1, 7]);
+        s.encode_part_into(1, 1, &mut b);
+        assert_eq!(Sparse::parse(&b, 1, &mut qs), Some(&[2, 0][..]));
     }
 }

@@ -231,6 +231,10 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
             .map_err(kioku_ckpt::CkptError::from)?;
         let (engine, _) =
             Engine::recover_in_with(pool, MovableSelfSpace::default(), rollback[rank])?;
+        let mut engine = engine;
+        // Exact written pages, never whole regions: a page reported written costs a delta
+        // computation and a zero check here, more than its write-protect fault.
+        engine.set_adaptive(false)?;
         let meta = state[rank].clone();
         let table = meta
             .as_ref()
@@ -338,6 +342,7 @@ fn decode(g: &mut Group, level: u8, q_total: u64, lost: &[usize]) -> Result<u64>
     let mut received = 0u64;
     let mut piece = vec![0u8; seg as usize * page];
     let mut inbox = Vec::new();
+    let view = g.view();
     for j in 0..scheme.g {
         let contributors = scheme.contributors(j);
         let holders = scheme.holders(j);
@@ -366,7 +371,7 @@ fn decode(g: &mut Group, level: u8, q_total: u64, lost: &[usize]) -> Result<u64>
                         let dst = &mut piece[(q - lo) as usize * page..][..page];
                         if s < k {
                             let p = q * k as u64 + s as u64;
-                            if let Some(src) = g.data_page_of(p) {
+                            if let Some(src) = view.live(p) {
                                 dst.copy_from_slice(src);
                             }
                         } else if let Some(src) = g
