@@ -74,8 +74,8 @@ for w in ["mat", "lu"]:
     less = 100 * (1 - avg(delta, "ckpt_ns") / avg(full, "ckpt_ns"))
     tb, tt = targets[w]
     summary.append(
-        f"| {names[w]} | {fewer:.1f} % fewer (target ≥ {tb:g} %: "
-        f"{'met' if fewer >= tb else 'missed'}) | {less:.1f} % less (target ≥ {tt:g} %: "
+        f"| {names[w]} | {fewer:.2f} % fewer (target ≥ {tb:g} %: "
+        f"{'met' if fewer >= tb else 'missed'}) | {less:.2f} % less (target ≥ {tt:g} %: "
         f"{'met' if less >= tt else 'missed'}) |")
 out.append("")
 out.append("| workload | bytes, (b) vs (a) | checkpoint time, (b) vs (a) |")

@@ -343,8 +343,21 @@ fn bad_restarts_are_refused_clearly() {
         "{}",
         o.out
     );
-    // Nothing above changed the checkpoint: it still recovers.
     job.env.retain(|(k, _)| k != "GROUP_CHECK_NO_RECOVER");
+    // A pool held by another process: refused, naming it.
+    {
+        let o = kioku_pool::OpenOptions::default();
+        let held = kioku_pool::Pool::open(&job.pool(2), &o).unwrap();
+        let out = job.run(6, &args);
+        assert!(!out.ok);
+        assert!(
+            out.out.contains("rank 2") && out.out.contains("in use"),
+            "{}",
+            out.out
+        );
+        drop(held);
+    }
+    // Nothing above changed the checkpoint: it still recovers.
     job.recover(&args, 3, 0, 0);
     // A configuration error at init.
     job.set("KIOKU_LEVELS", "mirror");
@@ -397,6 +410,94 @@ fn parity_equals_the_full_encoding_after_any_sequence_of_checkpoints() {
             o.ok && o.lines("done").len() == np,
             "np {np} levels {levels} pages {pages} {pattern} (KIOKU_SEED={seed}):\n{}",
             o.out
+        );
+    }
+}
+
+/// The header compiles as C and as C++, alone and together with kioku.h, and every function
+/// it declares is exported by the shared library.
+#[test]
+fn the_header_compiles_with_kioku_h_and_the_library_exports_it() {
+    need_mpi!();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("h.c");
+    std::fs::write(
+        &src,
+        "#include \"kioku.h\"\n#include \"kioku_group.h\"\nint main(void) { return KIOKU_LEVEL_RS - 3; }\n",
+    )
+    .unwrap();
+    for (cc, std) in [("mpicc", "-std=c99"), ("mpicxx", "-std=c++17")] {
+        let mut c = Command::new(cc);
+        c.args([
+            std,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(repo().join("include"));
+        if cc == "mpicxx" {
+            // Open MPI's own deprecated C++ bindings do not pass -Wextra -Werror.
+            c.args(["-x", "c++", "-DOMPI_SKIP_MPICXX=1", "-DMPICH_SKIP_MPICXX=1"]);
+        }
+        let o = c.arg(&src).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{cc}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // struct kioku_group_status has the library's layout.
+    let layout = dir.path().join("layout.c");
+    std::fs::write(
+        &layout,
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"kioku_group.h\"\nint main(void) { printf(\"%zu %zu %zu\", sizeof(struct kioku_group_status), offsetof(struct kioku_group_status, recovered_epoch), offsetof(struct kioku_group_status, last_total_ns)); return 0; }\n",
+    )
+    .unwrap();
+    let exe = dir.path().join("layout");
+    let o = Command::new("mpicc")
+        .arg("-I")
+        .arg(repo().join("include"))
+        .arg(&layout)
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(&exe).output().unwrap();
+    let want = format!(
+        "{} {} {}",
+        std::mem::size_of::<kioku_group::capi::GroupStatus>(),
+        std::mem::offset_of!(kioku_group::capi::GroupStatus, recovered_epoch),
+        std::mem::offset_of!(kioku_group::capi::GroupStatus, last_total_ns)
+    );
+    assert_eq!(String::from_utf8_lossy(&o.stdout), want);
+
+    let header = std::fs::read_to_string(repo().join("include/kioku_group.h")).unwrap();
+    let declared: Vec<&str> = header
+        .lines()
+        .filter(|l| {
+            !l.starts_with(' ')
+                && !l.starts_with('*')
+                && l.contains("kioku_group_")
+                && l.contains('(')
+        })
+        .filter_map(|l| l.split('(').next()?.split_whitespace().last())
+        .map(|n| n.trim_start_matches('*'))
+        .collect();
+    assert!(declared.len() >= 8, "{declared:?}");
+    let o = Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(lib_dir().join("libkioku_group.so"))
+        .output()
+        .unwrap();
+    let syms = String::from_utf8_lossy(&o.stdout);
+    for f in declared {
+        assert!(
+            syms.lines().any(|l| l.ends_with(&format!(" {f}"))),
+            "{f} is not exported"
         );
     }
 }
