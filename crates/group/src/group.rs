@@ -477,7 +477,7 @@ impl Group {
                 "checkpoint level {level} is not kept by this job; add it to KIOKU_LEVELS (partner, rs)"
             )));
         }
-        let r = self.checkpoint_inner(level, false);
+        let r = self.checkpoint_inner(level, None);
         if let Err(e) = &r {
             if !matches!(e, GroupError::Invalid(_)) {
                 self.state = State::Broken(e.to_string());
@@ -486,7 +486,15 @@ impl Group {
         r
     }
 
-    fn checkpoint_inner(&mut self, level: u8, rebuild: bool) -> Result<CheckpointReport> {
+    /// A checkpoint at `level`; with `rebuild` (after a recovery that rebuilt lost ranks
+    /// from level `decoded`, whose parity is current again), every other kept level is
+    /// encoded afresh.
+    fn checkpoint_inner(
+        &mut self,
+        level: u8,
+        rebuild_from: Option<u8>,
+    ) -> Result<CheckpointReport> {
+        let rebuild = rebuild_from.is_some();
         let t0 = Instant::now();
         let epoch = self.epoch() + 1;
         let rank = self.rank();
@@ -552,8 +560,8 @@ impl Group {
         let mut encoded = 0;
         self.comm.take_sent();
         let mut encode_levels: Vec<u8> = Vec::new();
-        if rebuild {
-            encode_levels.extend(self.levels.iter().map(|l| l.id));
+        if let Some(decoded) = rebuild_from {
+            encode_levels.extend(self.levels.iter().map(|l| l.id).filter(|&id| id != decoded));
         } else if level != LOCAL {
             encode_levels.push(level);
         }
@@ -580,6 +588,11 @@ impl Group {
                 b.clear_bits();
             }
         }
+        if let Some(decoded) = rebuild_from {
+            if let Some(b) = self.mem(&bitmap_name(decoded)) {
+                b.clear_bits();
+            }
+        }
         let bytes_sent = self.comm.take_sent();
         let t_encode = te.elapsed();
 
@@ -590,7 +603,7 @@ impl Group {
                 .find(|l| l.id == id)
                 .map_or(0, |l| l.scheme.stripe_pages(max_pages))
         };
-        let encoded_now = |id: u8| encode_levels.contains(&id);
+        let encoded_now = |id: u8| encode_levels.contains(&id) || rebuild_from == Some(id);
         let meta = GroupMeta {
             magic: MAGIC.into(),
             version: VERSION,
@@ -954,9 +967,13 @@ pub(crate) mod internals {
         pub(crate) fn view(&self) -> DataView {
             self.data_view()
         }
-        pub(crate) fn rebuild_checkpoint(&mut self) -> Result<CheckpointReport> {
+        /// The checkpoint that ends a recovery which rebuilt lost ranks from level `decoded`.
+        pub(crate) fn rebuild_checkpoint(&mut self, decoded: u8) -> Result<CheckpointReport> {
             let level = self.levels.iter().map(|l| l.id).max().unwrap_or(LOCAL);
-            self.checkpoint_inner(level, true)
+            self.checkpoint_inner(level, Some(decoded))
+        }
+        pub(crate) fn ensure(&mut self, name: &str, len: usize) -> Result<()> {
+            self.ensure_region(name, len)
         }
         pub(crate) fn create_user_region(&mut self, id: u32, bytes: u64) -> Result<()> {
             let reserve = bytes.div_ceil(self.page as u64) as usize * self.page;

@@ -306,9 +306,15 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         for r in &table.regions {
             g.create_user_region(r.id, r.bytes)?;
         }
+        let q = rec.stripe_pages(level) as usize;
         let mut meta = rec;
         meta.rank = rank;
         g.set_table_meta(table, meta);
+        // The parity it held at that level, to be decoded as well.
+        let (scheme, _) = g.level_scheme(level);
+        for (j, _) in scheme.held(pos) {
+            g.ensure(&parity(level, j), q * g.page_size())?;
+        }
         Ok(())
     })();
     agree_all(g.comm_mut(), made.map_err(|e| e.to_string()))?;
@@ -321,8 +327,9 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         .stripe_pages(level);
     report.bytes_received = decode(g, level, q, &lost)?;
 
-    // Protected again before the program goes on: every level encoded afresh, committed.
-    g.rebuild_checkpoint()?;
+    // Protected again before the program goes on: the lost ranks' parity of `level` was
+    // decoded with their data; every other level is encoded afresh; all of it committed.
+    g.rebuild_checkpoint(level)?;
     report.total = t0.elapsed();
     Ok(report)
 }
@@ -352,33 +359,28 @@ fn decode(g: &mut Group, level: u8, q_total: u64, lost: &[usize]) -> Result<u64>
             .filter(|&s| !lost_pos.contains(&shard_pos[s]))
             .take(k)
             .collect();
-        for (ix, &x) in contributors.iter().enumerate() {
+        // Every lost shard of the stripe — data of a lost contributor, parity of a lost
+        // holder — is decoded by the member that held it.
+        for (ix, &x) in shard_pos.iter().enumerate() {
             if !lost_pos.contains(&x) {
                 continue;
             }
-            if survivors.iter().any(|&s| shard_pos[s] == pos) {
+            if let Some(&s) = survivors.iter().find(|&&s| shard_pos[s] == pos) {
                 // Send this rank's shard of stripe j, segment by segment.
-                let s = survivors
-                    .iter()
-                    .copied()
-                    .find(|&s| shard_pos[s] == pos)
-                    .expect("own shard");
                 for sg in 0..nseg {
                     let (lo, hi) = (sg * seg, ((sg + 1) * seg).min(q_total));
                     let len = (hi - lo) as usize * page;
                     piece[..len].fill(0);
+                    let held = (s >= k).then(|| g.memory(&parity(level, j))).flatten();
                     for q in lo..hi {
                         let dst = &mut piece[(q - lo) as usize * page..][..page];
-                        if s < k {
-                            let p = q * k as u64 + s as u64;
-                            if let Some(src) = view.live(p) {
-                                dst.copy_from_slice(src);
-                            }
-                        } else if let Some(src) = g
-                            .memory(&parity(level, j))
-                            .and_then(|mm| mm.page(q).map(|s| s.to_vec()))
-                        {
-                            dst.copy_from_slice(&src);
+                        let src = if s < k {
+                            view.live(q * k as u64 + s as u64)
+                        } else {
+                            held.as_ref().and_then(|m| m.page(q))
+                        };
+                        if let Some(src) = src {
+                            dst.copy_from_slice(src);
                         }
                     }
                     let to = members[x];
@@ -386,6 +388,7 @@ fn decode(g: &mut Group, level: u8, q_total: u64, lost: &[usize]) -> Result<u64>
                 }
             } else if x == pos {
                 let mut out = vec![0u8; seg as usize * page];
+                let held = (ix >= k).then(|| g.memory(&parity(level, j))).flatten();
                 for sg in 0..nseg {
                     let (lo, hi) = (sg * seg, ((sg + 1) * seg).min(q_total));
                     let len = (hi - lo) as usize * page;
@@ -409,14 +412,18 @@ fn decode(g: &mut Group, level: u8, q_total: u64, lost: &[usize]) -> Result<u64>
                         got.iter().map(|(s, b)| (*s, b.as_slice())).collect();
                     codec.decode(&have, &mut [(ix, &mut out[..len])])?;
                     for q in lo..hi {
-                        let p = q * k as u64 + ix as u64;
-                        if p >= my_pages {
-                            break;
+                        let bytes = &out[(q - lo) as usize * page..][..page];
+                        if ix < k {
+                            let p = q * k as u64 + ix as u64;
+                            if p >= my_pages {
+                                break;
+                            }
+                            let (entry, i) = g.table().locate(p).expect("page in table");
+                            let region = g.memory(&user_region(entry.id)).expect("region");
+                            region.page_mut(i).expect("page").copy_from_slice(bytes);
+                        } else if let Some(dst) = held.as_ref().and_then(|m| m.page_mut(q)) {
+                            dst.copy_from_slice(bytes);
                         }
-                        let (entry, i) = g.table().locate(p).expect("page in table");
-                        let region = g.memory(&user_region(entry.id)).expect("region");
-                        let dst = region.page_mut(i).expect("page");
-                        dst.copy_from_slice(&out[(q - lo) as usize * page..][..page]);
                     }
                 }
             }
