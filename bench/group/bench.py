@@ -85,8 +85,8 @@ out.extend(summary)
 # Recovery: kill the job after a few checkpoints, delete 1 or 2 pools, restart.
 out.append("")
 out.append("Recovery (restart with 1 or 2 pools deleted; `kioku_group_recover` on the slowest "
-           "rank: agreeing, decoding the lost ranks' data from 6 survivors' shards, re-encoding "
-           "and committing everything before the program goes on):\n")
+           "rank: agreeing, decoding the lost ranks' data and parity from 6 survivors' shards per "
+           "stripe, and committing before the program goes on):\n")
 out.append("| MiB per rank | lost ranks | recovery time | time per lost MiB |")
 out.append("|---|---|---|---|")
 for size in sorted({64, MIB}):
