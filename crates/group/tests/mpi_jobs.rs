@@ -501,3 +501,61 @@ fn the_header_compiles_with_kioku_h_and_the_library_exports_it() {
         );
     }
 }
+
+/// Fortran through ISO_C_BINDING: a rank killed during encoding, its pool deleted, the job
+/// restarted; every element checked after recovery.
+#[test]
+fn a_fortran_program_checkpoints_and_recovers() {
+    need_mpi!();
+    let have = Command::new("gfortran")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("SKIPPED: gfortran not found (`make deps`, or apt-get install gfortran)");
+        return;
+    }
+    let mut job = Job::new(4, 4, "rs");
+    let exe = job.dir.path().join("group_fortran");
+    let lib = lib_dir();
+    let o = Command::new("mpifort")
+        .args(["-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(repo().join("examples/mpi/group_fortran.f90"))
+        .arg(format!("-L{}", lib.display()))
+        .arg("-lkioku_group")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "mpifort: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    job.set("KIOKU_FAULT", "encode:1:4");
+    let run = |job: &Job| {
+        let mut c = Command::new("mpirun");
+        c.args(["--oversubscribe", "--bind-to", "none", "-np", "4"])
+            .arg(&exe)
+            .arg("8")
+            .current_dir(job.dir.path())
+            .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        for (k, v) in &job.env {
+            c.env(k, v);
+        }
+        let o = c.output().unwrap();
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (ok, out) = run(&job);
+    assert!(!ok, "{out}");
+    job.set("KIOKU_FAULT", "");
+    job.lose(&[1]);
+    let (ok, out) = run(&job);
+    assert!(ok, "{out}");
+    assert_eq!(out.matches("recovered step 3 ok").count(), 4, "{out}");
+    assert_eq!(out.matches(" done 8").count(), 4, "{out}");
+}
