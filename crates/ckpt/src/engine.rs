@@ -887,36 +887,33 @@ impl<S: AddressSpace> Engine<S> {
                 detail: "no checkpoint is prepared",
             });
         };
-        let Prepared {
-            runs,
-            meta,
-            meta_crc,
-            dirty,
-            t_scan,
-            t_durable,
-            t0,
-            dirty_pages,
-        } = p;
         let (run, other) = (self.running, 1 - self.running);
         let epoch = self.epoch;
         // (4) sync the other context, then make it the valid one; continue on `run`.
         let records: Vec<RegionRecord> = self.regions.iter().map(|r| r.rec.clone()).collect();
-        sync_context(&mut self.pool, &records, self.page, run, other, Some(&runs))?;
-        write_meta(&mut self.pool, other, &meta)?;
+        sync_context(
+            &mut self.pool,
+            &records,
+            self.page,
+            run,
+            other,
+            Some(&p.runs),
+        )?;
+        write_meta(&mut self.pool, other, &p.meta)?;
         self.pool
-            .commit(&roots(other, run, epoch, &meta, meta_crc))?;
-        self.committed_meta = (meta.len() as u64, meta_crc);
-        self.adapt_tracking(&runs)?;
+            .commit(&roots(other, run, epoch, &p.meta, p.meta_crc))?;
+        self.committed_meta = (p.meta.len() as u64, p.meta_crc);
+        self.adapt_tracking(&p.runs)?;
 
-        self.scratch = dirty;
-        let total = t0.elapsed();
+        self.scratch = p.dirty;
+        let total = p.t0.elapsed();
         Ok(CheckpointStats {
             epoch,
-            dirty_pages,
-            dirty_bytes: dirty_pages * self.page,
-            scan: t_scan,
-            persist: t_durable - t_scan,
-            sync: total - t_durable,
+            dirty_pages: p.dirty_pages,
+            dirty_bytes: p.dirty_pages * self.page,
+            scan: p.t_scan,
+            persist: p.t_durable - p.t_scan,
+            sync: total - p.t_durable,
             total,
         })
     }

@@ -114,7 +114,8 @@ fn aux() -> RegionOptions {
 }
 
 /// Fault injection for the crash tests: `KIOKU_FAULT=<point>:<rank>:<epoch>` makes that rank
-/// kill itself with SIGKILL at that point of that checkpoint (points: `encode`, `prepared`).
+/// kill itself with SIGKILL at that point of that checkpoint (points: `encode`, half-way through
+/// its part of the pipeline; `prepared`, after its prepare and before the agreement).
 fn fault(point: &str, rank: usize, epoch: u64) {
     let Ok(spec) = std::env::var("KIOKU_FAULT") else {
         return;
@@ -582,7 +583,6 @@ impl Group {
                         .fill(0);
                 }
             }
-            fault("encode", rank, epoch);
             encoded += self.encode(*id, &tables, &dirty, mode, Target::Regions)?;
             if let Some(b) = self.mem(&bitmap_name(*id)) {
                 b.clear_bits();
@@ -714,6 +714,10 @@ impl Group {
         let peer = |pos: usize| members[pos];
 
         for j in 0..scheme.g {
+            if j == scheme.g / 2 && matches!(target, Target::Regions) {
+                // Half-way through this rank's part of a checkpoint's pipeline.
+                fault("encode", self.comm.rank(), self.epoch() + 1);
+            }
             let contributors = scheme.contributors(j);
             let holders = scheme.holders(j);
             if let Some(i) = contributors.iter().position(|&p| p == self.pos) {
