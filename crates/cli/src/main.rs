@@ -4,6 +4,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod ec;
+mod group_cmd;
 mod pool_cmd;
 mod run_cmd;
 
@@ -29,6 +30,8 @@ enum Command {
     Checkpoint(run_cmd::CheckpointArgs),
     /// Show what a process checkpoint holds.
     Inspect(run_cmd::InspectArgs),
+    /// Examine the pools of an MPI job's group checkpoints (what a restart would recover).
+    Group(group_cmd::GroupArgs),
 }
 
 fn main() {
@@ -37,7 +40,7 @@ fn main() {
     let cli = Cli::parse();
     // A monitored program owns stderr: only warnings there unless asked.
     let default = match cli.command {
-        Command::Run(_) | Command::Restore(_) => "warn",
+        Command::Run(_) | Command::Restore(_) | Command::Group(_) => "warn",
         _ => "warn,kioku_pool=info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KIOKU_LOG")
@@ -67,5 +70,6 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Restore(a) => run_cmd::restore(a),
         Command::Checkpoint(a) => run_cmd::checkpoint(a).map(|_| 0),
         Command::Inspect(a) => run_cmd::inspect(a).map(|_| 0),
+        Command::Group(a) => group_cmd::run(a),
     }
 }

@@ -948,20 +948,6 @@ pub(crate) mod internals {
             let l = self.levels.iter().find(|l| l.id == id).expect("level kept");
             (l.scheme, l.codec.clone())
         }
-        /// The scheme `id` would have over a group of `g` members.
-        pub(crate) fn scheme_for(&self, id: u8, g: usize) -> Scheme {
-            if id == PARTNER {
-                Scheme::new(1, 1, g)
-            } else {
-                Scheme::new(g - self.cfg.parity, self.cfg.parity, g)
-            }
-        }
-        pub(crate) fn level_ids(&self) -> Vec<u8> {
-            self.levels.iter().map(|l| l.id).collect()
-        }
-        pub(crate) fn groups(&self) -> &Groups {
-            &self.groups
-        }
         pub(crate) fn memory(&self, name: &str) -> Option<Mem> {
             self.mem(name)
         }
@@ -1010,24 +996,5 @@ pub(crate) mod internals {
 
     pub(crate) fn agree_all(comm: &Comm, r: std::result::Result<(), String>) -> Result<()> {
         agree(comm, r)
-    }
-
-    /// Whether an error opening a pool means its contents are damaged (the rank is lost and
-    /// rebuilt) rather than that it is someone else's or unusable here (a clear error).
-    pub(crate) fn is_damage(e: &CkptError) -> bool {
-        use kioku_pool::PoolError as P;
-        match e {
-            CkptError::MetaDamaged { .. } | CkptError::ContextDamaged { .. } => true,
-            CkptError::Pool(p) => matches!(
-                p,
-                P::NotAPool { .. }
-                    | P::Truncated { .. }
-                    | P::HeaderChecksum { .. }
-                    | P::HeaderInvalid { .. }
-                    | P::CommitDamaged { .. }
-                    | P::LiveSlotDamaged { .. }
-            ),
-            _ => false,
-        }
     }
 }

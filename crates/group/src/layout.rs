@@ -14,7 +14,7 @@
 use crate::error::{GroupError, Result};
 
 /// The groups of a job: `groups[i]` lists world ranks, in position order.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Groups {
     pub groups: Vec<Vec<usize>>,
 }

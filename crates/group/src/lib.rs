@@ -16,6 +16,7 @@ pub mod layout;
 pub mod meta;
 pub mod mpi;
 pub mod pages;
+pub mod plan;
 mod recovery;
 
 pub use config::Config;

@@ -2,88 +2,17 @@
 //! ranks from the survivors' data and the parity, protect the group again.
 
 use crate::error::{GroupError, Result};
-use crate::group::internals::{
-    agree_all, bitmap, is_damage, journal, parity, user_region, DECODE_TAG,
-};
+use crate::group::internals::{agree_all, bitmap, journal, parity, user_region, DECODE_TAG};
 use crate::group::Engine;
 use crate::group::{Group, RecoveryReport};
-use crate::layout::Groups;
-use crate::meta::GroupMeta;
-use kioku_ckpt::{commit_state, EngineOptions, MovableSelfSpace};
-use serde::{Deserialize, Serialize};
+use crate::plan::{decide, look_at, Decision, Look};
+use kioku_ckpt::MovableSelfSpace;
 use std::time::Instant;
-
-/// What one rank found in its pool.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct Look {
-    present: bool,
-    fatal: Option<String>,
-    /// The last checkpoint (possibly only prepared) and, if prepared, the one before.
-    meta: Option<GroupMeta>,
-    prepared: bool,
-    previous: Option<GroupMeta>,
-}
-
-fn look(g: &Group) -> Look {
-    let cfg = g.config();
-    let path = cfg.pool_path(g.rank());
-    let mut out = Look {
-        present: false,
-        fatal: None,
-        meta: None,
-        prepared: false,
-        previous: None,
-    };
-    if !path.exists() {
-        return out;
-    }
-    let opts = EngineOptions {
-        medium: cfg.medium,
-        ..Default::default()
-    };
-    let st = match commit_state(&path, &opts) {
-        Ok(st) => st,
-        Err(e) if is_damage(&e) => {
-            // A damaged pool is a lost rank: set it aside (never overwrite it silently).
-            let aside = path.with_extension("pool.damaged");
-            tracing::warn!(path = %path.display(), error = %e, aside = %aside.display(), "damaged pool: rebuilding this rank from the group");
-            if let Err(e) = std::fs::rename(&path, &aside) {
-                out.fatal = Some(format!(
-                    "{}: damaged ({e}) and cannot be moved aside",
-                    path.display()
-                ));
-            }
-            return out;
-        }
-        Err(e) => {
-            out.fatal = Some(e.to_string());
-            return out;
-        }
-    };
-    out.present = true;
-    if st.epoch == 0 {
-        return out; // Created, never checkpointed.
-    }
-    let decode = |b: &[u8]| GroupMeta::decode(b);
-    match decode(&st.metadata) {
-        Some(m) => out.meta = Some(m),
-        None => {
-            out.fatal = Some(format!(
-                "{}: a checkpoint pool, but not of a kioku group job; use another KIOKU_DIR or KIOKU_NAME",
-                path.display()
-            ));
-            return out;
-        }
-    }
-    out.prepared = st.prepared;
-    out.previous = st.previous_metadata.as_deref().and_then(decode);
-    out
-}
 
 pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
     let t0 = Instant::now();
-    let (rank, n) = (g.rank(), g.size());
-    let mine = look(g);
+    let rank = g.rank();
+    let mine = look_at(&g.config().pool_path(rank), g.config().medium, true);
     let text = serde_json::to_vec(&mine).expect("look serialises");
     let looks: Vec<Look> = {
         g.comm_mut()
@@ -92,130 +21,17 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
             .map(|b| serde_json::from_slice(b).expect("looks of the same library"))
             .collect()
     };
-    if let Some((r, l)) = looks.iter().enumerate().find(|(_, l)| l.fatal.is_some()) {
-        return Err(GroupError::Remote {
-            rank: r,
-            detail: l.fatal.clone().unwrap_or_default(),
-        });
-    }
-    let dir = g.config().dir.display().to_string();
-    if looks.iter().all(|l| !l.present) {
-        return Err(GroupError::State(format!(
-            "no rank has a usable pool under {dir}: nothing to recover; remove the directory to start afresh"
-        )));
-    }
-
-    // The epoch: the lowest any survivor holds; a survivor one ahead holds it as a prepared
-    // checkpoint's predecessor (nobody finished the next one, since that needs everyone).
-    let epoch_of = |l: &Look| l.meta.as_ref().map_or(0, |m| m.epoch);
-    let e = looks
-        .iter()
-        .filter(|l| l.present)
-        .map(epoch_of)
-        .min()
-        .unwrap_or(0);
-    let mut state: Vec<Option<GroupMeta>> = vec![None; n];
-    let mut rollback = vec![false; n];
-    for (r, l) in looks.iter().enumerate().filter(|(_, l)| l.present) {
-        let at = epoch_of(l);
-        if at == e {
-            state[r] = l.meta.clone();
-        } else if at == e + 1 && l.prepared && l.previous.as_ref().map(|m| m.epoch) == Some(e) {
-            state[r] = l.previous.clone();
-            rollback[r] = true;
-        } else if at == e + 1 && l.prepared && e == 0 {
-            rollback[r] = true;
-        } else {
-            return Err(GroupError::State(format!(
-                "rank {r}'s pool is at group epoch {at}, another's at {e}: the pools under {dir} are not of one run; remove them to start afresh"
-            )));
-        }
-        if let Some(m) = &state[r] {
-            if m.ranks != n {
-                return Err(GroupError::SizeChanged {
-                    dir,
-                    was: m.ranks,
-                    now: n,
-                });
-            }
-            let c = g.config();
-            if (m.group_size, m.parity, m.partner, m.rs)
-                != (c.group_size, c.parity, c.partner, c.rs)
-            {
-                return Err(GroupError::Config(format!(
-                    "the pools under {dir} were written with group_size={}, parity={}, levels={}{}; restart with the same settings",
-                    m.group_size,
-                    m.parity,
-                    if m.partner { "partner," } else { "" },
-                    if m.rs { "rs" } else { "" }
-                )));
-            }
-        }
-    }
-    let lost: Vec<usize> = (0..n).filter(|&r| !looks[r].present).collect();
-
-    // The groups as the checkpoint recorded them (a restart may place ranks on other nodes).
-    if e > 0 {
-        let mut recorded: Vec<Vec<usize>> =
-            state.iter().flatten().map(|m| m.members.clone()).collect();
-        recorded.sort();
-        recorded.dedup();
-        for r in 0..n {
-            if !recorded.iter().any(|grp| grp.contains(&r)) {
-                return Err(GroupError::State(format!(
-                    "rank {r} and every other member of its group are lost (pools missing or damaged: {lost:?}); nothing can rebuild them — restore those pools, or remove all pools to start afresh"
-                )));
-            }
-        }
-        g.set_groups(Groups { groups: recorded })?;
-    }
-
-    let mut chosen_level: Option<(u64, u8)> = None;
-    if !lost.is_empty() && e > 0 {
-        // The newest level whose parity can rebuild every group's losses — decided before any
-        // pool is touched, so that a refusal changes nothing.
-        let any = state.iter().flatten().next().expect("a survivor").clone();
-        let groups = g.groups().clone();
-        let mut candidates: Vec<(u64, u8)> = g
-            .level_ids()
-            .into_iter()
-            .map(|id| (any.last(id), id))
-            .filter(|&(at, _)| at > 0)
-            .collect();
-        candidates.sort_unstable_by(|a, b| b.cmp(a));
-        let lost_in = |grp: &[usize]| -> Vec<usize> {
-            grp.iter()
-                .enumerate()
-                .filter(|(_, r)| lost.contains(r))
-                .map(|(p, _)| p)
-                .collect()
-        };
-        let chosen = candidates.iter().find(|&&(_, id)| {
-            groups
-                .groups
-                .iter()
-                .all(|grp| g.scheme_for(id, grp.len()).tolerates(&lost_in(grp)))
-        });
-        let Some(&(t, level)) = chosen else {
-            if candidates.is_empty() {
-                return Err(GroupError::NoRedundancy { ranks: lost });
-            }
-            let (gi, grp) = groups
-                .groups
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, grp)| lost_in(grp).len())
-                .expect("a group");
-            let m = g.config().parity;
-            return Err(GroupError::TooManyLost {
-                group: gi,
-                lost: lost_in(grp).len(),
-                ranks: grp.iter().copied().filter(|r| lost.contains(r)).collect(),
-                m,
-                need: lost_in(grp).len() - m,
-            });
-        };
-        chosen_level = Some((t, level));
+    let d = decide(&looks, g.config())?;
+    let Decision {
+        epoch: e,
+        state,
+        rollback,
+        lost,
+        groups,
+        rebuild,
+    } = d;
+    if let Some(groups) = groups {
+        g.set_groups(groups)?;
     }
     // Survivors reopen their pools at epoch `e`.
     let opened = (|| -> Result<()> {
@@ -270,7 +86,7 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         return Ok(report);
     }
 
-    let (t, level) = chosen_level.expect("chosen above");
+    let (t, level) = rebuild.expect("decided with the losses");
     report.level = level;
     report.epoch = t;
     tracing::info!(?lost, level, epoch = t, "rebuilding lost ranks");
