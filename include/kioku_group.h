@@ -108,6 +108,14 @@ int kioku_group_finalize(void);
  * failure. Valid until kioku_group_finalize(). Not collective. */
 void *kioku_group_alloc(uint32_t id, size_t size);
 
+/* Protects `size` bytes of the program's own memory at `ptr` (a malloc'd or Fortran array) as
+ * region `id`, FTI-style. After kioku_group_recover(), the recovered contents are copied into
+ * the buffer by this call. Each checkpoint copies the buffer's changed pages into the region
+ * (found by comparing page by page: the buffer is not write-tracked, so kioku_group_alloc is
+ * cheaper for large data). Protecting `id` again moves it to a new buffer of the same size.
+ * The buffer must stay valid until then or kioku_group_finalize(). Not collective. */
+int kioku_group_protect(uint32_t id, void *ptr, size_t size);
+
 /* Collective. A checkpoint at `level` (KIOKU_LEVEL_*); returns when it is committed on every
  * rank. No thread may write protected memory during the call. On failure the previous
  * checkpoint stays the committed one and further calls fail with KIOKU_E_STATE: restart the

@@ -11,7 +11,9 @@
  *   DIE_RANK, DIE_STEP  that rank kills itself (SIGKILL) after writing iteration DIE_STEP and
  *            before its checkpoint (its memory is then past the last checkpoint)
  * Environment: GROUP_CHECK_VERIFY=1 runs kioku_group_verify() after every checkpoint;
- * GROUP_CHECK_NO_RECOVER=1 skips kioku_group_recover() (to see it refused).
+ * GROUP_CHECK_NO_RECOVER=1 skips kioku_group_recover() (to see it refused);
+ * GROUP_CHECK_PROTECT=1 keeps the data in malloc'd memory registered with kioku_group_protect
+ * instead of memory from kioku_group_alloc.
  *
  * Prints, per rank: "recovered rank R epoch E iter I level L lost N", "verified rank R iter I",
  * "done rank R iter I"; errors as "error rank R <where> <code> <message>" with exit status 1.
@@ -100,9 +102,17 @@ int main(int argc, char **argv)
             fail("recover", rc);
         recovered = 1;
     }
-    unsigned char *data = kioku_group_alloc(1, (size_t)pages * PAGE);
-    if (!data)
-        fail("alloc", -1);
+    unsigned char *data;
+    if (getenv("GROUP_CHECK_PROTECT")) {
+        data = calloc((size_t)pages, PAGE);
+        rc = kioku_group_protect(1, data, (size_t)pages * PAGE);
+        if (rc != KIOKU_OK)
+            fail("protect", rc);
+    } else {
+        data = kioku_group_alloc(1, (size_t)pages * PAGE);
+        if (!data)
+            fail("alloc", -1);
+    }
     struct state *s = kioku_group_alloc(2, sizeof *s);
     if (!s)
         fail("alloc", -1);

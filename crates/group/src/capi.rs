@@ -233,6 +233,20 @@ pub extern "C" fn kioku_group_alloc(id: u32, size: usize) -> *mut c_void {
     }
 }
 
+/// Protects the program's own buffer `ptr` of `size` bytes as region `id` (see
+/// `Group::protect`).
+///
+/// # Safety
+/// `ptr` valid for reads and writes of `size` bytes until protected anew or finalised.
+#[no_mangle]
+pub unsafe extern "C" fn kioku_group_protect(id: u32, ptr: *mut c_void, size: usize) -> c_int {
+    with_group("kioku_group_protect", |g| {
+        // SAFETY: the caller's contract, passed through.
+        unsafe { g.protect(id, ptr.cast(), size)? };
+        Ok(KIOKU_OK)
+    })
+}
+
 /// Collective checkpoint at `level` (KIOKU_LEVEL_LOCAL, _PARTNER, _RS).
 #[no_mangle]
 pub extern "C" fn kioku_group_checkpoint(level: c_int) -> c_int {

@@ -90,6 +90,8 @@ pub struct Group {
     levels: Vec<Level>,
     /// The last committed checkpoint's metadata.
     meta: Option<GroupMeta>,
+    /// Buffers of the program's own registered with `protect`: (region id, address, bytes).
+    protected: Vec<(u32, *mut u8, usize)>,
     pub last: CheckpointReport,
     pub recovered: Option<RecoveryReport>,
 }
@@ -274,6 +276,7 @@ impl Group {
             table: Table::default(),
             levels,
             meta: None,
+            protected: Vec::new(),
             last: CheckpointReport::default(),
             recovered: None,
         };
@@ -394,6 +397,53 @@ impl Group {
         Ok(r.as_ptr())
     }
 
+    /// Protects `size` bytes of the program's own memory at `ptr` as region `id`: after a
+    /// recovery the region's recovered contents are copied into the buffer now; from then on
+    /// every checkpoint copies the buffer's changed pages into the region (found by comparing
+    /// page by page — the buffer is not write-tracked), so deltas and parity work as for
+    /// `alloc`. Calling it again for `id` moves the registration to a new buffer.
+    ///
+    /// # Safety
+    /// `ptr` must stay valid for reads and writes of `size` bytes until it is protected anew
+    /// or the group is finalised.
+    pub unsafe fn protect(&mut self, id: u32, ptr: *mut u8, size: usize) -> Result<()> {
+        if ptr.is_null() {
+            return Err(GroupError::Invalid(
+                "kioku_group_protect: NULL buffer".into(),
+            ));
+        }
+        let existed = self.table.get(id).is_some();
+        let region = self.alloc(id, size)?;
+        // SAFETY: `region` is a mapped region of `size` bytes or more; `ptr` is valid for
+        // `size` bytes per this function's contract; they do not overlap (the region is ours).
+        unsafe {
+            if existed {
+                std::ptr::copy_nonoverlapping(region, ptr, size);
+            } else {
+                std::ptr::copy_nonoverlapping(ptr, region, size);
+            }
+        }
+        self.protected.retain(|&(i, _, _)| i != id);
+        self.protected.push((id, ptr, size));
+        Ok(())
+    }
+
+    /// Copies the changed pages of protected buffers into their regions.
+    fn sync_protected(&mut self) {
+        for &(id, ptr, size) in &self.protected {
+            let mem = self.mem(&user_name(id)).expect("protected region");
+            let region = &mut mem.bytes_mut()[..size];
+            // SAFETY: `ptr` is valid for `size` bytes per `protect`'s contract, and the
+            // program does not write it during the collective call.
+            let buf = unsafe { std::slice::from_raw_parts(ptr, size) };
+            for (dst, src) in region.chunks_mut(self.page).zip(buf.chunks(self.page)) {
+                if dst != src {
+                    dst.copy_from_slice(src);
+                }
+            }
+        }
+    }
+
     /// Makes `len` pages of region `name` exist (creating or growing it, never shrinking).
     fn ensure_region(&mut self, name: &str, len: usize) -> Result<()> {
         let len = len.max(self.page).div_ceil(self.page) * self.page;
@@ -508,6 +558,7 @@ impl Group {
                 self.engine_mut().take_whole_next(&user_name(id))?;
             }
         }
+        self.sync_protected();
         let dirty = self.written_data_pages()?;
         let prev = self.meta.clone();
 

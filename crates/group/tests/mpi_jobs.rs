@@ -186,6 +186,19 @@ fn rs_4_plus_2_rebuilds_one_then_two_lost_ranks() {
 }
 
 #[test]
+fn protected_buffers_of_the_program_are_checkpointed_and_rebuilt_too() {
+    need_mpi!();
+    let mut job = Job::new(6, 6, "partner,rs");
+    job.set("GROUP_CHECK_PROTECT", "1");
+    // Levels by iteration: even partner, odd rs. Rank 5 dies writing 9: the last checkpoint is
+    // 8 (partner), but 0's copy is at 5, so rs rebuilds 0 and 5 from 7, through the journals.
+    let args = ["12", "48", "dense", "23"];
+    job.crash(&args, 5, 9);
+    job.lose(&[0, 5]);
+    job.recover(&args, 7, 2, 3);
+}
+
+#[test]
 fn rs_8_plus_2_rebuilds_one_then_two_lost_ranks() {
     need_mpi!();
     let job = Job::new(10, 10, "rs");
