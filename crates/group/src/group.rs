@@ -397,11 +397,12 @@ impl Group {
         Ok(r.as_ptr())
     }
 
-    /// Protects `size` bytes of the program's own memory at `ptr` as region `id`: after a
-    /// recovery the region's recovered contents are copied into the buffer now; from then on
-    /// every checkpoint copies the buffer's changed pages into the region (found by comparing
-    /// page by page — the buffer is not write-tracked), so deltas and parity work as for
-    /// `alloc`. Calling it again for `id` moves the registration to a new buffer.
+    /// Protects `size` bytes of the program's own memory at `ptr` as region `id`: when the
+    /// region exists (after a recovery) its contents are copied into the buffer now; from then
+    /// on every checkpoint copies the buffer's changed pages into the region (found by
+    /// comparing page by page — the buffer is not write-tracked), so deltas and parity work as
+    /// for `alloc`. Calling it again for a protected `id` moves the registration to a new
+    /// buffer of the same size, whose contents are the program's.
     ///
     /// # Safety
     /// `ptr` must stay valid for reads and writes of `size` bytes until it is protected anew
@@ -412,18 +413,26 @@ impl Group {
                 "kioku_group_protect: NULL buffer".into(),
             ));
         }
+        if let Some(p) = self.protected.iter_mut().find(|p| p.0 == id) {
+            // Moved (say, reallocated): the buffer holds the program's data; the next
+            // checkpoint compares it with the region as always.
+            if p.2 != size {
+                return Err(GroupError::Invalid(format!(
+                    "kioku_group_protect: region {id} is {} bytes, the new buffer {size}",
+                    p.2
+                )));
+            }
+            p.1 = ptr;
+            return Ok(());
+        }
         let existed = self.table.get(id).is_some();
         let region = self.alloc(id, size)?;
-        // SAFETY: `region` is a mapped region of `size` bytes or more; `ptr` is valid for
-        // `size` bytes per this function's contract; they do not overlap (the region is ours).
-        unsafe {
-            if existed {
-                std::ptr::copy_nonoverlapping(region, ptr, size);
-            } else {
-                std::ptr::copy_nonoverlapping(ptr, region, size);
-            }
+        if existed {
+            // SAFETY: `region` is a mapped region of at least `size` bytes; `ptr` is valid for
+            // `size` bytes per this function's contract; the region is ours, so they do not
+            // overlap.
+            unsafe { std::ptr::copy_nonoverlapping(region, ptr, size) };
         }
-        self.protected.retain(|&(i, _, _)| i != id);
         self.protected.push((id, ptr, size));
         Ok(())
     }

@@ -45,9 +45,8 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         };
         let pool = kioku_pool::Pool::open(&g.config().pool_path(rank), &o)
             .map_err(kioku_ckpt::CkptError::from)?;
-        let (engine, _) =
+        let (mut engine, _) =
             Engine::recover_in_with(pool, MovableSelfSpace::default(), rollback[rank])?;
-        let mut engine = engine;
         // Exact written pages, never whole regions: a page reported written costs a delta
         // computation and a zero check here, more than its write-protect fault.
         engine.set_adaptive(false)?;
