@@ -87,6 +87,8 @@ struct kioku_group_status {
     uint64_t recovered_epoch;   /* checkpoint the last recovery returned to */
     uint64_t recovered_lost;    /* ranks it rebuilt */
     uint64_t recovered_ns;      /* how long it took (this rank) */
+    uint64_t recovered_decode_ns; /* of which decoding lost shards (receiving included) */
+    uint64_t recovered_bytes;   /* bytes this rank received to decode */
     uint64_t last_dirty_pages;  /* this rank, last checkpoint: pages written in the epoch */
     uint64_t last_encoded_pages; /* pages whose delta it encoded */
     uint64_t last_bytes_sent;   /* bytes it sent */

@@ -87,8 +87,8 @@ out.append("")
 out.append("Recovery (restart with 1 or 2 pools deleted; `kioku_group_recover` on the slowest "
            "rank: agreeing, decoding the lost ranks' data and parity from 6 survivors' shards per "
            "stripe, and committing before the program goes on):\n")
-out.append("| MiB per rank | lost ranks | recovery time | time per lost MiB |")
-out.append("|---|---|---|---|")
+out.append("| MiB per rank | lost ranks | recovery time | of which decoding | bytes received by the lost ranks | time per lost MiB |")
+out.append("|---|---|---|---|---|---|")
 for size in sorted({64, MIB}):
     for lost in [1, 2]:
         d = os.path.join(SHM, f"rec-{size}-{lost}")
@@ -97,6 +97,8 @@ for size in sorted({64, MIB}):
             os.remove(os.path.join(d, f"job.{3 + 2 * r}.pool"))
         rows = mpirun(["mat", str(size), "2"], {}, d)
         shutil.rmtree(d)
-        ns = [r for r in rows if "recover_ns" in r][0]["recover_ns"]
-        out.append(f"| {size} | {lost} | {ns / 1e9:.2f} s | {ns / 1e6 / (size * lost):.1f} ms |")
+        rec = [r for r in rows if "recover_ns" in r][0]
+        ns = rec["recover_ns"]
+        out.append(f"| {size} | {lost} | {ns / 1e9:.2f} s | {rec['decode_ns'] / 1e9:.2f} s "
+                   f"| {mib(rec['received'])} | {ns / 1e6 / (size * lost):.1f} ms |")
 print("\n".join(out))

@@ -63,11 +63,15 @@ int main(int argc, char **argv)
         if (rc)
             die("recover", rc);
         kioku_group_status(&st);
-        uint64_t ns = st.recovered_ns, max = 0;
-        MPI_Reduce(&ns, &max, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+        uint64_t ns[2] = {st.recovered_ns, st.recovered_decode_ns}, max[2] = {0, 0};
+        uint64_t bytes = st.recovered_bytes, sum = 0;
+        MPI_Reduce(ns, max, 2, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Reduce(&bytes, &sum, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rank == 0)
-            printf("{\"recovered_lost\": %llu, \"recover_ns\": %llu}\n",
-                   (unsigned long long)st.recovered_lost, (unsigned long long)max);
+            printf("{\"recovered_lost\": %llu, \"recover_ns\": %llu, \"decode_ns\": %llu, "
+                   "\"received\": %llu}\n",
+                   (unsigned long long)st.recovered_lost, (unsigned long long)max[0],
+                   (unsigned long long)max[1], (unsigned long long)sum);
         kioku_group_finalize();
         MPI_Finalize();
         return 0;

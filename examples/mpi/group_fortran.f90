@@ -17,6 +17,7 @@ program group_fortran
     integer(c_int64_t) :: epoch
     integer(c_int32_t) :: last_level, recovered_level
     integer(c_int64_t) :: recovered_epoch, recovered_lost, recovered_ns
+    integer(c_int64_t) :: recovered_decode_ns, recovered_bytes
     integer(c_int64_t) :: last_dirty_pages, last_encoded_pages, last_bytes_sent
     integer(c_int64_t) :: last_encode_ns, last_persist_ns, last_total_ns
   end type

@@ -72,6 +72,8 @@ pub struct RecoveryReport {
     /// Ranks that rolled a prepared, unagreed checkpoint back.
     pub rolled_back: usize,
     pub bytes_received: u64,
+    /// Decoding the lost ranks' shards (receiving included).
+    pub decode: Duration,
     pub total: Duration,
 }
 

@@ -67,6 +67,7 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         level: 0,
         rolled_back,
         bytes_received: 0,
+        decode: Default::default(),
         total: Default::default(),
     };
     if lost.is_empty() {
@@ -140,7 +141,9 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         .next()
         .expect("a survivor")
         .stripe_pages(level);
+    let td = Instant::now();
     report.bytes_received = decode(g, level, q, &lost)?;
+    report.decode = td.elapsed();
 
     // Protected again before the program goes on: the lost ranks' parity of `level` was
     // decoded with their data; every other level is encoded afresh; all of it committed.
