@@ -386,7 +386,15 @@ impl Group {
                 .expect("table and engine agree")
                 .as_ptr());
         }
-        let reserve = pages as usize * self.page;
+        let ptr = self.create_user_region(id, size)?;
+        self.table.add(id, size as u64, pages);
+        Ok(ptr)
+    }
+
+    /// Creates the engine region of protected region `id` (`size` bytes, reserving no room to
+    /// grow: protected regions keep their size).
+    fn create_user_region(&mut self, id: u32, size: usize) -> Result<*mut u8> {
+        let reserve = size.div_ceil(self.page) * self.page;
         let r = self.engine_mut().create_region(
             &user_name(id),
             size,
@@ -395,7 +403,6 @@ impl Group {
                 reserve: Some(reserve),
             },
         )?;
-        self.table.add(id, size as u64, pages);
         Ok(r.as_ptr())
     }
 
@@ -1027,17 +1034,10 @@ pub(crate) mod internals {
         pub(crate) fn ensure(&mut self, name: &str, len: usize) -> Result<()> {
             self.ensure_region(name, len)
         }
-        pub(crate) fn create_user_region(&mut self, id: u32, bytes: u64) -> Result<()> {
-            let reserve = bytes.div_ceil(self.page as u64) as usize * self.page;
-            self.engine_mut().create_region(
-                &user_name(id),
-                bytes as usize,
-                RegionOptions {
-                    addr: None,
-                    reserve: Some(reserve),
-                },
-            )?;
-            Ok(())
+        /// Recreates a lost rank's protected region (its table entry comes with the group's
+        /// record, not from an allocation).
+        pub(crate) fn recreate_user_region(&mut self, id: u32, bytes: u64) -> Result<()> {
+            self.create_user_region(id, bytes as usize).map(|_| ())
         }
     }
 

@@ -21,7 +21,6 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
             .map(|b| serde_json::from_slice(b).expect("looks of the same library"))
             .collect()
     };
-    let d = decide(&looks, g.config())?;
     let Decision {
         epoch: e,
         state,
@@ -29,7 +28,7 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         lost,
         groups,
         rebuild,
-    } = d;
+    } = decide(&looks, g.config())?;
     if let Some(groups) = groups {
         g.set_groups(groups)?;
     }
@@ -120,7 +119,7 @@ pub(crate) fn recover(g: &mut Group) -> Result<RecoveryReport> {
         let table = rec.tables[pos].clone();
         g.create_fresh_pool()?;
         for r in &table.regions {
-            g.create_user_region(r.id, r.bytes)?;
+            g.recreate_user_region(r.id, r.bytes)?;
         }
         let q = rec.stripe_pages(level) as usize;
         let mut meta = rec;
