@@ -1,0 +1,54 @@
+package kioku.persist.pool;
+
+/**
+ * A pool file's bytes and how a store to them becomes durable (docs/media.md: the same four
+ * media as the Rust side). Addressed by file offset. A single aligned 8-byte store is
+ * failure-atomic; after {@code flush} of a range and a later {@code drain}, every byte stored
+ * to the range before the flush is durable.
+ */
+public interface Medium extends AutoCloseable {
+  MediumKind kind();
+
+  /** Current length in bytes. */
+  long length();
+
+  /** One line on what survives what, for logs ("survives power loss", ...). */
+  String durability();
+
+  long getLong(long off);
+
+  void putLong(long off, long value);
+
+  int getInt(long off);
+
+  void putInt(long off, int value);
+
+  short getShort(long off);
+
+  void putShort(long off, short value);
+
+  byte getByte(long off);
+
+  void putByte(long off, byte value);
+
+  void get(long off, byte[] dst, int dstOff, int len);
+
+  void put(long off, byte[] src, int srcOff, int len);
+
+  /** Start writing back {@code [off, off+len)}; unordered until {@link #drain}. */
+  void flush(long off, long len);
+
+  /** Wait until everything flushed before is durable (a fence). */
+  void drain();
+
+  default void persist(long off, long len) {
+    flush(off, len);
+    drain();
+  }
+
+  /** Extend with zeros, durably. Existing offsets stay valid. */
+  void grow(long newLength) throws PoolException;
+
+  @Override
+  void close();
+}

@@ -1,0 +1,159 @@
+package kioku.persist.rt;
+
+import java.lang.invoke.VarHandle;
+
+/**
+ * The entry points the agent's instrumentation calls. Reads are never instrumented; every
+ * write that can reach a persistent object calls one of these after the ordinary store.
+ *
+ * <p>The fast path is one volatile read ({@link #active}) while nothing is persistent. Once
+ * something is, the writer fences before reading the replica word: the object may have been
+ * made persistent by another thread between the store and the read, and the copier's
+ * copy-then-verify needs the store to be visible by the time the word says "replica" (the
+ * thesis's MFENCE). The first activation forces every thread through a safepoint, so writers
+ * that read {@code active == false} before it have their stores visible before any copying.
+ */
+public final class Barrier {
+  private Barrier() {}
+
+  /** True once anything has been made persistent in this JVM. */
+  public static volatile boolean active;
+
+  /** The runtime; set before {@link #active} becomes true. */
+  public static volatile Hooks hooks;
+
+  /** The replica word of an instrumented object (0 for anything else). */
+  private static boolean maybePersistent(Object o) {
+    VarHandle.fullFence();
+    if (o instanceof Persistent) {
+      return ((Persistent) o).$kioku$r() != 0;
+    }
+    return o != null;
+  }
+
+  public static void putZ(Object o, boolean v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, v ? 1 : 0, id);
+  }
+
+  public static void putB(Object o, byte v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, v & 0xffL, id);
+  }
+
+  public static void putC(Object o, char v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, v, id);
+  }
+
+  public static void putS(Object o, short v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, v & 0xffffL, id);
+  }
+
+  public static void putI(Object o, int v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, v & 0xffffffffL, id);
+  }
+
+  public static void putJ(Object o, long v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, v, id);
+  }
+
+  public static void putF(Object o, float v, int id) {
+    if (active && maybePersistent(o)) {
+      hooks.putPrimitive(o, Float.floatToRawIntBits(v) & 0xffffffffL, id);
+    }
+  }
+
+  public static void putD(Object o, double v, int id) {
+    if (active && maybePersistent(o)) hooks.putPrimitive(o, Double.doubleToRawLongBits(v), id);
+  }
+
+  public static void putL(Object o, Object v, int id) {
+    if (active && maybePersistent(o)) hooks.putReference(o, v, id);
+  }
+
+  // Volatile fields: the runtime locks the object and writes the replica first (NVM-first
+  // order), then the putfield runs, then postVolatile unlocks.
+
+  public static void preVolatileJ(Object o, long bits, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, bits, null, id);
+  }
+
+  public static void preVolatileL(Object o, Object v, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, 0, v, id);
+  }
+
+  public static void postVolatile(Object o, int id) {
+    if (active && maybePersistent(o)) hooks.postVolatile(o, id);
+  }
+
+  /** After a putstatic of a {@code @DurableRoot} field (always forwarded: roots are rare). */
+  public static void putRoot(Object v, int rootId) {
+    Hooks h = hooks;
+    if (h != null) h.putRoot(v, rootId);
+  }
+
+  /** At the end of {@code <clinit>} of a class with durable roots. */
+  public static void rootsDeclared(Class<?> c) {
+    Hooks h = hooks;
+    if (h != null) h.rootsDeclared(c);
+  }
+
+  // Array stores. bastore serves byte[] and boolean[], so it takes Object.
+
+  public static void storeB(Object a, int i, int v) {
+    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v & 0xffL);
+  }
+
+  public static void storeC(char[] a, int i, char v) {
+    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v);
+  }
+
+  public static void storeS(short[] a, int i, short v) {
+    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v & 0xffffL);
+  }
+
+  public static void storeI(int[] a, int i, int v) {
+    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v & 0xffffffffL);
+  }
+
+  public static void storeJ(long[] a, int i, long v) {
+    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v);
+  }
+
+  public static void storeF(float[] a, int i, float v) {
+    if (active && maybePersistent(a)) {
+      hooks.storePrimitive(a, i, Float.floatToRawIntBits(v) & 0xffffffffL);
+    }
+  }
+
+  public static void storeD(double[] a, int i, double v) {
+    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, Double.doubleToRawLongBits(v));
+  }
+
+  public static void storeL(Object[] a, int i, Object v) {
+    if (active && maybePersistent(a)) hooks.storeReference(a, i, v);
+  }
+
+  /** Replaces System.arraycopy in instrumented code. */
+  public static void arraycopy(Object src, int srcPos, Object dst, int dstPos, int length) {
+    System.arraycopy(src, srcPos, dst, dstPos, length);
+    if (active && maybePersistent(dst)) hooks.copied(dst, dstPos, length);
+  }
+
+  /** At the entry of an instance method of a retransformed collection class. */
+  public static int faseEnter(Object receiver) {
+    return active ? hooks.faseEnter(receiver) : 0;
+  }
+
+  /** At every exit of such a method, including exceptional ones. */
+  public static void faseExit(int token) {
+    if (token != 0) hooks.faseExit(token);
+  }
+
+  /** After an invokespecial of Object.clone() (super.clone()) in instrumented code. */
+  public static Object cloned(Object copy) {
+    if (copy instanceof Persistent && ((Persistent) copy).$kioku$r() != 0) {
+      ((Persistent) copy).$kioku$r(0L);
+      if (active) hooks.cloned(copy);
+    }
+    return copy;
+  }
+}

@@ -1,0 +1,44 @@
+package kioku.persist.rt;
+
+/**
+ * What {@link Barrier} calls once persistence is active and the written object may have a
+ * replica. The runtime implements it; tests of the instrumentation record the calls instead.
+ * Every method runs after the DRAM store it reports (except {@link #preVolatile}).
+ */
+public interface Hooks {
+  /** A putfield of a primitive field; {@code bits} is the value zero-extended to 64 bits. */
+  void putPrimitive(Object o, long bits, int fieldId);
+
+  /** A putfield of a reference field. */
+  void putReference(Object o, Object value, int fieldId);
+
+  /** Before a putfield of a volatile field: lock the object, write the replica first. */
+  void preVolatile(Object o, long bits, Object ref, int fieldId);
+
+  /** After that putfield: unlock. */
+  void postVolatile(Object o, int fieldId);
+
+  /** A putstatic of a {@code @DurableRoot} field. */
+  void putRoot(Object value, int rootId);
+
+  /** The end of {@code <clinit>} of a class that declares durable roots. */
+  void rootsDeclared(Class<?> c);
+
+  /** An element store: {@code bits} is the element zero-extended (references use storeRef). */
+  void storePrimitive(Object array, int index, long bits);
+
+  /** A reference element store. */
+  void storeReference(Object[] array, int index, Object value);
+
+  /** After System.arraycopy into {@code dst}. */
+  void copied(Object dst, int dstPos, int length);
+
+  /** Entering a method of a persistent collection; returns a token for {@link #faseExit}. */
+  int faseEnter(Object receiver);
+
+  /** Leaving it (normally or by an exception). */
+  void faseExit(int token);
+
+  /** After Object.clone(): the copy must not share the original's replica word. */
+  void cloned(Object copy);
+}
