@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit bench clean
+.PHONY: all build demo test deps lint unit java bench clean
 
 all: build
 
@@ -25,8 +25,14 @@ lint: deps
 unit: deps
 	$(CARGO) test --workspace
 
-# Every test: formatting and lints, then all unit, property, crash and CLI tests.
-test: lint unit
+# The Java agent (java/): unit tests, then the packaged agent's crash and power-cut tests.
+# The Rust CLI is built first: the Java pool tests check that it reads Java-written pools.
+java: deps
+	$(CARGO) build --release -p kioku-cli
+	cd java && mvn -B -q -ntp verify
+
+# Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
+test: lint unit java
 
 # Benchmarks (not part of `make test`); each writes its section of docs/perf.md.
 bench:
@@ -35,4 +41,5 @@ bench:
 
 clean:
 	$(CARGO) clean
+	cd java && mvn -q clean
 	rm -rf .kioku

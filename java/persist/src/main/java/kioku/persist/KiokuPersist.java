@@ -1,12 +1,217 @@
 package kioku.persist;
 
-/** The idiomatic API. (Being written; the agent calls {@link #startFromAgent}.) */
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.Map;
+import kioku.persist.heap.HeapException;
+import kioku.persist.heap.PersistentHeap;
+import kioku.persist.pool.CrashMode;
+import kioku.persist.pool.MediumChoice;
+import kioku.persist.pool.Pool;
+import kioku.persist.pool.PoolException;
+import kioku.persist.pool.SimMedium;
+
+/**
+ * kioku's persistence by reachability for Java. Run the program with
+ * {@code -javaagent:kioku-persist.jar=pool=PATH}, annotate static fields with
+ * {@link DurableRoot}, and everything reachable from them survives crashes: when the program
+ * starts again with the same pool, each root holds its recovered graph as soon as its class
+ * is initialized.
+ *
+ * <p>Without {@code pool=} on the agent, call {@link #open(Path)} before the classes that
+ * declare roots are initialized (or {@link #recover} after).
+ */
 public final class KiokuPersist {
   private KiokuPersist() {}
 
+  private static volatile PersistentHeap heap;
+  private static SimMedium sim;
+
+  /** Called by the agent's premain with its argument string. */
+  public static void startFromAgent(String agentArgs) {
+    AgentOptions o = AgentOptions.parse(agentArgs);
+    if (o.pool() == null) return;
+    try {
+      open(o);
+    } catch (PersistenceException e) {
+      System.err.println("kioku-persist: " + e.getMessage());
+      Runtime.getRuntime().halt(2);
+    }
+  }
+
   /**
-   * Called by the agent's premain after instrumentation is installed, with the agent's
-   * argument string ({@code pool=PATH[,medium=...]}, or null).
+   * Opens (or creates) the pool at {@code path} on the best medium for it. Returns true if it
+   * held persistent state, which the roots will receive.
    */
-  public static void startFromAgent(String agentArgs) {}
+  public static boolean open(Path path) {
+    return open(AgentOptions.parse("pool=" + path));
+  }
+
+  /** As {@link #open(Path)} on a chosen medium: auto, dax, file or shm. */
+  public static boolean open(Path path, String medium) {
+    return open(AgentOptions.parse("pool=" + path + ",medium=" + medium));
+  }
+
+  static synchronized boolean open(AgentOptions o) {
+    if (heap != null) {
+      throw new PersistenceException(
+          "a persistent heap is already open (" + heap.pool().path() + "): one per JVM");
+    }
+    try {
+      PersistentHeap h;
+      if (o.medium().equals("sim")) {
+        h = openSim(o);
+      } else {
+        MediumChoice choice = MediumChoice.parse(o.medium());
+        if (Files.exists(o.pool())) {
+          h = PersistentHeap.open(Pool.open(o.pool(), choice));
+        } else {
+          h = PersistentHeap.create(Pool.create(o.pool(), PersistentHeap.POOL_KIND, choice), o.heap());
+        }
+      }
+      heap = h;
+      kioku.persist.rt.Barrier.hooks = h;
+      h.recoverEagerly(ClassLoader.getSystemClassLoader());
+      return h.hasData();
+    } catch (PoolException | HeapException e) {
+      throw new PersistenceException(e.getMessage(), e);
+    } catch (IllegalArgumentException e) {
+      throw new PersistenceException(e.getMessage(), e);
+    }
+  }
+
+  /**
+   * The simulated medium, for power-cut tests of whole programs: the pool file is the image;
+   * at the cut point (sim.cutAt) the crash image is written over it and the JVM halts with
+   * status 86; at a normal exit the drained state is written.
+   */
+  private static PersistentHeap openSim(AgentOptions o) throws PoolException, HeapException {
+    Path path = o.pool();
+    boolean exists = Files.exists(path);
+    SimMedium m = exists ? SimMedium.load(path) : SimMedium.create(0);
+    sim = m;
+    CrashMode mode = crashMode(o.simMode());
+    Runnable save =
+        () -> {
+          try {
+            SimMedium.saveImage(path, m.crash(mode));
+            Files.writeString(Path.of(path + ".points"), Long.toString(m.orderingPoints()));
+          } catch (Exception e) {
+            System.err.println("kioku-persist: saving the simulated image failed: " + e.getMessage());
+          }
+        };
+    if (o.simCutAt() >= 0) {
+      m.cutPowerAt(o.simCutAt());
+      m.setOnCut(
+          () -> {
+            save.run();
+            Runtime.getRuntime().halt(86);
+          });
+    }
+    Runtime.getRuntime().addShutdownHook(new Thread(save, "kioku-sim-image"));
+    return exists
+        ? PersistentHeap.open(Pool.open(m))
+        : PersistentHeap.create(Pool.create(m, PersistentHeap.POOL_KIND), o.heap());
+  }
+
+  private static CrashMode crashMode(String s) {
+    if (s.equals("drained")) return CrashMode.DRAINED_ONLY;
+    if (s.equals("flushed")) return CrashMode.ALL_FLUSHED;
+    if (s.startsWith("random:")) return CrashMode.random(Long.parseLong(s.substring(7)), true, true);
+    throw new IllegalArgumentException("sim.mode=" + s + ": use drained, flushed or random:SEED");
+  }
+
+  /** True once a pool is open. */
+  public static boolean isOpen() {
+    return heap != null;
+  }
+
+  /** True if the open pool holds persistent state (a non-null root). */
+  public static boolean hasData() {
+    return heap().hasData();
+  }
+
+  /**
+   * Rebuilds every root's graph now and assigns it to its field (initializing the classes
+   * that declare them), using these class loaders first.
+   */
+  public static void recover(ClassLoader... loaders) {
+    PersistentHeap h = heap();
+    ClassLoader first = loaders.length > 0 ? loaders[0] : ClassLoader.getSystemClassLoader();
+    try {
+      Map<String, Object> graphs = h.recover(first);
+      for (String root : graphs.keySet()) {
+        String owner = root.substring(0, root.indexOf('#'));
+        Class<?> c = null;
+        for (ClassLoader l : loaders.length > 0 ? loaders : new ClassLoader[] {first}) {
+          try {
+            c = Class.forName(owner, true, l);
+            break;
+          } catch (ClassNotFoundException e) {
+            // next loader
+          }
+        }
+        if (c == null) {
+          throw new PersistenceException(
+              "cannot recover root " + root + ": class " + owner + " is not on the class path");
+        }
+        h.rootsDeclared(c); // a class initialized before the pool opened gets its roots now
+      }
+    } catch (HeapException e) {
+      throw new PersistenceException(e.getMessage(), e);
+    }
+  }
+
+  /**
+   * Runs {@code action} as one failure-atomic section: after a crash, either all of its
+   * stores to persistent objects are in the pool or none. (Each operation on a persistent
+   * collection already is one.)
+   */
+  public static void atomic(Runnable action) {
+    // The heap the barrier writes to (the open one; in tests, whichever they installed).
+    if (kioku.persist.rt.Barrier.hooks instanceof PersistentHeap h) {
+      h.atomically(action);
+    } else {
+      action.run();
+    }
+  }
+
+  /** Collects the persistent heap's garbage now. */
+  public static void gc() {
+    try {
+      heap().collect();
+    } catch (HeapException e) {
+      throw new PersistenceException(e.getMessage(), e);
+    }
+  }
+
+  /**
+   * Compares the persistent graph reachable from {@code root} with its replicas; returns the
+   * differences, one line each (empty when they agree). For tests and diagnostics.
+   */
+  public static java.util.List<String> verify(Object root) {
+    return heap().verify(root);
+  }
+
+  public static PersistentHeap.Stats stats() {
+    return heap().stats();
+  }
+
+  /** Closes the pool; persistent objects stay in memory but are no longer written through. */
+  public static synchronized void close() {
+    if (heap != null) {
+      heap.close();
+      heap = null;
+    }
+  }
+
+  private static PersistentHeap heap() {
+    PersistentHeap h = heap;
+    if (h == null) {
+      throw new PersistenceException(
+          "no persistent heap is open: run with -javaagent:kioku-persist.jar=pool=PATH or call"
+              + " KiokuPersist.open(path)");
+    }
+    return h;
+  }
 }

@@ -72,6 +72,38 @@ public final class Barrier {
   // Volatile fields: the runtime locks the object and writes the replica first (NVM-first
   // order), then the putfield runs, then postVolatile unlocks.
 
+  public static void preVolatileZ(Object o, boolean v, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, v ? 1 : 0, null, id);
+  }
+
+  public static void preVolatileB(Object o, byte v, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, v & 0xffL, null, id);
+  }
+
+  public static void preVolatileC(Object o, char v, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, v, null, id);
+  }
+
+  public static void preVolatileS(Object o, short v, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, v & 0xffffL, null, id);
+  }
+
+  public static void preVolatileI(Object o, int v, int id) {
+    if (active && maybePersistent(o)) hooks.preVolatile(o, v & 0xffffffffL, null, id);
+  }
+
+  public static void preVolatileF(Object o, float v, int id) {
+    if (active && maybePersistent(o)) {
+      hooks.preVolatile(o, Float.floatToRawIntBits(v) & 0xffffffffL, null, id);
+    }
+  }
+
+  public static void preVolatileD(Object o, double v, int id) {
+    if (active && maybePersistent(o)) {
+      hooks.preVolatile(o, Double.doubleToRawLongBits(v), null, id);
+    }
+  }
+
   public static void preVolatileJ(Object o, long bits, int id) {
     if (active && maybePersistent(o)) hooks.preVolatile(o, bits, null, id);
   }
@@ -146,6 +178,15 @@ public final class Barrier {
   /** At every exit of such a method, including exceptional ones. */
   public static void faseExit(int token) {
     if (token != 0) hooks.faseExit(token);
+  }
+
+  /**
+   * After a virtual call of clone() that may reach Object.clone() (e.g. {@code (T) clone()} in
+   * a class that does not override it): as {@link #cloned}, unless the call returned the
+   * receiver itself (an override returning {@code this} is not a copy).
+   */
+  public static Object clonedFrom(Object original, Object copy) {
+    return copy == original ? copy : cloned(copy);
   }
 
   /** After an invokespecial of Object.clone() (super.clone()) in instrumented code. */

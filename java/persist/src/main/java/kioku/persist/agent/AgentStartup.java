@@ -1,0 +1,144 @@
+package kioku.persist.agent;
+
+import java.lang.instrument.Instrumentation;
+import java.util.ArrayList;
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import kioku.persist.KiokuPersist;
+import kioku.persist.rt.Barrier;
+import kioku.persist.rt.Instrumented;
+
+/**
+ * The agent's start-up, run from the boot loader (see {@link Agent}): open java.base to kioku,
+ * install the transformer, retransform the supported JDK classes, start the runtime. An
+ * expected failure is one line on stderr and exit status 2.
+ */
+public final class AgentStartup {
+  private AgentStartup() {}
+
+  public static void start(String agentArgs, Instrumentation inst) {
+    try {
+      run(agentArgs, inst);
+    } catch (AgentFailure f) {
+      Log.failure(f.getMessage(), f.todo());
+      Runtime.getRuntime().halt(2);
+    } catch (Throwable t) {
+      Log.failure("agent start-up failed: " + Log.reason(t), "report this as a kioku bug");
+      Runtime.getRuntime().halt(2);
+    }
+  }
+
+  private static void run(String agentArgs, Instrumentation inst) throws AgentFailure {
+    if (Barrier.class.getClassLoader() != null) {
+      throw new AgentFailure(
+          "kioku's runtime was loaded by " + Barrier.class.getClassLoader() + ", not the boot loader",
+          "pass kioku-persist.jar only with -javaagent (not in a custom class loader)");
+    }
+    if (Instrumented.agentActive()) {
+      Log.line("the agent is already running; ignoring the second start");
+      return;
+    }
+    if (!inst.isRetransformClassesSupported()) {
+      throw new AgentFailure("this JVM cannot retransform classes",
+          "use a JDK whose JVMTI supports retransformation and the jar's own manifest");
+    }
+    InstrumentOptions options = InstrumentOptions.parse(agentArgs);
+    openJavaBase(inst);
+    // Loaded before the transformer exists, so none is transformed while it loads (the
+    // transformer itself may use them); then all are retransformed together.
+    List<Class<?>> jdkClasses = loadSupportedJdkClasses();
+    inst.addTransformer(new KiokuTransformer(options), true);
+    Instrumented.agentStarted();
+    retransform(inst, jdkClasses);
+    try {
+      KiokuPersist.startFromAgent(agentArgs);
+    } catch (RuntimeException | LinkageError e) {
+      String why = e.getMessage() != null ? e.getMessage() : e.toString();
+      throw new AgentFailure("cannot start the runtime: " + why.replace('\n', ' '),
+          "check the agent options");
+    }
+  }
+
+  /**
+   * Lets java.base read the boot loader's unnamed module (where Barrier is), so retransformed
+   * java.util code links to it, and opens java.lang and java.util to it, so the runtime can
+   * reach private fields such as ArrayList.elementData reflectively.
+   */
+  private static void openJavaBase(Instrumentation inst) throws AgentFailure {
+    Module base = Object.class.getModule();
+    Module kioku = Barrier.class.getModule();
+    if (!inst.isModifiableModule(base)) {
+      throw new AgentFailure("cannot open java.base to kioku", "use a JDK that allows it (17+)");
+    }
+    try {
+      inst.redefineModule(
+          base,
+          Set.of(kioku),
+          Map.of(),
+          Map.of("java.lang", Set.of(kioku), "java.util", Set.of(kioku)),
+          Set.of(),
+          Map.of());
+    } catch (RuntimeException e) {
+      throw new AgentFailure("cannot open java.base to kioku", "use a JDK that allows it (17+)", e);
+    }
+  }
+
+  /** The supported classes and their nest members that exist in this JDK, loaded. */
+  private static List<Class<?>> loadSupportedJdkClasses() {
+    Set<String> names = new LinkedHashSet<>(JdkClasses.TOP_LEVEL);
+    for (String outer : JdkClasses.WITH_NESTED) {
+      byte[] bytes = ClassInfoSource.classFile(null, outer);
+      if (bytes != null) names.addAll(ClassInfoReader.read(bytes, false).nestMembers());
+    }
+    List<Class<?>> classes = new ArrayList<>();
+    for (String name : names) {
+      if (!JdkClasses.isSupported(name)) continue;
+      try {
+        classes.add(Class.forName(name.replace('/', '.'), false, null));
+      } catch (ClassNotFoundException | LinkageError e) {
+        // Not in this JDK version: nothing to support.
+      }
+    }
+    return classes;
+  }
+
+  /**
+   * All at once (one safepoint); if the JVM refuses any result, the whole batch is rolled
+   * back, so then one by one to find which class it refused.
+   */
+  private static void retransform(Instrumentation inst, List<Class<?>> classes) {
+    List<Class<?>> modifiable = new ArrayList<>();
+    for (Class<?> c : classes) {
+      if (inst.isModifiableClass(c)) {
+        modifiable.add(c);
+      } else {
+        refused(c, "the JVM does not allow modifying it");
+      }
+    }
+    try {
+      inst.retransformClasses(modifiable.toArray(new Class<?>[0]));
+      return;
+    } catch (Throwable batch) {
+      for (Class<?> c : modifiable) Instrumented.forget(internalName(c));
+    }
+    for (Class<?> c : modifiable) {
+      try {
+        inst.retransformClasses(c);
+      } catch (Throwable t) {
+        refused(c, "the JVM refused the instrumented class: " + Log.reason(t));
+      }
+    }
+  }
+
+  private static void refused(Class<?> c, String reason) {
+    Instrumented.transformFailed(internalName(c));
+    Log.line("cannot instrument " + c.getName() + ": " + reason
+        + "; it runs unchanged and its objects cannot be made persistent");
+  }
+
+  private static String internalName(Class<?> c) {
+    return c.getName().replace('.', '/');
+  }
+}

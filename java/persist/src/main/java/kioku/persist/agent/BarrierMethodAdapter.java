@@ -1,0 +1,318 @@
+package kioku.persist.agent;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import org.objectweb.asm.MethodVisitor;
+import org.objectweb.asm.Opcodes;
+import org.objectweb.asm.Type;
+import org.objectweb.asm.commons.AnalyzerAdapter;
+import org.objectweb.asm.commons.LocalVariablesSorter;
+
+/**
+ * The write barriers of one method: after each putfield, array store, durable-root putstatic,
+ * arraycopy and super.clone(), a call into {@code kioku.persist.rt.Barrier}.
+ *
+ * <p>A putfield whose object is the uninitialized {@code this} of a constructor (javac writes
+ * this$0 and captured values before calling super()) is left alone: that reference may not be
+ * passed to a method. An {@link AnalyzerAdapter} after this visitor tells the stack's types at
+ * each instruction, from the class file's own stack map frames.
+ *
+ * <p>Scratch locals hold a value only between a store and the loads right after it, in
+ * straight-line code, so the verifier tracks their exact types there; stack map frames (kept
+ * from the original, not recomputed) declare them TOP.
+ */
+class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
+  private static final Type OBJECT_TYPE = Type.getObjectType(Names.OBJECT);
+
+  /** Scratch locals, one per role, reused across the method. */
+  private enum Scratch {
+    TARGET(OBJECT_TYPE),
+    INDEX(Type.INT_TYPE),
+    INT(Type.INT_TYPE),
+    LONG(Type.LONG_TYPE),
+    FLOAT(Type.FLOAT_TYPE),
+    DOUBLE(Type.DOUBLE_TYPE),
+    REFERENCE(OBJECT_TYPE);
+
+    final Type type;
+
+    Scratch(Type type) {
+      this.type = type;
+    }
+  }
+
+  protected final RewriteContext ctx;
+  /** The types on the operand stack before the instruction being visited (null if unknown). */
+  private final AnalyzerAdapter analyzer;
+  private final int[] scratch = new int[Scratch.values().length];
+  private final List<Integer> scratchSlots = new ArrayList<>();
+
+  BarrierMethodAdapter(MethodVisitor mv, int access, String name, String desc, RewriteContext ctx) {
+    this(new AnalyzerAdapter(ctx.self.name(), access, name, desc, mv), access, desc, ctx);
+  }
+
+  private BarrierMethodAdapter(AnalyzerAdapter analyzer, int access, String desc, RewriteContext ctx) {
+    super(Opcodes.ASM9, access, desc, analyzer);
+    this.analyzer = analyzer;
+    this.ctx = ctx;
+    Arrays.fill(scratch, -1);
+  }
+
+  /**
+   * Whether the stack entry {@code depth} entries below the top is a constructor's
+   * uninitialized {@code this}. Without frames (class files before Java 6) the types are
+   * unknown after the first jump: then false, and javac of that age wrote this$0 at the very
+   * start, where they are still known.
+   */
+  private boolean isUninitializedThis(int depth) {
+    List<Object> stack = analyzer.stack;
+    if (stack == null) return false;
+    int i = stack.size() - 1 - depth;
+    return i >= 0 && stack.get(i) == Opcodes.UNINITIALIZED_THIS;
+  }
+
+  // ---- putfield / putstatic
+
+  @Override
+  public void visitFieldInsn(int opcode, String owner, String name, String desc) {
+    if (opcode == PUTFIELD && !isUninitializedThis(Type.getType(desc).getSize())) {
+      putField(owner, name, desc);
+    } else if (opcode == PUTSTATIC) {
+      putStatic(owner, name, desc);
+    } else {
+      super.visitFieldInsn(opcode, owner, name, desc);
+    }
+  }
+
+  /** store value; store obj; [pre]; load obj; load value; putfield; load obj; load value; call. */
+  private void putField(String owner, String name, String desc) {
+    Type type = Type.getType(desc);
+    RewriteContext.FieldWrite w = ctx.fieldWrite(owner, name, desc);
+    int value = scratch(valueRole(type));
+    int target = scratch(Scratch.TARGET);
+    store(type, value);
+    store(OBJECT_TYPE, target);
+    String suffix = suffix(type);
+    String callDesc = "(Ljava/lang/Object;" + barrierArg(type) + "I)V";
+    if (w.isVolatile()) {
+      ctx.volatileWrites++;
+      load(OBJECT_TYPE, target);
+      loadNormalized(type, value);
+      push(w.id());
+      invokeBarrier("preVolatile" + suffix, callDesc);
+    }
+    load(OBJECT_TYPE, target);
+    load(type, value);
+    super.visitFieldInsn(PUTFIELD, owner, name, desc);
+    load(OBJECT_TYPE, target);
+    if (w.isVolatile()) {
+      push(w.id());
+      invokeBarrier("postVolatile", "(Ljava/lang/Object;I)V");
+    } else {
+      loadNormalized(type, value);
+      push(w.id());
+      invokeBarrier("put" + suffix, callDesc);
+    }
+    ctx.fieldWrites++;
+  }
+
+  /** dup; putstatic; push rootId; Barrier.putRoot(value, rootId). */
+  private void putStatic(String owner, String name, String desc) {
+    int root = ctx.rootId(owner, name, desc);
+    if (root == 0) {
+      super.visitFieldInsn(PUTSTATIC, owner, name, desc);
+      return;
+    }
+    super.visitInsn(DUP);
+    super.visitFieldInsn(PUTSTATIC, owner, name, desc);
+    push(root);
+    invokeBarrier("putRoot", "(Ljava/lang/Object;I)V");
+    ctx.rootStores++;
+  }
+
+  // ---- array stores
+
+  @Override
+  public void visitInsn(int opcode) {
+    Type element = opcode >= IASTORE && opcode <= SASTORE ? storedElement(opcode) : null;
+    if (element == null) {
+      super.visitInsn(opcode);
+      return;
+    }
+    int value = scratch(valueRole(element));
+    int index = scratch(Scratch.INDEX);
+    int array = scratch(Scratch.TARGET);
+    store(element, value);
+    store(Type.INT_TYPE, index);
+    store(OBJECT_TYPE, array);
+    load(OBJECT_TYPE, array);
+    load(Type.INT_TYPE, index);
+    load(element, value);
+    super.visitInsn(opcode);
+    // The array's verified type is exact here (it was just on the stack), so it passes as
+    // char[], Object[]... without a checkcast; bastore's byte[]-or-boolean[] goes as Object.
+    load(OBJECT_TYPE, array);
+    load(Type.INT_TYPE, index);
+    loadNormalized(element, value);
+    invokeBarrier("store" + suffix(element), storeDesc(opcode, element));
+    ctx.arrayStores++;
+  }
+
+  /** The element type an xastore writes (BASTORE: byte, which also serves boolean[]). */
+  private static Type storedElement(int opcode) {
+    return switch (opcode) {
+      case IASTORE -> Type.INT_TYPE;
+      case LASTORE -> Type.LONG_TYPE;
+      case FASTORE -> Type.FLOAT_TYPE;
+      case DASTORE -> Type.DOUBLE_TYPE;
+      case AASTORE -> OBJECT_TYPE;
+      case BASTORE -> Type.BYTE_TYPE;
+      case CASTORE -> Type.CHAR_TYPE;
+      case SASTORE -> Type.SHORT_TYPE;
+      default -> null;
+    };
+  }
+
+  private static String storeDesc(int opcode, Type element) {
+    return switch (opcode) {
+      case BASTORE -> "(Ljava/lang/Object;II)V";
+      case AASTORE -> "([Ljava/lang/Object;ILjava/lang/Object;)V";
+      default -> "([" + element.getDescriptor() + "I" + element.getDescriptor() + ")V";
+    };
+  }
+
+  // ---- arraycopy and clone
+
+  @Override
+  public void visitMethodInsn(int opcode, String owner, String name, String desc, boolean itf) {
+    if (opcode == INVOKESTATIC
+        && owner.equals(Names.SYSTEM)
+        && name.equals("arraycopy")
+        && desc.equals(Names.ARRAYCOPY_DESC)) {
+      invokeBarrier("arraycopy", desc); // same arguments; it does the copy, then reports it
+      ctx.arraycopies++;
+    } else if (opcode == INVOKESPECIAL && isClone(name, desc)) {
+      // super.clone(), covariant or not: the copy must not keep the original's replica word.
+      super.visitMethodInsn(opcode, owner, name, desc, itf);
+      invokeBarrier("cloned", "(Ljava/lang/Object;)Ljava/lang/Object;");
+      checkcastTo(Type.getReturnType(desc));
+      ctx.clones++;
+    } else if (opcode == INVOKEVIRTUAL
+        && name.equals(Names.CLONE)
+        && desc.equals(Names.OBJECT_CLONE_DESC)
+        && ctx.cloneMayCopyWord(owner)) {
+      // this.clone() reaching Object.clone() (or an uninstrumented JDK class's clone()): keep
+      // the receiver so that a clone() returning this is left alone.
+      super.visitInsn(DUP);
+      super.visitMethodInsn(opcode, owner, name, desc, itf);
+      invokeBarrier("clonedFrom", "(Ljava/lang/Object;Ljava/lang/Object;)Ljava/lang/Object;");
+      ctx.clones++;
+    } else {
+      super.visitMethodInsn(opcode, owner, name, desc, itf);
+    }
+  }
+
+  private static boolean isClone(String name, String desc) {
+    return name.equals(Names.CLONE) && (desc.startsWith("()L") || desc.startsWith("()["));
+  }
+
+  private void checkcastTo(Type type) {
+    if (!type.getInternalName().equals(Names.OBJECT)) {
+      super.visitTypeInsn(CHECKCAST, type.getInternalName());
+    }
+  }
+
+  // ---- emission helpers
+
+  protected final void invokeBarrier(String name, String desc) {
+    super.visitMethodInsn(INVOKESTATIC, Names.BARRIER, name, desc, false);
+  }
+
+  /** An int constant. */
+  private void push(int value) {
+    if (value >= -1 && value <= 5) {
+      super.visitInsn(ICONST_0 + value);
+    } else if (value >= Byte.MIN_VALUE && value <= Byte.MAX_VALUE) {
+      super.visitIntInsn(BIPUSH, value);
+    } else if (value >= Short.MIN_VALUE && value <= Short.MAX_VALUE) {
+      super.visitIntInsn(SIPUSH, value);
+    } else {
+      super.visitLdcInsn(value);
+    }
+  }
+
+  /**
+   * Scratch locals are already in the remapped numbering, so they bypass the sorter's
+   * remapping (straight to the next visitor).
+   */
+  private void store(Type type, int slot) {
+    mv.visitVarInsn(type.getOpcode(ISTORE), slot);
+  }
+
+  private void load(Type type, int slot) {
+    mv.visitVarInsn(type.getOpcode(ILOAD), slot);
+  }
+
+  /**
+   * Loads a value for a Barrier call narrowed as the JVM narrows it when storing (putfield of
+   * a boolean keeps bit 0; char/short/byte truncate), so the reported bits are the stored ones
+   * even for bytecode javac would not emit.
+   */
+  private void loadNormalized(Type type, int slot) {
+    load(type, slot);
+    switch (type.getSort()) {
+      case Type.BOOLEAN -> {
+        super.visitInsn(ICONST_1);
+        super.visitInsn(IAND);
+      }
+      case Type.BYTE -> super.visitInsn(I2B);
+      case Type.CHAR -> super.visitInsn(I2C);
+      case Type.SHORT -> super.visitInsn(I2S);
+      default -> {}
+    }
+  }
+
+  private int scratch(Scratch role) {
+    int slot = scratch[role.ordinal()];
+    if (slot < 0) {
+      slot = newLocal(role.type);
+      scratch[role.ordinal()] = slot;
+      scratchSlots.add(slot);
+    }
+    return slot;
+  }
+
+  private static Scratch valueRole(Type type) {
+    return switch (type.getSort()) {
+      case Type.BOOLEAN, Type.BYTE, Type.CHAR, Type.SHORT, Type.INT -> Scratch.INT;
+      case Type.LONG -> Scratch.LONG;
+      case Type.FLOAT -> Scratch.FLOAT;
+      case Type.DOUBLE -> Scratch.DOUBLE;
+      default -> Scratch.REFERENCE;
+    };
+  }
+
+  /** Barrier method suffix: Z B C S I J F D, or L for references and arrays. */
+  private static String suffix(Type type) {
+    return switch (type.getSort()) {
+      case Type.OBJECT, Type.ARRAY -> "L";
+      default -> type.getDescriptor();
+    };
+  }
+
+  private static String barrierArg(Type type) {
+    return switch (type.getSort()) {
+      case Type.OBJECT, Type.ARRAY -> "Ljava/lang/Object;";
+      default -> type.getDescriptor();
+    };
+  }
+
+  /** Existing frames must not claim a scratch local holds a value: it may not on every path. */
+  @Override
+  protected void updateNewLocals(Object[] newLocals) {
+    for (int slot : scratchSlots) {
+      if (slot < newLocals.length) newLocals[slot] = Opcodes.TOP;
+    }
+  }
+}

@@ -1,0 +1,58 @@
+package kioku.persist.agent;
+
+import java.lang.instrument.ClassFileTransformer;
+import java.security.ProtectionDomain;
+import kioku.persist.rt.Instrumented;
+
+/**
+ * The agent's one transformer: application classes at load time, supported JDK classes at
+ * retransformation (or load). A failure leaves the class unchanged, says so in one line and is
+ * recorded in {@link Instrumented#failed()}.
+ */
+final class KiokuTransformer implements ClassFileTransformer {
+  private final ClassFilter filter;
+  private final AppClassTransformer app;
+  private final JdkCollectionTransformer jdk;
+  private final LoadedClasses shaped = new LoadedClasses();
+
+  KiokuTransformer(InstrumentOptions options) {
+    this.filter = new ClassFilter(options.excluded());
+    ClassInfoSource source = new ClassInfoSource();
+    this.app = new AppClassTransformer(source, filter, options.verbose());
+    this.jdk = new JdkCollectionTransformer(source, filter, options.verbose());
+  }
+
+  @Override
+  public byte[] transform(
+      Module module,
+      ClassLoader loader,
+      String className,
+      Class<?> classBeingRedefined,
+      ProtectionDomain domain,
+      byte[] bytes) {
+    if (className == null || bytes == null) return null;
+    boolean isJdk = ClassFilter.isSupportedJdkClass(loader, className);
+    if (!isJdk && !filter.isApplicationClass(loader, className)) {
+      if (filter.isExcludedClass(loader, className)) Instrumented.classExcluded(className);
+      return null;
+    }
+    try {
+      if (isJdk) {
+        byte[] out = jdk.transform(bytes);
+        Instrumented.jdkClassTransformed(className);
+        return out;
+      }
+      // A retransformation must reproduce the load-time result exactly (same members); a
+      // class loaded before the agent (agentmain) can only get new method bodies.
+      boolean mayAddMembers = classBeingRedefined == null || shaped.contains(loader, className);
+      byte[] out = app.transform(loader, bytes, mayAddMembers);
+      if (out != null && classBeingRedefined == null) shaped.add(loader, className);
+      return out;
+    } catch (Throwable t) {
+      Instrumented.transformFailed(className);
+      Log.line("cannot instrument " + Names.dotted(className) + ": " + Log.reason(t)
+          + "; it runs unchanged and its objects cannot be made persistent");
+      return null;
+    }
+  }
+}

@@ -1,0 +1,72 @@
+package kioku.persist.heap;
+
+/**
+ * The byte layout of a Java persistent heap inside a kioku pool (pool kind {@link #KIND});
+ * docs/persist.md describes it in full. All integers little-endian.
+ *
+ * <p>Sections: {@code persist.meta} (this header and the root table), {@code persist.classes}
+ * (the class-descriptor log), {@code persist.log} (undo logs of failure-atomic sections) and
+ * {@code heap.0}, {@code heap.1}, ... (replicas). A heap address is {@code space << 32 |
+ * offset}: space 0 is persist.meta, space k is heap.(k-1); address 0 is null.
+ */
+final class HeapFormat {
+  private HeapFormat() {}
+
+  static final String KIND = "kioku.persist";
+  static final String META = "persist.meta";
+  static final String CLASSES = "persist.classes";
+  static final String LOG = "persist.log";
+  static final String HEAP_PREFIX = "heap.";
+
+  /** "KIOKUJVM" as a little-endian u64. */
+  static final long MAGIC = 0x4d564a554b4f494bL;
+
+  static final int VERSION = 1;
+
+  // persist.meta header
+  static final int M_MAGIC = 0;
+  static final int M_VERSION = 8;
+  static final int M_SEGMENT = 12;
+  static final int M_CHUNK = 16;
+  static final int M_CLASS_COUNT = 24;
+  static final int M_ROOT_COUNT = 32;
+  static final int M_LOG_SLOTS = 40;
+  static final int M_LOG_SLOT_BYTES = 44;
+
+  // The root table: fixed entries after the first page.
+  static final int ROOTS_OFF = 4096;
+  static final int ROOT_ENTRY = 256;
+  static final int ROOT_VALUE = 0; // u64 heap address of the root's replica (0 = null)
+  static final int ROOT_NAME_LEN = 8; // u16
+  static final int ROOT_NAME = 10; // "binary.ClassName#field", UTF-8
+  static final int ROOT_NAME_MAX = ROOT_ENTRY - ROOT_NAME;
+  static final int MAX_ROOTS = 1024;
+  static final long META_LEN = ROOTS_OFF + (long) MAX_ROOTS * ROOT_ENTRY;
+
+  // A replica: an 8-byte header, then the body.
+  //   header: u32 class id, u32 count (fields, array length or string bytes)
+  //   object: count 8-byte slots in layout order (references hold heap addresses)
+  //   array:  elements packed at their natural size (references 8 bytes)
+  //   string: u8 coder, then count bytes (Latin-1 or UTF-16LE, as java.lang.String holds them)
+  //   enum:   one 8-byte slot, the constant's ordinal in its descriptor
+  static final int HEADER = 8;
+
+  // Class-descriptor log records: u32 payload length, u32 CRC-32C of the payload, payload,
+  // padded to 8 bytes. Class ids are 1-based record numbers.
+  static final int RECORD_HEADER = 8;
+
+  static final long DEFAULT_CHUNK = 64L << 20;
+  static final long CLASSES_LEN = 1L << 20;
+
+  static int space(long addr) {
+    return (int) (addr >>> 32);
+  }
+
+  static long offset(long addr) {
+    return addr & 0xffffffffL;
+  }
+
+  static long address(int space, long offset) {
+    return ((long) space << 32) | offset;
+  }
+}

@@ -1,0 +1,271 @@
+package kioku.persist.heap;
+
+import java.lang.reflect.Array;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import kioku.persist.pool.Medium;
+
+/**
+ * Rebuilds the DRAM objects of every replica reachable from the roots (the thesis's recovery):
+ * load each class by name and check its fields against the descriptor; allocate every object
+ * without running a constructor; fill the fields, translating replica addresses to the new
+ * objects; make each object persistent with its existing replica. Nothing is written to the
+ * pool, so a crash during recovery leaves the heap as it was.
+ */
+final class HeapRecovery {
+  private final PersistentHeap heap;
+  private final ClassLoader first;
+  private final HeapSpace space;
+  private final Medium medium;
+  private final Marks live;
+  private Resolved[] resolved = new Resolved[16]; // by class id
+  private final Progress progress;
+
+  /** A descriptor bound to the class of this JVM. */
+  private record Resolved(
+      ClassTable.Descriptor d, Class<?> type, Layout layout, int[] slotMap, Object[] constants) {}
+
+  HeapRecovery(PersistentHeap heap, ClassLoader first, Marks live) {
+    this.heap = heap;
+    this.first = first;
+    this.space = heap.space();
+    this.medium = space.medium;
+    this.live = live;
+    this.progress = new Progress("recovering");
+  }
+
+  /** Rebuilds every replica the marks found, in address order; returns each root's graph. */
+  Map<String, Object> run() throws HeapException {
+    int total = live.count();
+    Object[] objects = new Object[total];
+    live.forEach(
+        (i, addr) -> {
+          long header = space.getLong(addr);
+          objects[i] = create(addr, header, resolve((int) header));
+          progress.tick(i, 2L * total);
+        });
+    live.forEach(
+        (i, addr) -> {
+          fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
+          progress.tick(total + (long) i, 2L * total);
+        });
+    heap.beginAdoption(total);
+    live.forEach((i, addr) -> heap.adopt(objects[i], addr));
+    progress.finish(total);
+    Map<String, Object> roots = new LinkedHashMap<>();
+    for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
+      long v = r.getValue();
+      roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
+    }
+    return roots;
+  }
+
+  private Resolved resolve(int classId) throws HeapException {
+    if (classId >= resolved.length) resolved = java.util.Arrays.copyOf(resolved, classId * 2);
+    Resolved r = resolved[classId];
+    if (r != null) return r;
+    ClassTable.Descriptor d = heap.classes().get(classId);
+    Class<?> c = load(d.name());
+    Layout layout = Layout.of(c);
+    if (layout.kind != d.kind()) {
+      throw incompatible(d.name() + " was a " + d.kind() + " and is now a " + layout.kind);
+    }
+    if (layout.refusal != null) throw incompatible(layout.refusal);
+    int[] slotMap = null;
+    Object[] constants = null;
+    if (d.kind() == Layout.Kind.OBJECT) {
+      Map<String, Integer> now = new HashMap<>();
+      Map<String, String> nowType = new HashMap<>();
+      for (int i = 0; i < layout.slots.length; i++) {
+        String key = layout.slots[i].key();
+        now.put(key, i);
+        nowType.put(key.substring(0, key.lastIndexOf(':')), key);
+      }
+      slotMap = new int[d.entries().size()];
+      for (int j = 0; j < slotMap.length; j++) {
+        String key = d.entries().get(j);
+        Integer i = now.get(key);
+        if (i == null) {
+          String field = key.substring(0, key.lastIndexOf(':'));
+          String changed = nowType.get(field);
+          throw incompatible(
+              changed == null
+                  ? "field " + field + " (" + key.substring(key.lastIndexOf(':') + 1)
+                      + ") no longer exists"
+                  : "field " + field + " changed type from "
+                      + key.substring(key.lastIndexOf(':') + 1) + " to "
+                      + changed.substring(changed.lastIndexOf(':') + 1));
+        }
+        slotMap[j] = i;
+      }
+    } else if (d.kind() == Layout.Kind.ENUM) {
+      List<String> names = d.entries();
+      constants = new Object[names.size()];
+      Object[] current = c.getEnumConstants();
+      for (int j = 0; j < names.size(); j++) {
+        for (Object e : current) if (((Enum<?>) e).name().equals(names.get(j))) constants[j] = e;
+        // A removed constant fails only if a replica uses it (see create).
+      }
+    }
+    r = new Resolved(d, c, layout, slotMap, constants);
+    resolved[classId] = r;
+    return r;
+  }
+
+  private HeapException incompatible(String what) {
+    return new HeapException(
+        HeapException.Reason.INCOMPATIBLE_CLASS,
+        "cannot recover the persistent heap: " + what
+            + "; restore the class's previous version, or start with a new pool");
+  }
+
+  private Class<?> load(String name) throws HeapException {
+    ClassLoader[] loaders = {
+      first, Thread.currentThread().getContextClassLoader(), ClassLoader.getSystemClassLoader()
+    };
+    for (ClassLoader l : loaders) {
+      try {
+        return Class.forName(name, false, l);
+      } catch (ClassNotFoundException | LinkageError e) {
+        // try the next loader
+      }
+    }
+    throw new HeapException(
+        HeapException.Reason.MISSING_CLASS,
+        "cannot recover the persistent heap: class " + name
+            + " is not on the class path; run with the classes the heap was written by");
+  }
+
+  private Object create(long addr, long header, Resolved r) throws HeapException {
+    int count = (int) (header >>> 32);
+    long body = addr + HeapFormat.HEADER;
+    switch (r.d.kind()) {
+      case OBJECT:
+        try {
+          return Unsafes.U.allocateInstance(r.type);
+        } catch (InstantiationException e) {
+          throw incompatible(r.type.getName() + " cannot be instantiated: " + e.getMessage());
+        }
+      case ARRAY:
+        return Array.newInstance(r.type.getComponentType(), count);
+      case STRING:
+        {
+          long at = space.off(body);
+          byte coder = medium.getByte(at);
+          byte[] bytes = new byte[count];
+          medium.get(at + 1, bytes, 0, count);
+          return Strings.of(bytes, coder);
+        }
+      case ENUM:
+        {
+          long ordinal = space.getLong(body);
+          if (ordinal < 0 || ordinal >= r.constants.length) {
+            throw new HeapException(
+                HeapException.Reason.DAMAGED,
+                "persistent heap damaged: enum " + r.type.getName() + " ordinal " + ordinal);
+          }
+          Object c = r.constants[(int) ordinal];
+          if (c == null) {
+            throw incompatible(
+                "enum constant " + r.type.getName() + "." + r.d.entries().get((int) ordinal)
+                    + " no longer exists");
+          }
+          return c;
+        }
+      default:
+        throw new IllegalStateException();
+    }
+  }
+
+  private static final int BATCH = 8192;
+
+  /** Arrays up to this many bytes are read element by element (no temporary buffer). */
+  private static final int SMALL_ARRAY = 256;
+
+  private void fill(long addr, Object o, Resolved r, Object[] objects) {
+    long body = addr + HeapFormat.HEADER;
+    switch (r.d.kind()) {
+      case OBJECT -> {
+        Layout.Slot[] slots = r.layout.slots;
+        int[] map = r.slotMap;
+        long at = space.off(body);
+        for (int j = 0; j < map.length; j++) {
+          Layout.Slot s = slots[map[j]];
+          long v = medium.getLong(at + 8L * j);
+          if (s.code() == 'L') {
+            Unsafes.U.putObject(o, s.offset(), v == 0 ? null : objects[live.index(v)]);
+          } else {
+            Layout.writeBits(o, s, v);
+          }
+        }
+      }
+      case ARRAY -> {
+        int n = Array.getLength(o);
+        char code = r.layout.elementCode;
+        long at = space.off(body);
+        if (code == 'L') {
+          Object[] a = (Object[]) o;
+          for (int i = 0; i < n; i++) {
+            long v = medium.getLong(at + 8L * i);
+            a[i] = v == 0 ? null : objects[live.index(v)];
+          }
+          return;
+        }
+        int es = r.layout.elementSize;
+        if ((long) n * es <= SMALL_ARRAY) {
+          fillSmall(o, code, n, at);
+          return;
+        }
+        for (int from = 0; from < n; from += BATCH) {
+          int len = Math.min(BATCH, n - from);
+          byte[] bytes = new byte[len * es];
+          medium.get(at + (long) from * es, bytes, 0, bytes.length);
+          ArrayBytes.fromBytes(bytes, o, code, from, len);
+        }
+      }
+      default -> {
+        // strings and enum constants are complete when created
+      }
+    }
+  }
+
+  private void fillSmall(Object o, char code, int n, long at) {
+    switch (code) {
+      case 'Z' -> {
+        boolean[] a = (boolean[]) o;
+        for (int i = 0; i < n; i++) a[i] = medium.getByte(at + i) != 0;
+      }
+      case 'B' -> {
+        byte[] a = (byte[]) o;
+        for (int i = 0; i < n; i++) a[i] = medium.getByte(at + i);
+      }
+      case 'C' -> {
+        char[] a = (char[]) o;
+        for (int i = 0; i < n; i++) a[i] = (char) medium.getShort(at + 2L * i);
+      }
+      case 'S' -> {
+        short[] a = (short[]) o;
+        for (int i = 0; i < n; i++) a[i] = medium.getShort(at + 2L * i);
+      }
+      case 'I' -> {
+        int[] a = (int[]) o;
+        for (int i = 0; i < n; i++) a[i] = medium.getInt(at + 4L * i);
+      }
+      case 'F' -> {
+        float[] a = (float[]) o;
+        for (int i = 0; i < n; i++) a[i] = Float.intBitsToFloat(medium.getInt(at + 4L * i));
+      }
+      case 'J' -> {
+        long[] a = (long[]) o;
+        for (int i = 0; i < n; i++) a[i] = medium.getLong(at + 8L * i);
+      }
+      case 'D' -> {
+        double[] a = (double[]) o;
+        for (int i = 0; i < n; i++) a[i] = Double.longBitsToDouble(medium.getLong(at + 8L * i));
+      }
+      default -> throw new IllegalArgumentException("not a primitive array: " + code);
+    }
+  }
+}

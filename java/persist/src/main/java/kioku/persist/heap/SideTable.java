@@ -1,0 +1,191 @@
+package kioku.persist.heap;
+
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.VarHandle;
+import java.lang.ref.WeakReference;
+import java.util.function.Consumer;
+
+/**
+ * The replica words of persistent objects, by identity, held weakly: the only place a JDK
+ * object or an array can keep one, and the registry of every persistent object (application
+ * objects too) that the persistent-heap GC walks to turn objects white when their replicas
+ * die. Lookups are lock-free (open addressing on identityHashCode over an immutable-size
+ * table); insertions and resizes take the table's lock.
+ */
+final class SideTable {
+  /** An entry: the object (weakly), its identity hash and its replica word. */
+  static final class Entry extends WeakReference<Object> {
+    final int hash;
+    volatile long word;
+
+    Entry(Object o, int hash, long word) {
+      super(o);
+      this.hash = hash;
+      this.word = word;
+    }
+  }
+
+  private static final VarHandle WORD;
+
+  static {
+    try {
+      WORD = MethodHandles.lookup().findVarHandle(Entry.class, "word", long.class);
+    } catch (ReflectiveOperationException e) {
+      throw new ExceptionInInitializerError(e);
+    }
+  }
+
+  /**
+   * One generation of the table: identity hashes beside the entries, so a probe that misses
+   * (the common case: most objects written are not persistent) reads only the int array.
+   */
+  private static final class Slots {
+    final int[] hashes;
+    final Entry[] entries;
+    final int shift;
+
+    Slots(int capacity) {
+      hashes = new int[capacity];
+      entries = new Entry[capacity];
+      shift = 32 - Integer.numberOfTrailingZeros(capacity);
+    }
+
+    /** Fibonacci hashing: the high bits of the product, so every bit of h counts. */
+    int home(int h) {
+      return (h * 0x9E3779B9) >>> shift;
+    }
+  }
+
+  private volatile Slots slots = new Slots(1024);
+  private int used; // entries in the table, live or cleared (a rebuild drops the cleared)
+
+  /** The entry of {@code o}, or null. */
+  Entry find(Object o) {
+    Slots t = slots;
+    int mask = t.hashes.length - 1;
+    int h = System.identityHashCode(o) | 1; // 0 marks an empty slot
+    for (int i = t.home(h); ; i = (i + 1) & mask) {
+      int x = t.hashes[i];
+      if (x == 0) return null;
+      if (x == h) {
+        Entry e = t.entries[i];
+        if (e != null && e.get() == o) return e;
+      }
+    }
+  }
+
+  long word(Object o) {
+    Entry e = find(o);
+    return e == null ? 0 : e.word;
+  }
+
+  /** The entry of {@code o}, created (with word 0) if absent. */
+  synchronized Entry entry(Object o) {
+    Entry e = find(o);
+    return e != null ? e : add(o);
+  }
+
+  /** Adds an entry for an object known to have none (recovery's fresh objects). */
+  synchronized Entry add(Object o) {
+    if ((used + 1) * 2 > slots.hashes.length) rebuild();
+    Entry e = new Entry(o, System.identityHashCode(o) | 1, 0);
+    insert(slots, e);
+    used++;
+    return e;
+  }
+
+  static boolean cas(Entry e, long expect, long update) {
+    return WORD.compareAndSet(e, expect, update);
+  }
+
+  /**
+   * Application objects keep their replica word in their own field; the table only has to
+   * list them for the GC, which needs no lookup: an append-only array of weak references.
+   */
+  private WeakReference<Object>[] registered = newRefs(1024);
+
+  private int registeredCount;
+
+  @SuppressWarnings("unchecked")
+  private static WeakReference<Object>[] newRefs(int n) {
+    return (WeakReference<Object>[]) new WeakReference<?>[n];
+  }
+
+  /** Lists an object that keeps its own replica word (an instrumented class). */
+  synchronized void register(Object o) {
+    if (registeredCount == registered.length) {
+      // Drop the dead before growing.
+      int n = 0;
+      for (int i = 0; i < registeredCount; i++) {
+        if (registered[i].get() != null) registered[n++] = registered[i];
+      }
+      java.util.Arrays.fill(registered, n, registeredCount, null);
+      registeredCount = n;
+      if (n * 2 > registered.length) registered = java.util.Arrays.copyOf(registered, registered.length * 2);
+    }
+    registered[registeredCount++] = new WeakReference<>(o);
+  }
+
+  /** Makes room for {@code n} more entries at once (recovery adopts millions). */
+  synchronized void reserve(int n) {
+    if ((used + n) * 2 > slots.hashes.length) {
+      rebuildTo(Integer.highestOneBit(Math.max(1024, (used + n) * 4 + 4)));
+    }
+    if (registeredCount + n > registered.length) {
+      registered = java.util.Arrays.copyOf(registered, Integer.highestOneBit(registeredCount + n) * 2);
+    }
+  }
+
+  /** Every listed object still alive: those of the table, then the registered ones. */
+  void forEachLive(Consumer<Object> action) {
+    for (Entry e : slots.entries) {
+      Object o = e == null ? null : e.get();
+      if (o != null) action.accept(o);
+    }
+    WeakReference<Object>[] r;
+    int n;
+    synchronized (this) {
+      r = registered;
+      n = registeredCount;
+    }
+    for (int i = 0; i < n; i++) {
+      Object o = r[i].get();
+      if (o != null) action.accept(o);
+    }
+  }
+
+  /** Objects listed, including some that died since the last rebuild (for statistics). */
+  synchronized int size() {
+    return used + registeredCount;
+  }
+
+  private void rebuild() {
+    int alive = 0;
+    for (Entry e : slots.entries) if (e != null && e.get() != null) alive++;
+    rebuildTo(Integer.highestOneBit(Math.max(1024, alive * 4 + 4)));
+  }
+
+  private void rebuildTo(int want) {
+    Slots old = slots;
+    Slots t = new Slots(want);
+    int n = 0;
+    for (Entry e : old.entries) {
+      if (e != null && e.get() != null) {
+        insert(t, e);
+        n++;
+      }
+    }
+    used = n;
+    slots = t;
+  }
+
+  /** Entry first, then its hash: a reader that sees the hash finds the entry. */
+  private static void insert(Slots t, Entry e) {
+    int mask = t.hashes.length - 1;
+    int i = t.home(e.hash);
+    while (t.hashes[i] != 0) i = (i + 1) & mask;
+    t.entries[i] = e;
+    VarHandle.storeStoreFence();
+    t.hashes[i] = e.hash;
+  }
+}

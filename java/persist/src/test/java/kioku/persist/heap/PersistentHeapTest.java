@@ -1,0 +1,202 @@
+package kioku.persist.heap;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
+import static org.junit.jupiter.api.Assertions.assertSame;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.util.ArrayList;
+import kioku.persist.NotPersistableException;
+import kioku.persist.pool.CrashMode;
+import kioku.persist.pool.SimMedium;
+import org.junit.jupiter.api.Test;
+
+class PersistentHeapTest {
+  private static Node graph() {
+    Node a = new Node();
+    Node b = new Node();
+    a.value = -7;
+    a.big = Long.MIN_VALUE + 3;
+    a.ratio = Math.PI;
+    a.flag = true;
+    a.letter = 'é';
+    a.name = "héllo, 世界";
+    a.next = b;
+    a.numbers = new int[] {1, -2, 3, Integer.MAX_VALUE};
+    a.things = new Object[] {"x", 42, 7L, b, null, a, new long[] {9, 8}};
+    a.color = Node.Color.GREEN;
+    a.notPersisted = new Object();
+    b.value = 2;
+    b.next = a; // a cycle
+    b.name = a.name; // shared
+    return a;
+  }
+
+  private static SimMedium reopen(SimMedium m) {
+    return SimMedium.fromImage(m.crash(CrashMode.DRAINED_ONLY));
+  }
+
+  @Test
+  void aGraphSurvivesAndComesBackWhole() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    HeapHarness.setRoot(h, graph());
+    PersistentHeap again = HeapHarness.open(reopen(m));
+    Node a = (Node) HeapHarness.recoveredRoot(again);
+    assertEquals(-7, a.value);
+    assertEquals(Long.MIN_VALUE + 3, a.big);
+    assertEquals(Math.PI, a.ratio);
+    assertTrue(a.flag);
+    assertEquals('é', a.letter);
+    assertEquals("héllo, 世界", a.name);
+    assertSame(a, a.next.next);
+    assertSame(a.name, a.next.name);
+    assertArrayEquals(new int[] {1, -2, 3, Integer.MAX_VALUE}, a.numbers);
+    assertEquals("x", a.things[0]);
+    assertEquals(42, a.things[1]);
+    assertEquals(7L, a.things[2]);
+    assertSame(a.next, a.things[3]);
+    assertNull(a.things[4]);
+    assertSame(a, a.things[5]);
+    assertArrayEquals(new long[] {9, 8}, (long[]) a.things[6]);
+    assertSame(Node.Color.GREEN, a.color);
+    assertNull(a.notPersisted, "transient fields of application classes are not persistent");
+    assertTrue(again.word(a) != 0, "recovered objects are persistent");
+  }
+
+  @Test
+  void writesThroughTheBarrierReachTheReplica() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    Node a = graph();
+    HeapHarness.setRoot(h, a);
+    a.value = 99;
+    h.putPrimitive(a, 99, HeapHarness.field("value", "I"));
+    a.ratio = -0.5;
+    h.putPrimitive(a, Double.doubleToRawLongBits(-0.5), HeapHarness.field("ratio", "D"));
+    Node c = new Node();
+    c.name = "new";
+    a.next = c;
+    h.putReference(a, c, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    a.numbers[2] = -30;
+    h.storePrimitive(a.numbers, 2, -30 & 0xffffffffL);
+    a.things[0] = "y";
+    h.storeReference(a.things, 0, "y");
+    Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertEquals(99, a2.value);
+    assertEquals(-0.5, a2.ratio);
+    assertEquals("new", a2.next.name);
+    assertArrayEquals(new int[] {1, -2, -30, Integer.MAX_VALUE}, a2.numbers);
+    assertEquals("y", a2.things[0]);
+  }
+
+  @Test
+  void aWriteNotThroughTheBarrierIsNotDurable() throws Exception {
+    // The replica only changes through the barrier: this is what the agent is for.
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    Node a = graph();
+    HeapHarness.setRoot(h, a);
+    a.value = 1234;
+    Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertEquals(-7, a2.value);
+  }
+
+  @Test
+  void anObjectOfAnUninterceptableClassIsRefusedByName() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    Node a = new Node();
+    a.things = new Object[] {new java.util.concurrent.ConcurrentHashMap<String, String>()};
+    NotPersistableException e =
+        assertThrows(NotPersistableException.class, () -> HeapHarness.setRoot(h, a));
+    assertTrue(e.getMessage().contains("java.util.concurrent.ConcurrentHashMap"), e.getMessage());
+    assertEquals(0, h.word(a), "a refused graph stays white");
+    assertEquals(0, h.stats().usedBytes(), "and its replicas are freed");
+  }
+
+  @Test
+  void garbageIsCollectedAndTheWordsOfDeadReplicasCleared() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    Node a = graph();
+    HeapHarness.setRoot(h, a);
+    Node old = a.next;
+    Node fresh = new Node();
+    a.next = fresh;
+    h.putReference(a, fresh, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    long before = h.stats().usedBytes();
+    h.collect();
+    // old was reachable only through a.next and a.things[3]: a.things still holds it.
+    assertTrue(h.word(old) != 0);
+    a.things = null;
+    h.putReference(a, null, HeapHarness.field("things", "[Ljava/lang/Object;"));
+    h.collect();
+    assertEquals(0, h.word(old), "a replica the roots no longer reach dies and its object turns white");
+    assertTrue(h.stats().usedBytes() < before);
+    Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertNull(a2.things);
+  }
+
+  @Test
+  void theHeapGrowsPastOneChunk() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    ArrayList<Object> list = new ArrayList<>();
+    Object[] big = new Object[3];
+    big[0] = new long[200_000]; // 1.6 MB: larger than a 1 MiB chunk
+    big[1] = new byte[700_000];
+    big[2] = list;
+    for (int i = 0; i < 2000; i++) list.add("s" + i);
+    // ArrayList is a JDK class: without the agent it cannot be persistent.
+    assertThrows(NotPersistableException.class, () -> HeapHarness.setRoot(h, big));
+    big[2] = null;
+    ((long[]) big[0])[199_999] = 5;
+    HeapHarness.setRoot(h, big);
+    Object[] b2 = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertEquals(5, ((long[]) b2[0])[199_999]);
+    assertEquals(700_000, ((byte[]) b2[1]).length);
+  }
+
+  @Test
+  void aFailureAtomicSectionIsAllOrNothing() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    Node a = graph();
+    HeapHarness.setRoot(h, a);
+    int value = HeapHarness.field("value", "I");
+    int big = HeapHarness.field("big", "J");
+    long start = m.orderingPoints();
+    h.atomically(
+        () -> {
+          a.value = 1;
+          h.putPrimitive(a, 1, value);
+          a.big = 2;
+          h.putPrimitive(a, 2, big);
+        });
+    long points = m.orderingPoints() - start;
+    for (long n = start; n < start + points; n++) {
+      SimMedium cut = SimMedium.create(0);
+      PersistentHeap hc = HeapHarness.create(cut);
+      Node ac = graph();
+      HeapHarness.setRoot(hc, ac);
+      cut.cutPowerAt(n);
+      hc.atomically(
+          () -> {
+            ac.value = 1;
+            hc.putPrimitive(ac, 1, value);
+            ac.big = 2;
+            hc.putPrimitive(ac, 2, big);
+          });
+      for (long seed = 0; seed < 16; seed++) {
+        SimMedium img = SimMedium.fromImage(cut.crash(CrashMode.random(seed, true, true)));
+        Node r = (Node) HeapHarness.recoveredRoot(HeapHarness.open(img));
+        boolean old = r.value == -7 && r.big == Long.MIN_VALUE + 3;
+        boolean neu = r.value == 1 && r.big == 2;
+        assertTrue(old || neu, "cut at " + n + " seed " + seed + ": value " + r.value + " big " + r.big);
+      }
+    }
+  }
+}
