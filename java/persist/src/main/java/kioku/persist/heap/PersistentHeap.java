@@ -544,10 +544,44 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
 
   @Override
   public void postVolatile(Object o, int fieldId) {
-    // Only the thread whose preVolatile took the lock releases it: the object may have turned
-    // persistent between this thread's pre (which then did nothing) and post.
-    if (volatileLockHeld.get() != o) return;
-    volatileLockHeld.set(null);
+    if (volatileLockHeld.get() == o) {
+      volatileLockHeld.set(null);
+      unlockWord(o);
+      return;
+    }
+    // preVolatile found the object white, and it turned persistent before this store landed:
+    // its copier may have read the old value. Write the replica from the object now.
+    if (word(o) == 0) return;
+    int slot = Layout.of(o.getClass()).slotOf(fieldId);
+    if (slot < 0) return;
+    Layout.Slot sl = Layout.of(o.getClass()).slots[slot];
+    long target = 0;
+    if (sl.code() == 'L') {
+      Object v = Unsafes.U.getObjectVolatile(o, sl.offset());
+      if (v != null) {
+        lock.lock();
+        try {
+          target = persist(v);
+        } finally {
+          lock.unlock();
+        }
+      }
+    }
+    while (true) {
+      long w = word(o);
+      if (w == 0) return;
+      if ((w & LOCK_BIT) == 0 && casWord(o, w, w | LOCK_BIT)) break;
+      Thread.onSpinWait();
+    }
+    try {
+      long bits = sl.code() == 'L' ? target : Layout.readBits(o, sl);
+      writeWord(addressOf(word(o)) + HeapFormat.HEADER + 8L * slot, bits, sl.code() == 'L');
+    } finally {
+      unlockWord(o);
+    }
+  }
+
+  private void unlockWord(Object o) {
     while (true) {
       long w = word(o);
       if (casWord(o, w, w & ~LOCK_BIT)) return;

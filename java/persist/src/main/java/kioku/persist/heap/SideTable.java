@@ -43,11 +43,28 @@ final class SideTable {
     final int[] hashes;
     final Entry[] entries;
     final int shift;
+    /**
+     * One bit per identity hash value modulo its size, set for every entry: a store into an
+     * object that is not persistent usually ends on one bit of this small array instead of
+     * a probe of the big ones.
+     */
+    final long[] filter;
 
     Slots(int capacity) {
       hashes = new int[capacity];
       entries = new Entry[capacity];
       shift = 32 - Integer.numberOfTrailingZeros(capacity);
+      filter = new long[Math.max(1, capacity / 16)]; // 4 bits per slot, 8 per entry at most
+    }
+
+    boolean mayContain(int h) {
+      long[] f = filter;
+      return (f[(h >>> 6) & (f.length - 1)] & (1L << h)) != 0;
+    }
+
+    void note(int h) {
+      long[] f = filter;
+      f[(h >>> 6) & (f.length - 1)] |= 1L << h;
     }
 
     /** Fibonacci hashing: the high bits of the product, so every bit of h counts. */
@@ -64,6 +81,7 @@ final class SideTable {
     Slots t = slots;
     int mask = t.hashes.length - 1;
     int h = System.identityHashCode(o) | 1; // 0 marks an empty slot
+    if (!t.mayContain(h)) return null;
     for (int i = t.home(h); ; i = (i + 1) & mask) {
       int x = t.hashes[i];
       if (x == 0) return null;
@@ -185,6 +203,7 @@ final class SideTable {
     int i = t.home(e.hash);
     while (t.hashes[i] != 0) i = (i + 1) & mask;
     t.entries[i] = e;
+    t.note(e.hash); // before the hash: a reader that finds the hash also passes the filter
     VarHandle.storeStoreFence();
     t.hashes[i] = e.hash;
   }
