@@ -520,20 +520,10 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     FieldIds.FieldRef f = FieldIds.WRITTEN.get(fieldId);
     boolean isRef = f.desc().startsWith("L") || f.desc().startsWith("[");
     if (isRef && ref != null) {
-      lock.lock();
-      try {
-        if (word(o) == 0) return;
-        target = persist(ref);
-      } finally {
-        lock.unlock();
-      }
+      if (word(o) == 0) return;
+      target = persistLocked(ref);
     }
-    while (true) {
-      long w = word(o);
-      if (w == 0) return;
-      if ((w & LOCK_BIT) == 0 && casWord(o, w, w | LOCK_BIT)) break;
-      Thread.onSpinWait();
-    }
+    if (!lockWord(o)) return;
     volatileLockHeld.set(o);
     long w = word(o);
     int slot = Layout.of(o.getClass()).slotOf(fieldId);
@@ -558,26 +548,34 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     long target = 0;
     if (sl.code() == 'L') {
       Object v = Unsafes.U.getObjectVolatile(o, sl.offset());
-      if (v != null) {
-        lock.lock();
-        try {
-          target = persist(v);
-        } finally {
-          lock.unlock();
-        }
-      }
+      if (v != null) target = persistLocked(v);
     }
-    while (true) {
-      long w = word(o);
-      if (w == 0) return;
-      if ((w & LOCK_BIT) == 0 && casWord(o, w, w | LOCK_BIT)) break;
-      Thread.onSpinWait();
-    }
+    if (!lockWord(o)) return;
     try {
       long bits = sl.code() == 'L' ? target : Layout.readBits(o, sl);
       writeWord(addressOf(word(o)) + HeapFormat.HEADER + 8L * slot, bits, sl.code() == 'L');
     } finally {
       unlockWord(o);
+    }
+  }
+
+  /** make_persistent under the heap lock. */
+  private long persistLocked(Object v) {
+    lock.lock();
+    try {
+      return persist(v);
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Takes the per-object lock (bit 0 of the word); false if the object is white. */
+  private boolean lockWord(Object o) {
+    while (true) {
+      long w = word(o);
+      if (w == 0) return false;
+      if ((w & LOCK_BIT) == 0 && casWord(o, w, w | LOCK_BIT)) return true;
+      Thread.onSpinWait();
     }
   }
 
