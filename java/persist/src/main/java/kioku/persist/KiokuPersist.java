@@ -64,7 +64,13 @@ public final class KiokuPersist {
       } else {
         MediumChoice choice = MediumChoice.parse(o.medium());
         if (Files.exists(o.pool())) {
-          h = PersistentHeap.open(Pool.open(o.pool(), choice));
+          Pool pool = Pool.open(o.pool(), choice);
+          // A heap pool with nothing ever committed in it: its creation was interrupted (the
+          // pool file appears whole, the heap's sections come with the first commit). There is
+          // no data to lose; make the heap.
+          boolean unfinished = PersistentHeap.POOL_KIND.equals(pool.kind())
+              && pool.epoch() == 0 && pool.sections().isEmpty();
+          h = unfinished ? PersistentHeap.create(pool, o.heap()) : PersistentHeap.open(pool);
         } else {
           h = PersistentHeap.create(Pool.create(o.pool(), PersistentHeap.POOL_KIND, choice), o.heap());
         }

@@ -56,6 +56,16 @@ class BadInputIT {
   }
 
   @Test
+  void aPoolWhoseCreationWasInterruptedIsFinished() throws Exception {
+    // A SIGKILL between creating the pool file and the heap's first commit leaves a heap pool
+    // with nothing committed: no data, so the next start makes the heap in it.
+    Path pool = dir.resolve("unfinished.pool");
+    Pool.create(pool, "kioku.persist", MediumChoice.AUTO).close();
+    assertEquals("count 1", counter(pool, null).out.strip());
+    assertEquals("count 2", counter(pool, null).out.strip());
+  }
+
+  @Test
   void aFileThatIsNotAPool() throws Exception {
     Path f = dir.resolve("notes.txt");
     Files.writeString(f, "these are someone's notes, not a pool\n".repeat(300));
