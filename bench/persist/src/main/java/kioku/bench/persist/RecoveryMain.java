@@ -1,0 +1,134 @@
+package kioku.bench.persist;
+
+import java.nio.file.Files;
+import java.nio.file.Path;
+import kioku.persist.KiokuPersist;
+
+/**
+ * Target 5: recovery time per GB of replicas. One JVM per step, run by bench.py:
+ *
+ * <pre>
+ * build PATH SHAPE BYTES   open a new pool (shm), make chunks persistent under a root until the
+ *                          heap holds BYTES of replicas; print the numbers; exit
+ * recover PATH SHAPE       open the pool, then initialize the root's class (which recovers the
+ *                          graph and assigns it), timed; check the graph; print the numbers
+ * plain SHAPE CHUNKS       (no agent) build the same graph in ordinary memory, timed: the baseline
+ * </pre>
+ *
+ * SHAPE: {@code objects} (each chunk a linked list of 8192 {@link Item}s, 4 slots each),
+ * {@code arrays} (each chunk a long[40960]), {@code mixed} (the two alternating, about half the
+ * bytes each). Output: one line {@code RESULT key=value ...}.
+ */
+public final class RecoveryMain {
+  static final int ITEMS_PER_CHUNK = 8192;
+  static final int LONGS_PER_CHUNK = 40960;
+  static final int MAX_CHUNKS = 1 << 16;
+
+  public static void main(String[] args) throws Exception {
+    switch (args[0]) {
+      case "build" -> build(Path.of(args[1]), args[2], Long.parseLong(args[3]));
+      case "recover" -> recover(Path.of(args[1]), args[2]);
+      case "plain" -> plain(args[1], Integer.parseInt(args[2]));
+      default -> throw new IllegalArgumentException("build | recover | plain");
+    }
+  }
+
+  static boolean isItems(String shape, int i) {
+    return switch (shape) {
+      case "objects" -> true;
+      case "arrays" -> false;
+      case "mixed" -> (i & 1) == 0;
+      default -> throw new IllegalArgumentException("unknown shape " + shape);
+    };
+  }
+
+  static Object chunk(String shape, int i) {
+    if (isItems(shape, i)) {
+      Item head = null;
+      for (int k = 0; k < ITEMS_PER_CHUNK; k++) {
+        Item it = new Item();
+        it.id = (long) i * ITEMS_PER_CHUNK + k;
+        it.count = k;
+        it.price = k * 0.5;
+        it.next = head;
+        head = it;
+      }
+      return head;
+    }
+    long[] a = new long[LONGS_PER_CHUNK];
+    for (int k = 0; k < a.length; k++) a[k] = (long) i * LONGS_PER_CHUNK + k;
+    return a;
+  }
+
+  /** A checksum of the graph, and its object count, as {checksum, objects}. */
+  static long[] check(Object[] chunks) {
+    long sum = 0;
+    long objects = 1;
+    for (Object c : chunks) {
+      if (c == null) continue;
+      objects++;
+      if (c instanceof long[] a) {
+        for (long v : a) sum += v;
+      } else {
+        for (Item it = (Item) c; it != null; it = it.next) {
+          sum += it.id * 3 + it.count + (long) it.price;
+          if (it.next != null) objects++;
+        }
+      }
+    }
+    return new long[] {sum, objects};
+  }
+
+  static void build(Path pool, String shape, long target) {
+    long t0 = System.nanoTime();
+    KiokuPersist.open(pool, "shm");
+    RecoveryRoots.chunks = new Object[MAX_CHUNKS];
+    Object[] chunks = RecoveryRoots.chunks;
+    int n = 0;
+    while (KiokuPersist.stats().usedBytes() < target) {
+      if (n == MAX_CHUNKS) throw new IllegalStateException("too many chunks");
+      chunks[n] = chunk(shape, n); // make_persistent of the chunk
+      n++;
+    }
+    double seconds = (System.nanoTime() - t0) / 1e9;
+    long[] c = check(chunks);
+    var s = KiokuPersist.stats();
+    System.out.println(
+        "RESULT step=build shape=" + shape + " chunks=" + n + " usedBytes=" + s.usedBytes()
+            + " capacityBytes=" + s.capacityBytes() + " persistentObjects=" + s.persistentObjects()
+            + " graphObjects=" + c[1] + " checksum=" + c[0] + " seconds=" + seconds);
+    KiokuPersist.close();
+  }
+
+  static void recover(Path pool, String shape) throws Exception {
+    if (!Files.exists(pool)) throw new IllegalStateException(pool + " is missing");
+    long t0 = System.nanoTime();
+    boolean data = KiokuPersist.open(pool, "shm");
+    long t1 = System.nanoTime();
+    // Initializing the root's class recovers the graph (rootsDeclared at the end of <clinit>).
+    Class.forName("kioku.bench.persist.RecoveryRoots", true, RecoveryMain.class.getClassLoader());
+    Object[] chunks = RecoveryRoots.chunks;
+    long t2 = System.nanoTime();
+    if (!data || chunks == null) throw new IllegalStateException("nothing recovered");
+    long[] c = check(chunks);
+    long t3 = System.nanoTime();
+    var s = KiokuPersist.stats();
+    System.out.println(
+        "RESULT step=recover shape=" + shape + " usedBytes=" + s.usedBytes() + " persistentObjects="
+            + s.persistentObjects() + " graphObjects=" + c[1] + " checksum=" + c[0]
+            + " openSeconds=" + (t1 - t0) / 1e9 + " rootSeconds=" + (t2 - t1) / 1e9
+            + " seconds=" + (t2 - t0) / 1e9 + " traverseSeconds=" + (t3 - t2) / 1e9);
+    KiokuPersist.close();
+  }
+
+  static void plain(String shape, int n) {
+    long t0 = System.nanoTime();
+    Object[] chunks = new Object[MAX_CHUNKS];
+    for (int i = 0; i < n; i++) chunks[i] = chunk(shape, i);
+    long t1 = System.nanoTime();
+    long[] c = check(chunks);
+    System.out.println(
+        "RESULT step=plain shape=" + shape + " chunks=" + n + " graphObjects=" + c[1] + " checksum="
+            + c[0] + " seconds=" + (t1 - t0) / 1e9);
+  }
+}
