@@ -77,7 +77,15 @@ public final class KiokuPersist {
       }
       heap = h;
       kioku.persist.rt.Barrier.hooks = h;
-      h.recoverEagerly(ClassLoader.getSystemClassLoader());
+      try {
+        h.recoverEagerly(ClassLoader.getSystemClassLoader());
+      } catch (HeapException | RuntimeException e) {
+        // A heap that cannot be recovered is not left open (nor its pool locked).
+        heap = null;
+        kioku.persist.rt.Barrier.hooks = null;
+        h.close();
+        throw e;
+      }
       return h.hasData();
     } catch (PoolException | HeapException e) {
       throw new PersistenceException(e.getMessage(), e);
