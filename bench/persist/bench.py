@@ -141,6 +141,15 @@ def pm(s, digits=None):
     return f"{fmt(s[0], digits)} ± {fmt(s[1], digits)}"
 
 
+def rate(x):
+    """A per-second rate, short: 3.56 M, 812 k, 54.3."""
+    if x >= 1e6:
+        return f"{x / 1e6:.3g} M"
+    if x >= 1e3:
+        return f"{x / 1e3:.3g} k"
+    return f"{x:.3g}"
+
+
 def pct(r):
     return f"{(r[0] - 1) * 100:+.1f} % ± {r[1] * 100:.1f}"
 
@@ -318,6 +327,34 @@ def reads():
         measurable = "no (within error)" if abs(r[0] - 1) <= r[1] else "**yes**"
         READ_VERDICT.append((b, r, measurable))
         lines.append(f"| {label} | {pm(p)} | {pm(q)} | {fmt(r[0], 3)} ± {fmt(r[1], 3)} | {measurable} |")
+    # The same reads in one JVM, the two copies timed in alternating blocks.
+    cmd = ["java"] + HEAP + DIRS + ["-XX:-PrintWarnings", AGENT_ARG, "-cp", JAR, "kioku.bench.persist.ReadAlternating"]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    RUNS.append(("reads-alternating", time.monotonic() - t0))
+    if p.returncode != 0:
+        raise SystemExit(f"ReadAlternating failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-3000:]}")
+    alt = {}
+    for name, a, b in re.findall(r"^ROUND read=(\w+) plain=(\S+) persistent=(\S+)$", p.stdout, re.M):
+        alt.setdefault(name, []).append((float(a), float(b)))
+    lines += [
+        "",
+        "The same reads in one JVM (`ReadAlternating`, agent and pool as above): both copies "
+        "timed in alternating blocks of 100 passes, the order swapped every round; 10 rounds of "
+        "warm-up, then:",
+        "",
+        "| read | rounds | non-persistent, µs/pass | persistent, µs/pass | persistent ÷ non-persistent, per round (mean ± error) | difference measurable? |",
+        "|---|---:|---:|---:|---:|---|",
+    ]
+    for b, label in READS:
+        pairs = alt.get(b, [])
+        if not pairs:
+            continue
+        r = summary([y / x for x, y in pairs])
+        measurable = "no (within error)" if abs(r[0] - 1) <= r[1] else "**yes**"
+        READ_VERDICT.append((b + " (one JVM)", r, measurable))
+        lines.append(f"| {label} | {len(pairs)} | {pm(summary([x for x, _ in pairs]))} | "
+                     f"{pm(summary([y for _, y in pairs]))} | {fmt(r[0], 3)} ± {fmt(r[1], 3)} | {measurable} |")
     stats = re.findall(r"KIOKU-STATS reads objects=(\d+) usedBytes=(\d+)", text)
     note = ""
     if stats:
@@ -416,7 +453,7 @@ def make_persistent():
             rows[(med, shape)] = (objs / sec, words / sec)
             lines.append(
                 f"| {label} | {objs:,} | {words:,} | {int(rb.get(shape, 0)):,} | {pm(c)} | {med} | {pm(p)} | "
-                f"{objs / sec:,.3g} | {words / sec:,.3g} | {words * 8 / sec / 1e6:,.0f} | {fmt(ratio(p, c)[0], 1)} | "
+                f"{rate(objs / sec)} | {rate(words / sec)} | {words * 8 / sec / 1e6:,.0f} | {fmt(ratio(p, c)[0], 1)} | "
                 f"{'; '.join(g) if g else '?'} |"
             )
     if growth:
@@ -504,7 +541,7 @@ def recovery():
         f"| `KiokuPersist.open` | {pm(opn, 3)} |",
         f"| initializing the root's class (assigns the recovered graph) | {pm(roots, 3)} |",
         f"| **recovery, total** | **{pm(tot, 3)}** |",
-        f"| **per GB of replicas** | **{pm(per_gb, 3)} s/GB** (target ≤ 2 s/GB: {verdict}; the thesis: 4.18 s/GB) |",
+        f"| **per GB (10^9 B) of replicas** | **{pm(per_gb, 3)} s/GB** (target ≤ 2 s/GB: {verdict}; the thesis: 4.18 s/GB) |",
         f"| first traversal of the recovered graph (not included) | {pm(trav, 3)} |",
         f"| baseline: building the same graph with `new`, no agent | {pm(pl, 3)} |",
         f"| recovery ÷ baseline | {fmt(ratio(tot, pl)[0], 1)}× |",

@@ -34,7 +34,7 @@ if [ -z "${KIOKU_PERSIST_JAR:-}" ]; then
 fi
 # A private copy of the agent: a rebuild of java/ during the run does not change what is measured.
 agent="$root/$here/target/kioku-persist.jar"
-[ "$(realpath "$KIOKU_PERSIST_JAR")" = "$agent" ] || cp "$KIOKU_PERSIST_JAR" "$agent"
+[ "$(realpath "$KIOKU_PERSIST_JAR")" = "$agent" ] || cp -p "$KIOKU_PERSIST_JAR" "$agent"
 (cd "$here" && mvn -q -B package -DskipTests -Dkioku.persist.jar="$agent")
 
 shm=$(mktemp -d /dev/shm/kioku-bench-persist.XXXXXX)
@@ -54,7 +54,7 @@ body=$(BENCH_JAR="$root/$here/target/benchmarks.jar" BENCH_AGENT="$agent" BENCH_
 end=$(date -u +%s)
 cpu=$(grep -m1 "model name" /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 jvm=$(java -version 2>&1 | sed -n 2p)
-jar_id="$(sha256sum "$agent" | cut -c1-12), built $(date -u -r "$KIOKU_PERSIST_JAR" '+%Y-%m-%d %H:%M UTC')"
+jar_id="$(sha256sum "$agent" | cut -c1-12), built $(date -u -r "$agent" '+%Y-%m-%d %H:%M UTC')"
 section=$(cat <<MD
 ## Java persistence by reachability (kioku-persist)
 

@@ -27,6 +27,7 @@ import org.openjdk.jmh.annotations.TearDown;
  * one 8-byte store into a mapped file of the same kind made durable the way the medium does it).
  * Each invocation does {@value #OPS} stores, each one read-modify-write of the same location so
  * that no store of the harness itself (a counter field would pay a barrier too) is in the loop.
+ * By hand, {@code -p medium=none} without the agent runs the *_plain stores in a plain JVM.
  */
 @State(Scope.Benchmark)
 @BenchmarkMode(Mode.AverageTime)
