@@ -548,6 +548,23 @@ impl<S: AddressSpace> Engine<S> {
         &self.pool
     }
 
+    /// The pool underneath, for sections of the caller's own beside the engine's: the caller
+    /// may create, resize, delete and write sections whose names do not start with `ckpt.`,
+    /// and must not touch the engine's. Its sections join the pool's next commit (the engine's
+    /// next checkpoint, or [`Engine::commit_sections`]); recovery keeps them.
+    pub fn pool_mut(&mut self) -> &mut Pool {
+        &mut self.pool
+    }
+
+    /// Commits the pool's current section table with the engine's roots unchanged: sections
+    /// the caller created or resized since the last commit become durable without a
+    /// checkpoint. Their contents must be flushed first (as for [`Pool::commit`]).
+    pub fn commit_sections(&mut self) -> Result<()> {
+        let roots = self.pool.roots().to_vec();
+        self.pool.commit(&roots)?;
+        Ok(())
+    }
+
     /// Which written-page tracker is in use.
     pub fn tracker_backend(&self) -> kioku_track::BackendKind {
         self.tracker.backend()

@@ -14,6 +14,7 @@ pub mod control;
 pub mod error;
 pub mod image;
 pub mod monitor;
+pub mod remote;
 pub mod restore;
 pub mod shadow;
 mod sys;
