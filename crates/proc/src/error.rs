@@ -85,6 +85,23 @@ pub enum ProcError {
         source: io::Error,
     },
 
+    /// The tree cannot be stopped now; try again shortly.
+    #[error("cannot stop the process tree now: {what}; try again shortly")]
+    Busy {
+        /// Why.
+        what: &'static str,
+    },
+
+    /// A pid namespace for the process tree could not be made or used.
+    #[error("pid namespace: {what}: {source}; run as root, or allow unprivileged user namespaces (sysctl user.max_user_namespaces > 0)")]
+    Namespace {
+        /// What was being done.
+        what: String,
+        /// What the kernel said.
+        #[source]
+        source: io::Error,
+    },
+
     /// The tracee stopped in a way injection cannot continue from.
     #[error("thread {tid} stopped unexpectedly during {what} (wait status {status:#x}); report this as a bug")]
     Unexpected {

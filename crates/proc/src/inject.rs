@@ -84,6 +84,11 @@ impl Inner {
         else {
             unreachable!("checked above");
         };
+        if how == StopHow::Seccomp {
+            // At a trapped call's entry: skip it for now; it is issued (and trapped) again
+            // when the thread resumes after the injection.
+            self.rewind_syscall(tid)?;
+        }
         let saved = regs::get_regs(tid)?;
         // Signals to deliver once the thread is resumed, with their siginfo.
         let mut held: Vec<libc::siginfo_t> = Vec::new();
@@ -221,22 +226,13 @@ impl Inner {
                         // A signal for the program: hold it back until the thread resumes.
                         held.push(si);
                     }
-                    // An injected clone: the new thread is traced (TRACECLONE) and starts
-                    // with a stop of its own, collected by the next `stop_all`.
+                    // An injected clone or fork: the new thread or process is traced
+                    // (TRACECLONE, TRACEFORK) and starts with a stop of its own, collected by
+                    // the next `stop_all` (a new process by its owner, from the notice).
                     Status::Stopped {
-                        event: sys::EVENT_CLONE,
+                        event: event @ (sys::EVENT_CLONE | sys::EVENT_FORK | sys::EVENT_VFORK),
                         ..
-                    } => {
-                        let new = sys::get_event_msg(tid)
-                            .map_err(|e| ProcError::ptrace("GETEVENTMSG", tid, e))?
-                            as i32;
-                        if !self.threads.iter().any(|t| t.tid == new) {
-                            self.threads.push(crate::tracee::Thread {
-                                tid: new,
-                                state: TState::Running,
-                            });
-                        }
-                    }
+                    } => self.on_new_task(tid, event)?,
                     // Leftover interrupt or other event stops: keep stepping.
                     Status::Stopped { .. } => {}
                     Status::Other => {

@@ -6,8 +6,11 @@ use std::io;
 use crate::regs::Regs;
 
 /// PTRACE_O_* options.
+pub const O_TRACEFORK: u32 = 0x0000_0002;
+pub const O_TRACEVFORK: u32 = 0x0000_0004;
 pub const O_TRACECLONE: u32 = 0x0000_0008;
 pub const O_TRACEEXEC: u32 = 0x0000_0010;
+pub const O_TRACESECCOMP: u32 = 0x0000_0080;
 pub const O_EXITKILL: u32 = 0x0010_0000;
 
 /// PTRACE_EVENT_* codes (`status >> 16` of a ptrace-stop).
@@ -15,6 +18,7 @@ pub const EVENT_FORK: u32 = 1;
 pub const EVENT_VFORK: u32 = 2;
 pub const EVENT_CLONE: u32 = 3;
 pub const EVENT_EXEC: u32 = 4;
+pub const EVENT_SECCOMP: u32 = 7;
 pub const EVENT_STOP: u32 = 128;
 
 /// Register set notes for PTRACE_GETREGSET.

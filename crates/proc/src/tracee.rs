@@ -60,6 +60,32 @@ pub(crate) enum StopHow {
     GroupStop(i32),
     /// Signal-delivery-stop (our own single-step trap after an injection).
     Signal,
+    /// PTRACE_EVENT_SECCOMP: at the entry of a system call the seccomp filter traps, before it
+    /// runs; the call runs when the thread is resumed.
+    Seccomp,
+    /// A vfork event while stopping: the thread is inside vfork (registers not final) and
+    /// would wait for its child once resumed; the owner resumes the tree instead of using it.
+    Vfork,
+}
+
+/// Something a traced process did that its owner must act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notice {
+    /// It started a child process (fork, vfork, or clone without CLONE_THREAD); the child is
+    /// traced already (PTRACE_O_TRACEFORK…) and starts with a stop of its own.
+    Child {
+        /// The new process.
+        pid: i32,
+        /// Started with vfork (or CLONE_VFORK): it shares the parent's memory until it
+        /// execs or exits.
+        vfork: bool,
+    },
+    /// Thread `tid` is stopped at a seccomp trap (PTRACE_O_TRACESECCOMP): the system call has
+    /// not run yet; it runs when the thread is resumed.
+    Trap {
+        /// The thread.
+        tid: i32,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +124,8 @@ pub(crate) struct Inner {
     pub patch_syscall: bool,
     /// execve calls completed since the spawn (the first exec of a spawn not counted).
     pub execs: u64,
+    /// Events for the owner ([`Tracee::take_notices`]).
+    pub notices: Vec<Notice>,
 }
 
 /// Handle on a traced process. Clones share the process; the last handle to go kills a process
@@ -122,7 +150,6 @@ impl fmt::Debug for Tracee {
 }
 
 /// What to start under the monitor.
-#[derive(Debug)]
 pub struct TraceeCommand {
     program: PathBuf,
     args: Vec<String>,
@@ -131,6 +158,24 @@ pub struct TraceeCommand {
     stderr: Option<OwnedFd>,
     exit_kill: bool,
     inherit_fds: bool,
+    trace_children: bool,
+    seccomp: Option<Vec<libc::sock_filter>>,
+    no_new_privs: bool,
+    env: Option<Vec<(std::ffi::OsString, std::ffi::OsString)>>,
+}
+
+impl fmt::Debug for TraceeCommand {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TraceeCommand")
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("trace_children", &self.trace_children)
+            .field(
+                "seccomp_instructions",
+                &self.seccomp.as_ref().map_or(0, |v| v.len()),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 impl TraceeCommand {
@@ -145,7 +190,69 @@ impl TraceeCommand {
             stderr: None,
             exit_kill: true,
             inherit_fds: true,
+            trace_children: false,
+            seccomp: None,
+            no_new_privs: false,
+            env: None,
         }
+    }
+
+    /// Whether the processes the program starts (fork, vfork, clone) are traced too, each
+    /// reported as a [`Notice::Child`] (default: no).
+    pub fn trace_children(mut self, yes: bool) -> Self {
+        self.trace_children = yes;
+        self
+    }
+
+    /// A seccomp filter (classic BPF) installed in the program before it execs, inherited by
+    /// everything it starts; its `SECCOMP_RET_TRACE` verdicts stop the thread with a
+    /// [`Notice::Trap`]. `no_new_privs` sets PR_SET_NO_NEW_PRIVS first (needed without
+    /// CAP_SYS_ADMIN; setuid programs the program runs then gain no privileges).
+    pub fn seccomp(mut self, filter: Vec<libc::sock_filter>, no_new_privs: bool) -> Self {
+        self.seccomp = Some(filter);
+        self.no_new_privs = no_new_privs;
+        self
+    }
+
+    /// The program's environment (default: the monitor's).
+    pub fn env(mut self, vars: Vec<(std::ffi::OsString, std::ffi::OsString)>) -> Self {
+        self.env = Some(vars);
+        self
+    }
+
+    fn ptrace_options(&self) -> u32 {
+        let mut opts = sys::O_TRACEEXEC | sys::O_TRACECLONE;
+        if self.exit_kill {
+            opts |= sys::O_EXITKILL;
+        }
+        if self.trace_children {
+            opts |= sys::O_TRACEFORK | sys::O_TRACEVFORK;
+        }
+        if self.seccomp.is_some() {
+            opts |= sys::O_TRACESECCOMP;
+        }
+        opts
+    }
+
+    fn argv_strings(&self) -> std::result::Result<Vec<CString>, std::ffi::NulError> {
+        std::iter::once(CString::new(self.program.as_os_str().as_bytes()))
+            .chain(self.args.iter().map(|a| CString::new(a.as_bytes())))
+            .collect()
+    }
+
+    fn env_strings(&self) -> std::result::Result<Vec<CString>, std::ffi::NulError> {
+        let vars: Vec<(std::ffi::OsString, std::ffi::OsString)> = match &self.env {
+            Some(v) => v.clone(),
+            None => std::env::vars_os().collect(),
+        };
+        vars.into_iter()
+            .map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                CString::new(b)
+            })
+            .collect()
     }
 
     /// Whether the program inherits the monitor's descriptors other than 0, 1 and 2 that are
@@ -219,25 +326,36 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// The child between fork and exec: only async-signal-safe calls.
-fn child_after_fork(
+/// What the child does between fork and exec, prepared before the fork.
+struct ChildSetup<'a> {
     go: RawFd,
     go_w: RawFd,
     err: RawFd,
     stdio: [Option<RawFd>; 3],
     inherit_fds: bool,
-    prog: &CString,
-    argv: &[*const libc::c_char],
-) -> ! {
-    // SAFETY: we are the single thread of a freshly forked child; dup2, read, execv, write and
-    // _exit are async-signal-safe, and every pointer refers to memory prepared before fork.
+    filter: Option<&'a libc::sock_fprog>,
+    no_new_privs: bool,
+    prog: &'a CString,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+}
+
+/// The child between fork and exec: only async-signal-safe calls.
+fn child_after_fork(c: &ChildSetup<'_>) -> ! {
+    // SAFETY: we are the single thread of a freshly forked child; dup2, read, execve, write,
+    // prctl, seccomp and _exit are async-signal-safe, and every pointer refers to memory
+    // prepared before fork.
     unsafe {
         // Our copy of the write end would keep the pipe open if the parent died.
-        libc::close(go_w);
+        libc::close(c.go_w);
         // The Rust runtime ignores SIGPIPE in the monitor; the program starts with the default,
-        // as std::process::Command gives its children.
+        // as std::process::Command gives its children. The monitor may block SIGCHLD while it
+        // waits for its tracees: the program starts with nothing blocked.
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        for (target, fd) in stdio.iter().enumerate() {
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        for (target, fd) in c.stdio.iter().enumerate() {
             if let Some(fd) = fd {
                 // dup2 onto itself keeps close-on-exec: clear it instead.
                 let r = if *fd == target as i32 {
@@ -247,12 +365,12 @@ fn child_after_fork(
                 };
                 if r < 0 {
                     let e = *libc::__errno_location();
-                    libc::write(err, (&e as *const i32).cast(), 4);
+                    libc::write(c.err, (&e as *const i32).cast(), 4);
                     libc::_exit(127);
                 }
             }
         }
-        if !inherit_fds {
+        if !c.inherit_fds {
             // Everything above the standard streams closes at exec (our pipes included, as
             // they should); kernels before 5.11 lack the flag and keep them.
             const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
@@ -260,7 +378,7 @@ fn child_after_fork(
         }
         let mut b = 0u8;
         loop {
-            let n = libc::read(go, (&mut b as *mut u8).cast(), 1);
+            let n = libc::read(c.go, (&mut b as *mut u8).cast(), 1);
             if n == 1 {
                 break;
             }
@@ -269,9 +387,26 @@ fn child_after_fork(
             }
             libc::_exit(126);
         }
-        libc::execv(prog.as_ptr(), argv.as_ptr());
+        if let Some(prog) = c.filter {
+            if c.no_new_privs {
+                libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0, 0, 0);
+            }
+            const SECCOMP_SET_MODE_FILTER: u64 = 1;
+            if libc::syscall(
+                libc::SYS_seccomp,
+                SECCOMP_SET_MODE_FILTER,
+                0u64,
+                prog as *const libc::sock_fprog,
+            ) != 0
+            {
+                let e = *libc::__errno_location();
+                libc::write(c.err, (&e as *const i32).cast(), 4);
+                libc::_exit(125);
+            }
+        }
+        libc::execve(c.prog.as_ptr(), c.argv.as_ptr(), c.envp.as_ptr());
         let e = *libc::__errno_location();
-        libc::write(err, (&e as *const i32).cast(), 4);
+        libc::write(c.err, (&e as *const i32).cast(), 4);
         libc::_exit(127);
     }
 }
@@ -310,19 +445,19 @@ impl Tracee {
             program: name.clone(),
             source,
         };
+        let einval = || spawn_err(std::io::Error::from_raw_os_error(libc::EINVAL));
         let prog = resolve(&cmd.program).map_err(spawn_err)?;
-        let cprog = CString::new(prog.as_os_str().as_bytes())
-            .map_err(|_| spawn_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
-        let mut cargs = vec![CString::new(cmd.program.as_os_str().as_bytes())
-            .map_err(|_| spawn_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?];
-        for a in &cmd.args {
-            cargs.push(
-                CString::new(a.as_bytes())
-                    .map_err(|_| spawn_err(std::io::Error::from_raw_os_error(libc::EINVAL)))?,
-            );
-        }
+        let cprog = CString::new(prog.as_os_str().as_bytes()).map_err(|_| einval())?;
+        let cargs = cmd.argv_strings().map_err(|_| einval())?;
+        let cenv = cmd.env_strings().map_err(|_| einval())?;
         let mut argv: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
         argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = cenv.iter().map(|c| c.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        let filter = cmd.seccomp.as_ref().map(|f| libc::sock_fprog {
+            len: f.len() as u16,
+            filter: f.as_ptr() as *mut libc::sock_filter,
+        });
         let (go_r, go_w) = pipe().map_err(spawn_err)?;
         let (err_r, err_w) = pipe().map_err(spawn_err)?;
         // Never block on it: a child that died without writing its errno says nothing, and
@@ -334,6 +469,18 @@ impl Tracee {
             cmd.stdout.as_ref().map(|f| f.as_raw_fd()),
             cmd.stderr.as_ref().map(|f| f.as_raw_fd()),
         ];
+        let child = ChildSetup {
+            go: go_r.as_raw_fd(),
+            go_w: go_w.as_raw_fd(),
+            err: err_w.as_raw_fd(),
+            stdio,
+            inherit_fds: cmd.inherit_fds,
+            filter: filter.as_ref(),
+            no_new_privs: cmd.no_new_privs,
+            prog: &cprog,
+            argv: &argv,
+            envp: &envp,
+        };
         // SAFETY: fork has no memory-safety preconditions; the child only runs
         // `child_after_fork`, which restricts itself to async-signal-safe calls.
         let pid = unsafe { libc::fork() };
@@ -341,37 +488,73 @@ impl Tracee {
             return Err(spawn_err(std::io::Error::last_os_error()));
         }
         if pid == 0 {
-            child_after_fork(
-                go_r.as_raw_fd(),
-                go_w.as_raw_fd(),
-                err_w.as_raw_fd(),
-                stdio,
-                cmd.inherit_fds,
-                &cprog,
-                &argv,
-            );
+            child_after_fork(&child);
         }
+        let opts = cmd.ptrace_options();
         drop((go_r, err_w, cmd.stdin, cmd.stdout, cmd.stderr));
-        let mut opts = sys::O_TRACEEXEC | sys::O_TRACECLONE;
-        if cmd.exit_kill {
-            opts |= sys::O_EXITKILL;
+        let tracee = Tracee::attach_spawned(pid, opts, &name)?;
+        // SAFETY: writing one byte from a local to our pipe.
+        if unsafe { libc::write(go_w.as_raw_fd(), [1u8].as_ptr().cast(), 1) } != 1 {
+            return Err(spawn_err(std::io::Error::last_os_error()));
         }
-        let inner = Inner {
-            pid,
-            threads: vec![Thread {
-                tid: pid,
-                state: TState::Running,
-            }],
-            exit: None,
-            spawned: true,
-            detached: false,
-            syscall_insn: None,
-            patch_syscall: false,
-            execs: 0,
+        drop(go_w);
+        tracee.await_exec(&name, Some(err_r.as_raw_fd()))?;
+        tracing::debug!(pid, program = %prog.display(), "spawned under ptrace, stopped at entry");
+        Ok(tracee)
+    }
+
+    /// Starts `cmd` in pid namespace `ns` as a child of its init — with process id `pid` there
+    /// when given — and stops it before its first instruction. The program's standard streams
+    /// are the init's (the monitor's when the namespace was made); `cmd`'s stdio settings
+    /// must be unset.
+    pub fn spawn_in(
+        ns: &crate::ns::Namespace,
+        cmd: TraceeCommand,
+        pid: Option<i32>,
+    ) -> Result<Tracee> {
+        let name = cmd.program.display().to_string();
+        let spawn_err = |source| ProcError::Spawn {
+            program: name.clone(),
+            source,
         };
+        let einval = || spawn_err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        if cmd.stdin.is_some() || cmd.stdout.is_some() || cmd.stderr.is_some() {
+            return Err(einval());
+        }
+        let prog = resolve(&cmd.program).map_err(spawn_err)?;
+        let cprog = CString::new(prog.as_os_str().as_bytes()).map_err(|_| einval())?;
+        let cargs = cmd.argv_strings().map_err(|_| einval())?;
+        let cenv = cmd.env_strings().map_err(|_| einval())?;
+        let (host, ns_pid) = ns.spawn(&crate::ns::SpawnRequest {
+            pid,
+            path: &cprog,
+            argv: &cargs,
+            env: &cenv,
+            filter: cmd.seccomp.as_deref(),
+            inherit_fds: cmd.inherit_fds,
+            no_new_privs: cmd.no_new_privs,
+        })?;
+        let tracee = Tracee::attach_spawned(host, cmd.ptrace_options(), &name)?;
+        ns.go(ns_pid)?;
+        tracee.await_exec(&name, None)?;
+        tracing::debug!(pid = host, ns_pid, program = %prog.display(), "spawned in the namespace under ptrace, stopped at entry");
+        Ok(tracee)
+    }
+
+    /// A process that the tracer's PTRACE_O_TRACEFORK (or an injected clone) attached
+    /// already ([`Notice::Child`]); it starts with a stop of its own, waited for like any.
+    pub fn adopt(pid: i32) -> Tracee {
+        let inner = Inner::new(pid, true);
+        Tracee {
+            inner: Rc::new(RefCell::new(inner)),
+        }
+    }
+
+    /// Seizes our new child `pid`, still waiting to exec.
+    fn attach_spawned(pid: i32, opts: u32, name: &str) -> Result<Tracee> {
         // From here on, dropping `tracee` kills and reaps the child.
         let tracee = Tracee {
-            inner: Rc::new(RefCell::new(inner)),
+            inner: Rc::new(RefCell::new(Inner::new(pid, true))),
         };
         if let Err(e) = sys::ptrace(Req::Seize(opts), pid) {
             // Not traced: kill and reap it here (Drop would wait as a tracer). A child killed
@@ -387,8 +570,9 @@ impl Tracee {
             let _ = sys::kill(pid, libc::SIGKILL);
             let mut status = 0;
             if killed_first.is_none() {
-                // SAFETY: reaping our own child into a local.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
+                // SAFETY: reaping a child into a local (ours, or the namespace init's, which
+                // reaps it otherwise: then this returns ECHILD at once).
+                unsafe { libc::waitpid(pid, &mut status, libc::__WALL) };
             }
             let exit = Exit::Signal {
                 sig: libc::SIGKILL,
@@ -397,73 +581,89 @@ impl Tracee {
             tracee.inner.borrow_mut().exit = Some(exit);
             if let Some((Status::Killed { sig, core }, _)) = killed_first {
                 return Err(ProcError::DiedBeforeExec {
-                    program: name,
+                    program: name.to_string(),
                     exit: Exit::Signal { sig, core },
                 });
             }
             return Err(ProcError::ptrace("SEIZE", pid, e));
         }
-        // SAFETY: writing one byte from a local to our pipe.
-        if unsafe { libc::write(go_w.as_raw_fd(), [1u8].as_ptr().cast(), 1) } != 1 {
-            return Err(spawn_err(std::io::Error::last_os_error()));
-        }
-        drop(go_w);
-        {
-            let mut i = tracee.inner.borrow_mut();
-            loop {
-                let (st, raw) = i.wait_one(pid)?;
-                match st {
-                    Status::Stopped {
-                        event: sys::EVENT_EXEC,
-                        ..
-                    } => {
-                        // Registers at the exec stop are not final yet (the call's return
-                        // value is stored after it): let the exec return and stop the thread
-                        // on its way to the first instruction instead.
-                        sys::ptrace(Req::Interrupt, pid)
-                            .map_err(|e| ProcError::ptrace("INTERRUPT", pid, e))?;
-                        sys::ptrace(Req::Cont(0), pid)
-                            .map_err(|e| ProcError::ptrace("CONT", pid, e))?;
-                        break;
-                    }
-                    Status::Stopped { event: 0, sig } => {
-                        sys::ptrace(Req::Cont(sig), pid)
-                            .map_err(|e| ProcError::ptrace("CONT", pid, e))?;
-                    }
-                    Status::Stopped { .. } => {
-                        sys::ptrace(Req::Cont(0), pid)
-                            .map_err(|e| ProcError::ptrace("CONT", pid, e))?;
-                    }
-                    Status::Exited(_) | Status::Killed { .. } => {
-                        i.thread_gone(pid, st);
-                        let mut errno = [0u8; 4];
+        Ok(tracee)
+    }
+
+    /// Waits for the seized child's exec and stops it at its first instruction. `err`: a pipe
+    /// the child writes its errno to when exec fails.
+    fn await_exec(&self, name: &str, err: Option<RawFd>) -> Result<()> {
+        let mut i = self.inner.borrow_mut();
+        let pid = i.pid;
+        loop {
+            let (st, raw) = i.wait_one(pid)?;
+            match st {
+                Status::Stopped {
+                    event: sys::EVENT_EXEC,
+                    ..
+                } => {
+                    // Registers at the exec stop are not final yet (the call's return value is
+                    // stored after it): let the exec return and stop the thread on its way to
+                    // the first instruction instead.
+                    sys::ptrace(Req::Interrupt, pid)
+                        .map_err(|e| ProcError::ptrace("INTERRUPT", pid, e))?;
+                    sys::ptrace(Req::Cont(0), pid)
+                        .map_err(|e| ProcError::ptrace("CONT", pid, e))?;
+                    break;
+                }
+                Status::Stopped { event: 0, sig } => {
+                    sys::ptrace(Req::Cont(sig), pid)
+                        .map_err(|e| ProcError::ptrace("CONT", pid, e))?;
+                }
+                Status::Stopped { .. } => {
+                    sys::ptrace(Req::Cont(0), pid)
+                        .map_err(|e| ProcError::ptrace("CONT", pid, e))?;
+                }
+                Status::Exited(code) | Status::Killed { sig: code, .. } => {
+                    i.thread_gone(pid, st);
+                    let mut errno = [0u8; 4];
+                    let n = match err {
                         // SAFETY: reading up to 4 bytes into a local buffer.
-                        let n =
-                            unsafe { libc::read(err_r.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
-                        if n == 4 {
-                            let source =
-                                std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
-                            return Err(spawn_err(source));
-                        }
-                        return Err(ProcError::DiedBeforeExec {
-                            program: cmd.program.display().to_string(),
-                            exit: i.exit.expect("set by thread_gone"),
+                        Some(fd) => unsafe { libc::read(fd, errno.as_mut_ptr().cast(), 4) },
+                        None => 0,
+                    };
+                    if n == 4 {
+                        let source = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno));
+                        return Err(ProcError::Spawn {
+                            program: name.to_string(),
+                            source,
                         });
                     }
-                    Status::Other => {
-                        return Err(ProcError::Unexpected {
-                            tid: pid,
-                            what: "spawn",
-                            status: raw,
-                        })
+                    if err.is_none() && matches!(st, Status::Exited(_)) && code >= 125 {
+                        // The namespace's child reports a failed exec by its exit code.
+                        return Err(ProcError::Spawn {
+                            program: name.to_string(),
+                            source: std::io::Error::other(format!(
+                                "it could not be started (exit code {code}: {})",
+                                match code {
+                                    125 => "the seccomp filter was refused",
+                                    126 => "the namespace's init went away",
+                                    _ => "exec failed",
+                                }
+                            )),
+                        });
                     }
+                    return Err(ProcError::DiedBeforeExec {
+                        program: name.to_string(),
+                        exit: i.exit.expect("set by thread_gone"),
+                    });
+                }
+                Status::Other => {
+                    return Err(ProcError::Unexpected {
+                        tid: pid,
+                        what: "spawn",
+                        status: raw,
+                    })
                 }
             }
-            i.threads[0].state = TState::Running;
-            i.collect_stops()?;
         }
-        tracing::debug!(pid, program = %prog.display(), "spawned under ptrace, stopped at entry");
-        Ok(tracee)
+        i.threads[0].state = TState::Running;
+        i.collect_stops()
     }
 
     /// Seizes running process `pid` (every thread) and stops it. Needs ptrace permission
@@ -478,6 +678,7 @@ impl Tracee {
             syscall_insn: None,
             patch_syscall: false,
             execs: 0,
+            notices: vec![],
         };
         let tracee = Tracee {
             inner: Rc::new(RefCell::new(inner)),
@@ -562,6 +763,11 @@ impl Tracee {
         self.inner.borrow_mut().stop_all()
     }
 
+    /// Asks every thread to stop without waiting for it ([`Tracee::stop_all`] waits).
+    pub fn interrupt_all(&self) -> Result<()> {
+        self.inner.borrow_mut().interrupt_all()
+    }
+
     /// Resumes every thread, delivering any signal held back by an injection; threads in a
     /// job-control stop stay stopped until SIGCONT.
     pub fn resume_all(&self) -> Result<()> {
@@ -589,6 +795,38 @@ impl Tracee {
         i.resume_all()?;
         i.pump(None)?;
         Ok(i.exit.expect("pump(None) returns at exit"))
+    }
+
+    /// Handles, without blocking, whatever its running threads did; whether anything happened.
+    /// Events for the owner are kept for [`Tracee::take_notices`].
+    pub fn poll(&self) -> Result<bool> {
+        let mut i = self.inner.borrow_mut();
+        if i.exit.is_some() {
+            return Ok(false);
+        }
+        i.poll_once()
+    }
+
+    /// The events since the last call ([`Notice`]).
+    pub fn take_notices(&self) -> Vec<Notice> {
+        std::mem::take(&mut self.inner.borrow_mut().notices)
+    }
+
+    /// Resumes thread `tid`, stopped at a seccomp trap ([`Notice::Trap`]): its system call runs.
+    pub fn resume_trapped(&self, tid: i32) -> Result<()> {
+        let mut i = self.inner.borrow_mut();
+        match i.threads.iter().find(|t| t.tid == tid).map(|t| t.state) {
+            Some(TState::Stopped {
+                how: StopHow::Seccomp,
+                ..
+            }) => i.cont(tid, 0),
+            // Injected into meanwhile: its call is issued (and trapped) again on resume.
+            Some(TState::Stopped { how, deliver }) => {
+                let sig = if how == StopHow::Signal { deliver } else { 0 };
+                i.cont(tid, sig)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Sends SIGKILL and reaps every thread; returns how it ended.
@@ -693,6 +931,24 @@ impl Tracee {
 }
 
 impl Inner {
+    /// A process with one (running) thread, `pid`.
+    fn new(pid: i32, spawned: bool) -> Inner {
+        Inner {
+            pid,
+            threads: vec![Thread {
+                tid: pid,
+                state: TState::Running,
+            }],
+            exit: None,
+            spawned,
+            detached: false,
+            syscall_insn: None,
+            patch_syscall: false,
+            execs: 0,
+            notices: vec![],
+        }
+    }
+
     pub(crate) fn check_stopped(&self, tid: i32) -> Result<()> {
         if let Some(e) = self.exit {
             return Err(ProcError::Exited {
@@ -830,22 +1086,51 @@ impl Inner {
                 tracing::trace!(pid = self.pid, tid, sig, "passing signal through");
                 self.cont(tid, sig)?;
             }
+            Status::Stopped {
+                event: sys::EVENT_SECCOMP,
+                ..
+            } => {
+                if mode == Mode::Running {
+                    // The owner decides before the call runs (and resumes the thread).
+                    if let Some(t) = self.thread_mut(tid) {
+                        t.state = TState::Stopped {
+                            how: StopHow::Seccomp,
+                            deliver: 0,
+                        };
+                    }
+                    self.notices.push(Notice::Trap { tid });
+                    return Ok(());
+                }
+                // Stopping: the call has not run; undo its entry so that the thread stops in a
+                // clean state and issues the call again (and traps again) when resumed.
+                self.rewind_syscall(tid)?;
+                match sys::ptrace(Req::Interrupt, tid) {
+                    Ok(_) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(e) => return Err(ProcError::ptrace("INTERRUPT", tid, e)),
+                }
+                self.cont(tid, 0)?;
+            }
+            Status::Stopped {
+                event: sys::EVENT_VFORK,
+                ..
+            } if mode == Mode::Stopping => {
+                // Resumed now, the parent would wait for its child (in a sleep an interrupt
+                // does not end) while we keep the child stopped: leave it in the event stop.
+                self.on_new_task(tid, sys::EVENT_VFORK)?;
+                if let Some(t) = self.thread_mut(tid) {
+                    t.state = TState::Stopped {
+                        how: StopHow::Vfork,
+                        deliver: 0,
+                    };
+                }
+            }
             Status::Stopped { event, .. } => {
                 match event {
-                    sys::EVENT_CLONE => {
-                        let new = sys::get_event_msg(tid)
-                            .map_err(|e| ProcError::ptrace("GETEVENTMSG", tid, e))?
-                            as i32;
-                        if !self.threads.iter().any(|t| t.tid == new) {
-                            tracing::debug!(pid = self.pid, tid = new, "new thread traced");
-                            self.threads.push(Thread {
-                                tid: new,
-                                state: TState::Running,
-                            });
-                        }
+                    sys::EVENT_CLONE | sys::EVENT_FORK | sys::EVENT_VFORK => {
+                        self.on_new_task(tid, event)?
                     }
                     sys::EVENT_EXEC => self.after_exec(),
-                    sys::EVENT_FORK | sys::EVENT_VFORK => {}
                     _ => {
                         return Err(ProcError::Unexpected {
                             tid,
@@ -877,6 +1162,47 @@ impl Inner {
         Ok(())
     }
 
+    /// A clone, fork or vfork event of thread `tid`: a new thread of this process, or a new
+    /// process for the owner.
+    pub(crate) fn on_new_task(&mut self, tid: i32, event: u32) -> Result<()> {
+        let new =
+            sys::get_event_msg(tid).map_err(|e| ProcError::ptrace("GETEVENTMSG", tid, e))? as i32;
+        let thread = event == sys::EVENT_CLONE && tgid_of(new) == Some(self.pid);
+        if thread {
+            if !self.threads.iter().any(|t| t.tid == new) {
+                tracing::debug!(pid = self.pid, tid = new, "new thread traced");
+                self.threads.push(Thread {
+                    tid: new,
+                    state: TState::Running,
+                });
+            }
+        } else {
+            tracing::debug!(
+                pid = self.pid,
+                child = new,
+                event,
+                "new child process traced"
+            );
+            self.notices.push(Notice::Child {
+                pid: new,
+                vfork: event == sys::EVENT_VFORK,
+            });
+        }
+        Ok(())
+    }
+
+    /// Thread `tid` is stopped at a system call's entry (a seccomp stop) before the call ran:
+    /// skip the call now and put the thread back on its `syscall` instruction with the call
+    /// number in `rax`, so that resuming it issues the same call again.
+    pub(crate) fn rewind_syscall(&mut self, tid: i32) -> Result<()> {
+        let mut r = regs::get_regs(tid)?;
+        let nr = r.orig_rax;
+        r.orig_rax = u64::MAX; // skip the call
+        r.rax = nr;
+        r.rip -= 2; // `syscall` (0f 05) and `int 0x80` (cd 80) are two bytes
+        regs::set_regs(tid, &r)
+    }
+
     /// After execve: one thread remains (with the process id); the others are gone.
     fn after_exec(&mut self) {
         let pid = self.pid;
@@ -896,6 +1222,12 @@ impl Inner {
     }
 
     pub(crate) fn stop_all(&mut self) -> Result<()> {
+        self.interrupt_all()?;
+        self.collect_stops()
+    }
+
+    /// Asks every thread that is not stopped to stop (PTRACE_INTERRUPT), without waiting.
+    pub(crate) fn interrupt_all(&mut self) -> Result<()> {
         if self.exit.is_some() {
             return Err(self.exited_err());
         }
@@ -908,7 +1240,7 @@ impl Inner {
                 }
             }
         }
-        self.collect_stops()
+        Ok(())
     }
 
     /// Waits until every thread is in a ptrace-stop (an interrupt is pending for each running
@@ -975,7 +1307,7 @@ impl Inner {
                     self.threads[i].state = TState::Listening;
                 }
                 StopHow::Signal => self.cont(tid, deliver)?,
-                StopHow::Interrupt => self.cont(tid, 0)?,
+                StopHow::Interrupt | StopHow::Seccomp | StopHow::Vfork => self.cont(tid, 0)?,
             }
         }
         Ok(())
@@ -1035,6 +1367,36 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// One look, without blocking, at every thread that is not stopped; whether anything
+    /// happened.
+    pub(crate) fn poll_once(&mut self) -> Result<bool> {
+        let waiting: Vec<i32> = self
+            .threads
+            .iter()
+            .filter(|t| !matches!(t.state, TState::Stopped { .. }))
+            .map(|t| t.tid)
+            .collect();
+        let mut progressed = false;
+        for tid in waiting {
+            match sys::wait(tid, true) {
+                Ok(Some((st, raw))) => {
+                    self.on_status(tid, st, raw, Mode::Running)?;
+                    progressed = true;
+                }
+                Ok(None) => {}
+                Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+                    self.thread_gone(tid, Status::Exited(0));
+                    progressed = true;
+                }
+                Err(source) => return Err(ProcError::Wait { tid, source }),
+            }
+            if self.exit.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(progressed)
     }
 
     fn kill(&mut self) -> Result<Exit> {
@@ -1118,6 +1480,14 @@ impl Drop for Inner {
             tracing::warn!(pid = self.pid, "releasing the traced process failed: {e}");
         }
     }
+}
+
+/// The thread group (process) of task `tid`, from /proc.
+fn tgid_of(tid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Whether thread `tid` of `pid` has exited (a zombie, or gone).

@@ -1,0 +1,315 @@
+//! A traced process *tree*: a program and everything it starts (fork, vfork, clone), each
+//! process a [`Tracee`], stopped and resumed together, its events handled in one loop.
+//!
+//! Children are attached by the kernel (PTRACE_O_TRACEFORK…) before they run an instruction,
+//! so nothing the tree does escapes the monitor. A process that exits is reaped by the monitor
+//! as its tracer (the kernel then reports it to its real parent, which reaps it with wait() as
+//! usual); until its parent has done so it is a zombie, whose exit the tree remembers.
+//! Seccomp traps ([`Notice::Trap`]) are handed to the caller before the trapped call runs.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::error::{ProcError, Result};
+use crate::ns::Namespace;
+use crate::tracee::{Exit, Notice, Tracee};
+
+/// A program and its descendants under one monitor.
+#[derive(Debug)]
+pub struct Tree {
+    procs: Vec<Tracee>,
+    root: i32,
+    root_exit: Option<Exit>,
+    /// Processes that ended (the monitor reaped them as tracer) and may still be zombies
+    /// waiting for their parent.
+    ended: HashMap<i32, Exit>,
+    /// Children started by vfork that have not exec'd or exited: they share their parent's
+    /// memory, so no checkpoint may be taken meanwhile.
+    vforked: HashSet<i32>,
+    ns: Option<Namespace>,
+}
+
+/// Longest sleep between looks at the tree when SIGCHLD may not reach this thread (another
+/// thread of the monitor may take it).
+const NAP_MAX: Duration = Duration::from_millis(2);
+
+impl Tree {
+    /// A tree whose first process is `root` (stopped or running), in namespace `ns`.
+    pub fn new(root: Tracee, ns: Option<Namespace>) -> Tree {
+        Tree {
+            root: root.pid(),
+            procs: vec![root],
+            root_exit: None,
+            ended: HashMap::new(),
+            vforked: HashSet::new(),
+            ns,
+        }
+    }
+
+    /// Adds a process (a restore creates them one by one).
+    pub fn add(&mut self, t: Tracee) {
+        if !self.procs.iter().any(|p| p.pid() == t.pid()) {
+            self.procs.push(t);
+        }
+    }
+
+    /// The first process.
+    pub fn root_pid(&self) -> i32 {
+        self.root
+    }
+
+    /// The live processes (the root first while it lives).
+    pub fn processes(&self) -> &[Tracee] {
+        &self.procs
+    }
+
+    /// Process `pid`, if alive in the tree.
+    pub fn process(&self, pid: i32) -> Option<&Tracee> {
+        self.procs.iter().find(|p| p.pid() == pid)
+    }
+
+    /// The pid namespace, when the tree has one.
+    pub fn namespace(&self) -> Option<&Namespace> {
+        self.ns.as_ref()
+    }
+
+    /// How the root ended, once it has.
+    pub fn root_exit(&self) -> Option<Exit> {
+        self.root_exit
+    }
+
+    /// How process `pid` of the tree ended, if it has and may still be a zombie.
+    pub fn ended(&self, pid: i32) -> Option<Exit> {
+        self.ended.get(&pid).copied()
+    }
+
+    /// Forgets ended processes whose parents reaped them.
+    pub fn forget_reaped(&mut self) {
+        self.ended
+            .retain(|pid, _| std::path::Path::new(&format!("/proc/{pid}")).exists());
+    }
+
+    /// Whether a vfork child still shares its parent's memory.
+    pub fn in_vfork(&self) -> bool {
+        !self.vforked.is_empty()
+    }
+
+    /// Whether every process has ended.
+    pub fn is_empty(&self) -> bool {
+        self.procs.is_empty()
+    }
+
+    /// Stops every thread of every process, including processes started meanwhile. Refuses
+    /// with [`ProcError::Busy`] (leaving the tree running) while a vfork child shares its
+    /// parent's memory: the parent cannot stop until the child execs or exits.
+    pub fn stop_all(&mut self) -> Result<()> {
+        if self.in_vfork() {
+            return Err(ProcError::Busy {
+                what: "a process is in vfork (its child shares its memory until it execs)",
+            });
+        }
+        loop {
+            let procs = self.procs.clone();
+            for p in &procs {
+                match p.interrupt_all() {
+                    Ok(()) | Err(ProcError::Exited { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            for p in &procs {
+                match p.stop_all() {
+                    Ok(()) | Err(ProcError::Exited { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            let added = self.take_notices(&mut |_, _| Ok(()))?;
+            self.drop_ended();
+            if self.in_vfork() {
+                // Caught in the middle of a vfork: let it finish.
+                self.resume_all()?;
+                return Err(ProcError::Busy {
+                    what: "a process is in vfork (its child shares its memory until it execs)",
+                });
+            }
+            if !added {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Resumes every thread of every process.
+    pub fn resume_all(&mut self) -> Result<()> {
+        for p in self.procs.clone() {
+            match p.resume_all() {
+                Ok(()) | Err(ProcError::Exited { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.drop_ended();
+        Ok(())
+    }
+
+    /// Lets the tree run for `d` (resuming it), handling its events: new processes join the
+    /// tree; `on_trap(process, tid)` runs for each seccomp trap before the trapped call is let
+    /// run. Returns the root's exit once every process of the tree has ended.
+    pub fn run_for(
+        &mut self,
+        d: Duration,
+        on_trap: &mut dyn FnMut(&Tracee, i32) -> Result<()>,
+    ) -> Result<Option<Exit>> {
+        let deadline = Instant::now() + d;
+        self.resume_all()?;
+        let _blocked = SigchldBlocked::new();
+        let mut nap = Duration::from_micros(50);
+        loop {
+            let mut progressed = false;
+            for p in self.procs.clone() {
+                match p.poll() {
+                    Ok(x) => progressed |= x,
+                    Err(ProcError::Exited { .. }) => progressed = true,
+                    Err(e) => return Err(e),
+                }
+            }
+            progressed |= self.take_notices(on_trap)?;
+            self.drop_ended();
+            if self.procs.is_empty() {
+                return Ok(Some(self.root_exit.unwrap_or(Exit::Code(0))));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            if progressed {
+                nap = Duration::from_micros(50);
+                continue;
+            }
+            wait_sigchld(nap.min(deadline - now));
+            nap = (nap * 2).min(NAP_MAX);
+        }
+    }
+
+    /// Handles the notices of every process; whether any process was added or resumed.
+    fn take_notices(
+        &mut self,
+        on_trap: &mut dyn FnMut(&Tracee, i32) -> Result<()>,
+    ) -> Result<bool> {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.procs.len() {
+            let p = self.procs[i].clone();
+            for n in p.take_notices() {
+                any = true;
+                match n {
+                    Notice::Child { pid, vfork } => {
+                        if vfork {
+                            self.vforked.insert(pid);
+                        }
+                        self.add(Tracee::adopt(pid));
+                    }
+                    Notice::Trap { tid } => {
+                        on_trap(&p, tid)?;
+                        match p.resume_trapped(tid) {
+                            Ok(()) | Err(ProcError::Exited { .. }) => {}
+                            Err(e) => return Err(e),
+                        }
+                    }
+                }
+            }
+            i += 1;
+        }
+        // A vfork child that exec'd (or ended) no longer shares its parent's memory.
+        let procs = &self.procs;
+        self.vforked.retain(|pid| {
+            procs
+                .iter()
+                .find(|p| p.pid() == *pid)
+                .is_some_and(|p| p.execs() == 0 && p.exit().is_none())
+        });
+        Ok(any)
+    }
+
+    /// Moves processes that ended out of the live list.
+    fn drop_ended(&mut self) {
+        let root = self.root;
+        let mut ended = Vec::new();
+        self.procs.retain(|p| match p.exit() {
+            Some(e) => {
+                ended.push((p.pid(), e));
+                false
+            }
+            None => true,
+        });
+        for (pid, e) in ended {
+            tracing::debug!(pid, exit = %e, "process of the tree ended");
+            if pid == root {
+                self.root_exit = Some(e);
+            }
+            self.ended.insert(pid, e);
+        }
+    }
+
+    /// Kills every process (and the namespace's init) and reaps them.
+    pub fn kill(&mut self) {
+        for p in &self.procs {
+            let _ = crate::sys::kill(p.pid(), libc::SIGKILL);
+        }
+        for p in std::mem::take(&mut self.procs) {
+            if let Ok(e) = p.kill() {
+                if p.pid() == self.root {
+                    self.root_exit.get_or_insert(e);
+                }
+            }
+        }
+        self.ns = None;
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        // Processes are killed by their own handles (spawned or adopted ones); the
+        // namespace's init goes last, ending whatever is left in it.
+        self.procs.clear();
+    }
+}
+
+/// SIGCHLD blocked in this thread while it waits for its tracees, so that a stop or exit
+/// between two looks is not lost: it stays pending for `sigtimedwait`.
+struct SigchldBlocked {
+    old: libc::sigset_t,
+}
+
+impl SigchldBlocked {
+    fn new() -> SigchldBlocked {
+        // SAFETY: sigset manipulation on locals and the calling thread's own mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SigchldBlocked { old }
+        }
+    }
+}
+
+impl Drop for SigchldBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restoring the calling thread's mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// Sleeps until a SIGCHLD (a tracee stopped or ended) or `timeout`.
+fn wait_sigchld(timeout: Duration) {
+    // SAFETY: sigset manipulation on locals; sigtimedwait only reads and writes them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+    }
+}
