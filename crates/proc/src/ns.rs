@@ -667,7 +667,7 @@ unsafe fn spawn_child(
     let want = i32::from_le_bytes([body[0], body[1], body[2], body[3]]);
     let flags = u32::from_le_bytes([body[4], body[5], body[6], body[7]]);
     let flen = u32::from_le_bytes([body[8], body[9], body[10], body[11]]) as usize;
-    if body.len() < 12 + flen || flen % 8 != 0 {
+    if body.len() < 12 + flen || !flen.is_multiple_of(8) {
         return -(libc::EINVAL as i64);
     }
     let filter = &body[12..12 + flen];
