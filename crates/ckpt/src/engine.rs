@@ -70,7 +70,8 @@ pub struct CommitState {
     pub prepared: bool,
     /// The caller's metadata of that checkpoint.
     pub metadata: Vec<u8>,
-    /// When prepared: the caller's metadata of the checkpoint before it.
+    /// When prepared: the caller's metadata of the checkpoint before it, unless an interrupted
+    /// [`Engine::finish`] had begun to overwrite it.
     pub previous_metadata: Option<Vec<u8>>,
 }
 
@@ -84,6 +85,11 @@ pub fn commit_state(path: &Path, opts: &EngineOptions) -> Result<CommitState> {
         fixed_time_ns: None,
     };
     let pool = Pool::open(path, &o)?;
+    commit_state_of(&pool)
+}
+
+/// [`commit_state`] of a pool already open (read only: the pool is not changed).
+pub fn commit_state_of(pool: &Pool) -> Result<CommitState> {
     let r = pool.roots().to_vec();
     if r.is_empty() {
         return Ok(CommitState {
@@ -95,7 +101,7 @@ pub fn commit_state(path: &Path, opts: &EngineOptions) -> Result<CommitState> {
     }
     let (valid, epoch, prepared) = check_roots(&r)?;
     let user = |ctx: usize, len: u64, crc: u64, epoch: u64| -> Result<Vec<u8>> {
-        let b = read_meta(&pool, ctx, len, crc).ok_or(CkptError::MetaDamaged { epoch })?;
+        let b = read_meta(pool, ctx, len, crc).ok_or(CkptError::MetaDamaged { epoch })?;
         Ok(ContextMeta::decode(&b)
             .map_err(|detail| CkptError::NotACheckpoint { detail })?
             .user)
@@ -106,13 +112,17 @@ pub fn commit_state(path: &Path, opts: &EngineOptions) -> Result<CommitState> {
         Err(_) if !prepared => user(1 - valid, r[root::META_LEN], r[root::META_CRC], epoch)?,
         Err(e) => return Err(e),
     };
+    // A finish that a crash interrupted may already have overwritten the other context's
+    // metadata with the prepared checkpoint's: the checkpoint before is gone then (finish
+    // only runs once the prepared one is agreed on), and there is none to report.
     let previous_metadata = if prepared {
-        Some(user(
+        user(
             1 - valid,
             r[root::PREV_META_LEN],
             r[root::PREV_META_CRC],
             epoch - 1,
-        )?)
+        )
+        .ok()
     } else {
         None
     };

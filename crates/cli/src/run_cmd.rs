@@ -8,9 +8,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use kioku_pool::media::{MediumChoice, MediumKind};
 use kioku_pool::{CreateOptions, OpenOptions, Pool};
-use kioku_proc::{Exit, Tracee, TraceeCommand};
+use kioku_proc::{Exit, Namespace, Tracee, TraceeCommand, Tree};
 use kioku_run::control::{request_checkpoint, Target};
-use kioku_run::{Capturer, Monitor, MonitorOptions, ProcessImage, Summary};
+use kioku_run::{Capturer, Monitor, MonitorOptions, Summary, TreeImage};
 
 /// Where pools go without --pool.
 const DEFAULT_DIR: &str = ".kioku";
@@ -109,7 +109,7 @@ enum PoolState {
     Missing,
     /// A process checkpoint; `finished` once the program ended.
     Process {
-        image: Option<Box<ProcessImage>>,
+        image: Option<Box<TreeImage>>,
         unix_ns: u64,
     },
     Other(String),
@@ -127,7 +127,7 @@ fn pool_state(path: &Path) -> PoolState {
             image: r
                 .metadata
                 .as_deref()
-                .and_then(|m| ProcessImage::decode(m).ok())
+                .and_then(|m| TreeImage::decode(m).ok())
                 .map(Box::new),
             unix_ns: r.checkpoint_unix_ns,
         },
@@ -178,7 +178,7 @@ fn choose_pool(explicit: Option<PathBuf>, program: &str) -> Result<PathBuf> {
                 bail!(
                     "{} holds a checkpoint of an unfinished run{}; resume it with `kioku restore --pool {}`, or remove it to start afresh",
                     p.display(),
-                    image.map(|i| format!(" of {}", i.program.path.display())).unwrap_or_default(),
+                    image.map(|i| format!(" of {}", program_of(&i))).unwrap_or_default(),
                     p.display()
                 )
             }
@@ -228,11 +228,31 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let pool_path = choose_pool(a.pool, &a.command[0])?;
     let mut o = CreateOptions::new(kioku_ckpt::POOL_KIND);
     o.medium = a.medium.map_or(MediumChoice::Auto, MediumChoice::Exactly);
+    // A pid namespace of its own, so that a restore gives every process and thread its id back.
+    let ns = match Namespace::create() {
+        Ok(n) => Some(n),
+        // Killed while starting.
+        Err(kioku_proc::ProcError::DiedBeforeExec { exit, .. }) => {
+            return Ok(match exit {
+                Exit::Code(c) => c,
+                Exit::Signal { sig, .. } => die_of(sig),
+            })
+        }
+        Err(e) => {
+            tracing::warn!("kioku: {e}; the program runs without one: a restore gives it new process ids and cannot bring back processes it starts");
+            None
+        }
+    };
     let cmd = TraceeCommand::new(&a.command[0])
         .args(a.command[1..].iter().cloned())
-        .inherit_fds(a.inherit_fds);
+        .inherit_fds(a.inherit_fds)
+        .trace_children(true);
     // Start the program first: a program that does not exist leaves no pool behind.
-    let tracee = match Tracee::spawn(cmd) {
+    let spawned = match &ns {
+        Some(ns) => Tracee::spawn_in(ns, cmd, None),
+        None => Tracee::spawn(cmd),
+    };
+    let tracee = match spawned {
         Ok(t) => t,
         Err(
             kioku_proc::ProcError::DiedBeforeExec { exit, .. }
@@ -243,24 +263,37 @@ pub fn run(a: RunArgs) -> Result<i32> {
                 Exit::Signal { sig, .. } => die_of(sig),
             })
         }
+        // Killed while being started (its namespace's init with it).
+        Err(_) if ns.as_ref().is_some_and(|n| !n.alive()) => return Ok(die_of(libc::SIGKILL)),
         Err(e) => return Err(e.into()),
     };
+    let pid = tracee.pid();
+    let tree = Tree::new(tracee, ns);
     let pool = Pool::create(&pool_path, &o)?;
-    tracing::info!(pool = %pool_path.display(), pid = tracee.pid(), "kioku run");
-    let capturer = match Capturer::new(pool, &tracee) {
+    tracing::info!(pool = %pool_path.display(), pid, "kioku run");
+    let capturer = match Capturer::new(pool, &tree) {
         Ok(c) => c,
         // Killed before it ran an instruction (while its tracker was being set up).
-        Err(e) if kioku_run::monitor::program_gone(tracee.pid()) => {
+        Err(e) if kioku_run::monitor::program_gone(pid) => {
             tracing::debug!("program died during setup: {e}");
-            return Ok(match tracee.kill()? {
+            let exit = tree.processes()[0].kill()?;
+            return Ok(match exit {
                 Exit::Code(c) => c,
                 Exit::Signal { sig, .. } => die_of(sig),
             });
         }
         Err(e) => return Err(e.into()),
     };
-    let monitor = Monitor::new(tracee, capturer, options(a.interval))?;
+    let monitor = Monitor::new(tree, capturer, options(a.interval))?;
     finish(monitor, &pool_path, a.summary, a.summary_json.as_deref())
+}
+
+/// The program a tree image runs (its first process's).
+fn program_of(i: &TreeImage) -> String {
+    i.root_process()
+        .or(i.processes.first())
+        .map(|p| p.program.path.display().to_string())
+        .unwrap_or_default()
 }
 
 pub fn restore(a: RestoreArgs) -> Result<i32> {
@@ -288,21 +321,22 @@ pub fn restore(a: RestoreArgs) -> Result<i32> {
     tracing::info!(
         pool = %pool_path.display(),
         epoch = r.epoch,
-        pid = r.tracee.pid(),
+        pid = r.tree.root_pid(),
         ms = t0.elapsed().as_secs_f64() * 1e3,
         "restored"
     );
     if a.summary {
         eprintln!(
-            "kioku: restored {} from epoch {} in {:.1} ms ({:.1} MiB written back), pid {}",
-            r.image.program.path.display(),
+            "kioku: restored {} from epoch {} in {:.1} ms ({:.1} MiB written back), {} processes, pid {}",
+            program_of(&r.image),
             r.epoch,
             t0.elapsed().as_secs_f64() * 1e3,
             r.bytes_written as f64 / (1 << 20) as f64,
-            r.tracee.pid()
+            r.tree.processes().len(),
+            r.tree.root_pid()
         );
     }
-    let monitor = Monitor::new(r.tracee, r.capturer, options(a.interval))?;
+    let monitor = Monitor::new(r.tree, r.capturer, options(a.interval))?;
     finish(monitor, &pool_path, a.summary, a.summary_json.as_deref())
 }
 
@@ -409,7 +443,7 @@ fn most_recent() -> Result<PathBuf> {
                     candidates.push((unix_ns, p.clone()));
                     "restorable".to_string()
                 };
-                format!("  {}  {}  {state}", p.display(), i.program.path.display())
+                format!("  {}  {}  {state}", p.display(), program_of(&i))
             }
             PoolState::Process { image: None, .. } => {
                 format!("  {}  no checkpoint yet", p.display())
@@ -461,7 +495,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     };
     let image = match ck.metadata.as_deref() {
         Some([]) | None => None,
-        Some(m) => Some(ProcessImage::decode(m)?),
+        Some(m) => Some(TreeImage::decode(m)?),
     };
     if a.json {
         let v = serde_json::json!({
@@ -485,11 +519,18 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         .map(|d| format!("{:.1} s ago", d.as_secs_f64()))
         .unwrap_or_default();
     println!(
-        "program     {} (pid {} when checkpointed)",
-        i.program.path.display(),
-        i.pid
+        "program     {} ({} processes{})",
+        program_of(&i),
+        i.processes.len(),
+        if i.pid_namespace {
+            ", in a pid namespace of its own"
+        } else {
+            ""
+        }
     );
-    println!("arguments   {}", i.argv.join(" "));
+    if let Some(root) = i.root_process() {
+        println!("arguments   {}", root.argv.join(" "));
+    }
     println!("epoch       {} ({ago})", ck.epoch);
     match (&i.finished, report.held_by) {
         (Some(f), _) => println!("state       finished: {f}; nothing to restore"),
@@ -499,38 +540,18 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
             a.pool.display()
         ),
     }
-    let captured: usize = i.areas.iter().map(|a| a.end - a.start).sum();
-    println!(
-        "memory      {} mappings, {} captured areas, {:.1} MiB captured",
-        i.vmas.len(),
-        i.areas.len(),
-        captured as f64 / (1 << 20) as f64
-    );
-    for a in &i.areas {
-        println!(
-            "            {:#014x}-{:#014x}  {:>10} KiB",
-            a.start,
-            a.end,
-            (a.end - a.start) >> 10
-        );
+    for p in &i.processes {
+        print_process(p);
     }
-    println!("threads     {}", i.threads.len());
-    println!("descriptors");
-    for f in &i.fds {
-        let what = match &f.kind {
-            kioku_run::image::FdKind::Inherited => {
-                "inherited from the restoring command".to_string()
-            }
-            kioku_run::image::FdKind::File { path, size } => {
-                format!("{} at offset {} (size {size})", path.display(), f.pos)
-            }
-            kioku_run::image::FdKind::Device { path } => path.display().to_string(),
-            kioku_run::image::FdKind::Pipe { id, write } => format!(
-                "{} end of a pipe within the program (pipe:[{id}] when checkpointed)",
-                if *write { "write" } else { "read" }
-            ),
-        };
-        println!("            {:>3}  {what}", f.fd);
+    if !i.shared.is_empty() {
+        println!("shared memory");
+        for s in &i.shared {
+            println!(
+                "            {:?}  {:.1} KiB held",
+                s.kind,
+                (s.hi - s.lo) as f64 / 1024.0
+            );
+        }
     }
     println!("recent checkpoints (epoch, copied, stop)");
     for e in &i.recent {
@@ -542,4 +563,45 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn print_process(p: &kioku_run::ProcessImage) {
+    println!(
+        "process     {} (parent {}, group {}, session {}): {}",
+        p.pid,
+        p.ppid,
+        p.pgid,
+        p.sid,
+        match p.zombie {
+            Some(z) => format!("ended ({z:?}), not yet reaped by its parent"),
+            None => p.program.path.display().to_string(),
+        }
+    );
+    if p.zombie.is_some() {
+        return;
+    }
+    let captured: usize = p.areas.iter().map(|a| a.end - a.start).sum();
+    println!(
+        "  memory    {} mappings, {} captured areas, {:.1} MiB captured",
+        p.vmas.len(),
+        p.areas.len(),
+        captured as f64 / (1 << 20) as f64
+    );
+    println!("  threads   {}", p.threads.len());
+    for f in &p.fds {
+        let what = match &f.kind {
+            kioku_run::image::FdKind::Inherited => {
+                "inherited from the restoring command".to_string()
+            }
+            kioku_run::image::FdKind::File { path, size } => {
+                format!("{} at offset {} (size {size})", path.display(), f.pos)
+            }
+            kioku_run::image::FdKind::Device { path } => path.display().to_string(),
+            kioku_run::image::FdKind::Pipe { id, write } => format!(
+                "{} end of a pipe within the process (pipe:[{id}] when checkpointed)",
+                if *write { "write" } else { "read" }
+            ),
+        };
+        println!("  fd {:>3}    {what}", f.fd);
+    }
 }

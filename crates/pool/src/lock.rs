@@ -11,8 +11,43 @@ pub enum LockOutcome {
     Busy(Option<u32>),
 }
 
-/// Takes an exclusive (or shared) flock without waiting.
+/// How long a lock whose taker is gone is waited for: a process that inherited the pool's
+/// descriptor by fork (the taker's own child between fork and exec, or one being killed with
+/// it) lets it go within moments.
+const ORPHANED_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Takes an exclusive (or shared) flock without waiting for a live holder. A lock whose taker
+/// has exited is held through a descriptor some other process inherited: that one is waited
+/// for a little (see [`ORPHANED_LOCK_WAIT`]).
 pub fn try_lock(file: &File, exclusive: bool) -> std::io::Result<LockOutcome> {
+    let deadline = std::time::Instant::now() + ORPHANED_LOCK_WAIT;
+    loop {
+        match try_lock_once(file, exclusive)? {
+            LockOutcome::Busy(pid)
+                if !pid.is_some_and(alive) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            LockOutcome::Busy(pid) => return Ok(LockOutcome::Busy(pid.filter(|&p| alive(p)))),
+            LockOutcome::Locked => return Ok(LockOutcome::Locked),
+        }
+    }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(s) => !matches!(
+            s.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z') | Some('X') | None
+        ),
+    }
+}
+
+/// One attempt at the flock.
+fn try_lock_once(file: &File, exclusive: bool) -> std::io::Result<LockOutcome> {
     let op = if exclusive {
         libc::LOCK_EX
     } else {

@@ -158,6 +158,144 @@ impl Inner {
         result
     }
 
+    /// execve in single-threaded stopped process's thread `tid`, then stop at the new program's
+    /// first instruction. The strings live in a scratch mapping the new image replaces.
+    pub(crate) fn exec(
+        &mut self,
+        tid: i32,
+        path: &[u8],
+        argv: &[Vec<u8>],
+        env: &[Vec<u8>],
+    ) -> Result<()> {
+        self.check_stopped(tid)?;
+        if self.threads.len() != 1 {
+            return Err(ProcError::NotStopped { tid: self.pid });
+        }
+        // Strings, then the two pointer arrays.
+        let mut strings = Vec::new();
+        let mut offs = Vec::new();
+        for s in std::iter::once(path)
+            .chain(argv.iter().map(|a| a.as_slice()))
+            .chain(env.iter().map(|e| e.as_slice()))
+        {
+            offs.push(strings.len());
+            strings.extend_from_slice(s);
+            strings.push(0);
+        }
+        let ptrs_at = strings.len().next_multiple_of(8);
+        let total = ptrs_at + 8 * (argv.len() + env.len() + 2);
+        let len = total.next_multiple_of(4096);
+        let mut args = [0u64; 6];
+        args[1] = len as u64;
+        args[2] = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        args[3] = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+        args[4] = u64::MAX;
+        let base = self.inject(tid, libc::SYS_mmap, &args)?;
+        if errno_of(base).is_some() {
+            return Err(ProcError::Syscall {
+                name: "mmap",
+                pid: self.pid,
+                source: std::io::Error::from_raw_os_error(-base as i32),
+            });
+        }
+        let base = base as usize;
+        let mut block = strings;
+        block.resize(ptrs_at, 0);
+        let ptr = |i: usize| ((base + offs[i]) as u64).to_le_bytes();
+        for i in 0..argv.len() {
+            block.extend_from_slice(&ptr(1 + i));
+        }
+        block.extend_from_slice(&0u64.to_le_bytes());
+        for i in 0..env.len() {
+            block.extend_from_slice(&ptr(1 + argv.len() + i));
+        }
+        block.extend_from_slice(&0u64.to_le_bytes());
+        mem::write_mem(self.pid, base, &block)?;
+        let site = match self.syscall_site()? {
+            Some(a) => a,
+            None => {
+                return Err(ProcError::Unexpected {
+                    tid,
+                    what: "exec: no syscall instruction",
+                    status: 0,
+                })
+            }
+        };
+        let mut call = regs::get_regs(tid)?;
+        call.rip = site as u64;
+        call.rax = libc::SYS_execve as u64;
+        call.orig_rax = u64::MAX;
+        call.rdi = base as u64;
+        call.rsi = (base + ptrs_at) as u64;
+        call.rdx = (base + ptrs_at + 8 * (argv.len() + 1)) as u64;
+        regs::set_regs(tid, &call)?;
+        sys::ptrace(Req::SingleStep(0), tid)
+            .map_err(|e| ProcError::ptrace("SINGLESTEP", tid, e))?;
+        loop {
+            let (st, raw) = self.wait_one(tid)?;
+            match st {
+                Status::Stopped {
+                    event: sys::EVENT_EXEC,
+                    ..
+                } => {
+                    self.after_exec_event();
+                    // Let the exec finish and stop before the first instruction.
+                    sys::ptrace(Req::Interrupt, tid)
+                        .map_err(|e| ProcError::ptrace("INTERRUPT", tid, e))?;
+                    sys::ptrace(Req::Cont(0), tid)
+                        .map_err(|e| ProcError::ptrace("CONT", tid, e))?;
+                }
+                Status::Stopped {
+                    event: sys::EVENT_STOP,
+                    ..
+                } => {
+                    if let Some(t) = self.thread_mut(tid) {
+                        t.state = TState::Stopped {
+                            how: StopHow::Interrupt,
+                            deliver: 0,
+                        };
+                    }
+                    return Ok(());
+                }
+                Status::Stopped {
+                    sig: libc::SIGTRAP,
+                    event: 0,
+                } => {
+                    // The single step ended without an exec: it failed.
+                    let r = regs::get_regs(tid)?;
+                    if let Some(t) = self.thread_mut(tid) {
+                        t.state = TState::Stopped {
+                            how: StopHow::Signal,
+                            deliver: 0,
+                        };
+                    }
+                    return Err(ProcError::Syscall {
+                        name: "execve",
+                        pid: self.pid,
+                        source: std::io::Error::from_raw_os_error(
+                            errno_of(r.rax as i64).unwrap_or(libc::EIO),
+                        ),
+                    });
+                }
+                Status::Stopped { .. } => {
+                    sys::ptrace(Req::SingleStep(0), tid)
+                        .map_err(|e| ProcError::ptrace("SINGLESTEP", tid, e))?;
+                }
+                Status::Exited(_) | Status::Killed { .. } => {
+                    self.thread_gone(tid, st);
+                    return Err(self.exited_err());
+                }
+                Status::Other => {
+                    return Err(ProcError::Unexpected {
+                        tid,
+                        what: "exec",
+                        status: raw,
+                    })
+                }
+            }
+        }
+    }
+
     /// Queues a held-back signal again: with its siginfo when the kernel allows it (codes of
     /// sigqueue, timers, message queues, AIO and SIGIO), else as tgkill with the same number.
     fn requeue(&mut self, tid: i32, si: &libc::siginfo_t) -> Result<()> {
@@ -265,6 +403,30 @@ impl Inner {
 }
 
 impl Tracee {
+    /// Replaces the stopped, single-threaded process's program: `execve(path, argv, env)` run in
+    /// thread `tid`; returns with the new program stopped before its first instruction.
+    pub fn exec(
+        &self,
+        tid: i32,
+        path: &Path,
+        argv: &[String],
+        env: &[(std::ffi::OsString, std::ffi::OsString)],
+    ) -> Result<()> {
+        let argv: Vec<Vec<u8>> = argv.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let env: Vec<Vec<u8>> = env
+            .iter()
+            .map(|(k, v)| {
+                let mut b = k.as_bytes().to_vec();
+                b.push(b'=');
+                b.extend_from_slice(v.as_bytes());
+                b
+            })
+            .collect();
+        self.inner
+            .borrow_mut()
+            .exec(tid, path.as_os_str().as_bytes(), &argv, &env)
+    }
+
     /// Executes system call `nr` with up to six arguments in stopped thread `tid` and returns
     /// its result; a `-errno` result becomes `ProcError::Syscall`. The thread's registers and
     /// memory are restored exactly; a call it was blocked in restarts when it is resumed.

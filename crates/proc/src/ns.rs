@@ -165,7 +165,30 @@ impl Namespace {
                 ));
             }
             Err(e) => {
-                ns.kill();
+                // The init went away while starting (its end of the pipe closed): killed by
+                // someone (a SIGKILL for the monitor's children), or failed. Reap it to tell.
+                let mut st = 0;
+                let eof = matches!(&e, ProcError::Namespace { source, .. } if source.kind() == io::ErrorKind::UnexpectedEof);
+                let reaped = if eof {
+                    // SAFETY: reaping our own (exiting) child into a local.
+                    unsafe { libc::waitpid(pid, &mut st, libc::__WALL) }
+                } else {
+                    0
+                };
+                ns.init = 0;
+                if reaped == pid && libc::WIFSIGNALED(st) {
+                    return Err(ProcError::DiedBeforeExec {
+                        program: "the pid namespace's init".into(),
+                        exit: crate::tracee::Exit::Signal {
+                            sig: libc::WTERMSIG(st),
+                            core: false,
+                        },
+                    });
+                }
+                if reaped != pid {
+                    ns.init = pid;
+                    ns.kill();
+                }
                 return Err(e);
             }
         }
@@ -177,6 +200,18 @@ impl Namespace {
     /// The init's process id (as the monitor sees it).
     pub fn init_pid(&self) -> i32 {
         self.init
+    }
+
+    /// Whether the init still runs (killing it ends every process of the namespace).
+    pub fn alive(&self) -> bool {
+        match std::fs::read_to_string(format!("/proc/{}/stat", self.init)) {
+            Err(_) => false,
+            Ok(s) => !matches!(
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.trim_start().chars().next()),
+                Some('Z') | Some('X') | None
+            ),
+        }
     }
 
     /// Which namespaces.
@@ -512,6 +547,10 @@ unsafe fn init_main(
     for fd in fds.monitor_ends {
         libc::close(fd);
     }
+    // Descriptors of the monitor that are close-on-exec would not reach the program anyway;
+    // holding them here would keep, e.g., the pool's lock alive. Inheritable ones stay (they
+    // are what `--inherit-fds` passes on).
+    close_cloexec_except(&[fds.cmd, fds.reply, fds.sync]);
     // Wait until the monitor has written the uid/gid maps (user namespace), or at all set up.
     let mut b = [0u8; 1];
     if !read_exact(fds.sync, &mut b) && kind == NamespaceKind::UserPid {
@@ -537,10 +576,6 @@ unsafe fn init_main(
     {
         status = neg_errno();
     }
-    // Descriptors of the monitor that are close-on-exec would not reach the program anyway;
-    // holding them here would keep, e.g., the pool's lock alive. Inheritable ones stay (they
-    // are what `--inherit-fds` passes on).
-    close_cloexec_except(&[fds.cmd, fds.reply]);
     libc::signal(libc::SIGPIPE, libc::SIG_IGN);
     libc::signal(libc::SIGCHLD, libc::SIG_DFL);
     let mut none: libc::sigset_t = std::mem::zeroed();

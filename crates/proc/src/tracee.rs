@@ -1203,6 +1203,11 @@ impl Inner {
         regs::set_regs(tid, &r)
     }
 
+    /// An exec event seen outside the wait loops (an injected exec).
+    pub(crate) fn after_exec_event(&mut self) {
+        self.after_exec()
+    }
+
     /// After execve: one thread remains (with the process id); the others are gone.
     fn after_exec(&mut self) {
         let pid = self.pid;

@@ -46,6 +46,18 @@ impl Tree {
         }
     }
 
+    /// Sets the first process (after a restore: `pid` of the process whose exit is passed on,
+    /// or none alive when `exit` says how it already ended).
+    pub fn set_root(&mut self, pid: i32, exit: Option<Exit>) {
+        self.root = pid;
+        self.root_exit = exit;
+    }
+
+    /// Gives the tree its pid namespace (ended with it).
+    pub fn set_namespace(&mut self, ns: Namespace) {
+        self.ns = Some(ns);
+    }
+
     /// Adds a process (a restore creates them one by one).
     pub fn add(&mut self, t: Tracee) {
         if !self.procs.iter().any(|p| p.pid() == t.pid()) {
@@ -81,6 +93,11 @@ impl Tree {
     /// How process `pid` of the tree ended, if it has and may still be a zombie.
     pub fn ended(&self, pid: i32) -> Option<Exit> {
         self.ended.get(&pid).copied()
+    }
+
+    /// The ended processes that may still be zombies.
+    pub fn ended_pids(&self) -> Vec<i32> {
+        self.ended.keys().copied().collect()
     }
 
     /// Forgets ended processes whose parents reaped them.

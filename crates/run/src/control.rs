@@ -52,12 +52,17 @@ impl Request {
 }
 
 impl Control {
-    /// Listens under the names of the program, the monitor and the pool.
-    pub fn listen(program_pid: i32, pool: &Path) -> Result<Control> {
+    /// Listens under the names of the program, the monitor, the pool, and `more` pids (the
+    /// tree's namespace init: a user may pick any of them from a process list).
+    pub fn listen(program_pid: i32, pool: &Path, more: &[i32]) -> Result<Control> {
         let mut listeners = vec![bind(&pid_name(program_pid))?, bind(&pool_name(pool)?)?];
         let me = std::process::id() as i32;
-        if me != program_pid {
-            listeners.push(bind(&pid_name(me))?);
+        let mut pids = vec![me];
+        pids.extend_from_slice(more);
+        pids.retain(|&p| p != program_pid && p > 0);
+        pids.dedup();
+        for p in pids {
+            listeners.push(bind(&pid_name(p))?);
         }
         Ok(Control { listeners })
     }

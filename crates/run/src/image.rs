@@ -1,6 +1,8 @@
-//! What a process checkpoint holds besides memory contents: the layout of the address space,
-//! the threads' registers, signal dispositions, descriptors, and the identity of every file
-//! the program maps — the checkpoint engine's metadata for one epoch, as versioned JSON.
+//! What a checkpoint of a process tree holds besides memory contents: for every process, the
+//! layout of its address space, its threads' registers, signal dispositions, descriptors, its
+//! place in the tree (parent, process group, session) and the identity of every file it maps;
+//! the shared-memory objects of the tree — the checkpoint engine's metadata for one epoch, as
+//! versioned JSON.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -9,21 +11,75 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RunError};
 
-/// Version of the image encoding this kioku writes and reads.
-pub const IMAGE_VERSION: u32 = 1;
+/// Version of the image encoding this kioku writes and reads (2: process trees).
+pub const IMAGE_VERSION: u32 = 2;
 /// Leading bytes of the metadata, so other programs' checkpoint pools are told apart.
 const MAGIC: &[u8; 8] = b"KIOKUPRC";
 
-/// One checkpoint of a process.
+/// One checkpoint of a process tree.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TreeImage {
+    pub version: u32,
+    /// Process and thread ids are those of a pid namespace of the tree's own (a restore gets
+    /// them back); `false`: the host's (a restore gives new ones; only a single process can
+    /// be restored then).
+    pub pid_namespace: bool,
+    /// The process whose exit `kioku` passes on (the one `kioku run` started).
+    pub root: i32,
+    /// How the root ended, when it did while other processes of the tree run on.
+    pub root_exit: Option<ExitImage>,
+    /// Every process, parents before their children.
+    pub processes: Vec<ProcessImage>,
+    /// Shared-memory objects (MAP_SHARED mappings, memfds) and the regions holding them.
+    pub shared: Vec<SharedImage>,
+    /// Set on the last record of a tree that ended: nothing to restore.
+    pub finished: Option<String>,
+    /// The most recent checkpoints (this one last): how much each copied and stopped.
+    pub recent: Vec<EpochStat>,
+}
+
+/// How a process ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ExitImage {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitImage {
+    pub fn of(e: kioku_proc::Exit) -> ExitImage {
+        match e {
+            kioku_proc::Exit::Code(c) => ExitImage::Code(c),
+            kioku_proc::Exit::Signal { sig, .. } => ExitImage::Signal(sig),
+        }
+    }
+
+    pub fn exit(self) -> kioku_proc::Exit {
+        match self {
+            ExitImage::Code(c) => kioku_proc::Exit::Code(c),
+            ExitImage::Signal(sig) => kioku_proc::Exit::Signal { sig, core: false },
+        }
+    }
+}
+
+/// One process of the tree.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ProcessImage {
-    pub version: u32,
+    /// Process id (in the tree's namespace, see [`TreeImage::pid_namespace`]).
+    pub pid: i32,
+    /// Parent (1: the namespace's init, or outside the tree).
+    pub ppid: i32,
+    /// Process group and session (0: outside the namespace).
+    pub pgid: i32,
+    pub sid: i32,
+    /// Signal the parent gets when it ends (SIGCHLD, or another given to clone).
+    pub exit_signal: i32,
+    /// An ended process its parent has not reaped yet: it comes back as a zombie with this
+    /// status, and nothing else of it is kept.
+    pub zombie: Option<ExitImage>,
     /// The executable.
     pub program: FileId,
     pub argv: Vec<String>,
     pub cwd: PathBuf,
-    /// Process id when checkpointed (informational: a restored process gets a new one).
-    pub pid: i32,
     /// Every mapping, by address.
     pub vmas: Vec<Vma>,
     /// Captured memory areas (contiguous runs of captured mappings) and their regions.
@@ -41,14 +97,38 @@ pub struct ProcessImage {
     /// CRC-32C of the vdso: a restore needs the same kernel code at the same place.
     pub vdso_crc: Option<u32>,
     pub fds: Vec<FdImage>,
-    /// Pipes whose both ends the program holds.
+    /// Pipes whose both ends the process holds.
     pub pipes: Vec<PipeImage>,
-    /// Identities of mapped files (index = `Vma::file`).
+    /// Identities of mapped files (index = `Backing::File::index`).
     pub files: Vec<FileId>,
-    /// Set on the last record of a program that ended: nothing to restore.
-    pub finished: Option<String>,
-    /// The most recent checkpoints (this one last): how much each copied and stopped.
-    pub recent: Vec<EpochStat>,
+}
+
+/// A shared-memory object: what several mappings (of one or more processes) see alike.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SharedImage {
+    /// Names it in `Backing::Shared`.
+    pub id: u32,
+    pub kind: SharedKind,
+    /// Object offsets `[lo, hi)` the region holds (what the tree maps of it).
+    pub lo: u64,
+    pub hi: u64,
+    /// The object's size (a memfd's or file's length; at least `hi`).
+    pub size: u64,
+    /// The engine region holding those bytes.
+    pub region: String,
+}
+
+/// What a shared-memory object is.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SharedKind {
+    /// MAP_SHARED | MAP_ANONYMOUS memory (shared between a process and its forks).
+    Anonymous,
+    /// A memfd (`memfd_create(name)`).
+    Memfd { name: String },
+    /// A regular file mapped shared: its mapped bytes at the checkpoint are written back into
+    /// it at restore. `deleted`: the file had no name any more; it comes back as a new
+    /// unnamed file in the same directory.
+    File { path: PathBuf, deleted: bool },
 }
 
 /// One checkpoint's cost, kept in the image for `kioku inspect`.
@@ -123,6 +203,11 @@ pub enum Backing {
     /// The vdso, or one of the vvar pages.
     Special {
         name: String,
+    },
+    /// `TreeImage::shared[object]` at `offset`, mapped shared.
+    Shared {
+        object: u32,
+        offset: u64,
     },
 }
 
@@ -235,7 +320,17 @@ pub struct FdImage {
     pub kind: FdKind,
 }
 
-impl ProcessImage {
+impl TreeImage {
+    /// The process `pid`.
+    pub fn process(&self, pid: i32) -> Option<&ProcessImage> {
+        self.processes.iter().find(|p| p.pid == pid)
+    }
+
+    /// The root process, unless it has ended.
+    pub fn root_process(&self) -> Option<&ProcessImage> {
+        self.process(self.root).filter(|p| p.zombie.is_none())
+    }
+
     /// The engine metadata: magic, then JSON.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = MAGIC.to_vec();
@@ -243,8 +338,8 @@ impl ProcessImage {
         out
     }
 
-    /// Decodes engine metadata written by [`ProcessImage::encode`].
-    pub fn decode(b: &[u8]) -> Result<ProcessImage> {
+    /// Decodes engine metadata written by [`TreeImage::encode`].
+    pub fn decode(b: &[u8]) -> Result<TreeImage> {
         if b.is_empty() {
             return Err(RunError::NoCheckpoint);
         }
@@ -306,17 +401,17 @@ mod tests {
     #[test]
     fn foreign_metadata_is_refused() {
         assert!(matches!(
-            ProcessImage::decode(b"something else"),
+            TreeImage::decode(b"something else"),
             Err(RunError::NotAProcessCheckpoint { .. })
         ));
         assert!(matches!(
-            ProcessImage::decode(b""),
+            TreeImage::decode(b""),
             Err(RunError::NoCheckpoint)
         ));
         let mut b = MAGIC.to_vec();
         b.extend_from_slice(br#"{"version": 99}"#);
         assert!(matches!(
-            ProcessImage::decode(&b),
+            TreeImage::decode(&b),
             Err(RunError::Version { found: 99, .. })
         ));
     }

@@ -1,9 +1,9 @@
-//! The monitor loop: let the program run, checkpoint it every interval and on request, pass its
-//! exit through.
+//! The monitor loop: let the tree run, checkpoint it every interval and on request, hand its
+//! seccomp traps to the file journal, pass the root's exit through.
 
 use std::time::{Duration, Instant};
 
-use kioku_proc::{Exit, ProcError, Tracee};
+use kioku_proc::{Exit, ProcError, Tracee, Tree};
 
 use crate::capture::{Capturer, CheckpointReport};
 use crate::control::{Control, Request};
@@ -38,31 +38,49 @@ pub struct Summary {
     pub durable_ms: Vec<f64>,
     pub copied_bytes: u64,
     pub captured_bytes: u64,
+    /// Most processes in one checkpoint.
+    pub processes: usize,
     /// Why checkpoints stopped, if they did.
     pub stopped_because: Option<String>,
 }
 
-/// A program under the monitor.
+/// What happened to a checkpoint request.
+enum Outcome {
+    Taken(Box<CheckpointReport>),
+    /// Not now (the tree is in a vfork); try again shortly.
+    Postponed,
+    /// The tree ended, or checkpoints stopped.
+    None,
+}
+
+/// A process tree under the monitor.
 pub struct Monitor {
-    tracee: Tracee,
+    tree: Tree,
     capturer: Option<Capturer>,
     control: Option<Control>,
     opts: MonitorOptions,
     summary: Summary,
 }
 
-/// The slice the program runs between looks at the control socket.
+/// The slice the tree runs between looks at the control socket.
 const POLL: Duration = Duration::from_millis(20);
+/// Retry delay of a checkpoint postponed because the tree could not be stopped.
+const RETRY: Duration = Duration::from_millis(2);
 
 impl Monitor {
-    pub fn new(tracee: Tracee, capturer: Capturer, opts: MonitorOptions) -> Result<Monitor> {
+    pub fn new(tree: Tree, capturer: Capturer, opts: MonitorOptions) -> Result<Monitor> {
         let control = if opts.control {
-            Some(Control::listen(tracee.pid(), capturer.pool_path())?)
+            let init: Vec<i32> = tree.namespace().map(|n| n.init_pid()).into_iter().collect();
+            Some(Control::listen(
+                tree.root_pid(),
+                capturer.pool_path(),
+                &init,
+            )?)
         } else {
             None
         };
         Ok(Monitor {
-            tracee,
+            tree,
             capturer: Some(capturer),
             control,
             opts,
@@ -70,55 +88,95 @@ impl Monitor {
         })
     }
 
+    /// The root process (as the monitor sees it).
     pub fn pid(&self) -> i32 {
-        self.tracee.pid()
+        self.tree.root_pid()
+    }
+
+    pub fn tree(&self) -> &Tree {
+        &self.tree
     }
 
     pub fn summary(&self) -> &Summary {
         &self.summary
     }
 
-    /// Takes a checkpoint now (the program must be running or stopped under the monitor).
-    /// `None` when none was taken: the program died meanwhile, or checkpoints stopped.
+    /// Takes a checkpoint now (waiting while the tree cannot be stopped). `None` when none was
+    /// taken: the tree ended meanwhile, or checkpoints stopped.
     pub fn checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
+        let t0 = Instant::now();
+        loop {
+            match self.checkpoint_once()? {
+                Outcome::Taken(r) => return Ok(Some(*r)),
+                Outcome::None => return Ok(None),
+                Outcome::Postponed if t0.elapsed() < Duration::from_secs(10) => {
+                    if let Some(exit) = self.tree.run_for(RETRY, &mut no_traps)? {
+                        self.ended(exit)?;
+                        return Ok(None);
+                    }
+                }
+                Outcome::Postponed => return Err(RunError::Unsupported {
+                    what:
+                        "the process tree could not be stopped for 10 s (a process stays in vfork)"
+                            .into(),
+                }),
+            }
+        }
+    }
+
+    fn checkpoint_once(&mut self) -> Result<Outcome> {
         match self.try_checkpoint() {
-            Err(RunError::Proc(ProcError::Exited { .. })) => Ok(None),
+            Err(RunError::Proc(ProcError::Busy { .. })) => {
+                let _ = self.tree.resume_all();
+                Ok(Outcome::Postponed)
+            }
+            Err(RunError::Proc(ProcError::Exited { .. })) => Ok(Outcome::None),
             Err(e @ RunError::Unsupported { .. }) => Err(e),
-            Err(e) if program_gone(self.tracee.pid()) => {
-                tracing::debug!("program died during a checkpoint: {e}");
-                Ok(None)
+            Err(e) if self.tree_changed_under_us() => {
+                tracing::debug!("a process died during a checkpoint: {e}");
+                let _ = self.tree.resume_all();
+                Ok(Outcome::None)
             }
             r => r,
         }
     }
 
-    fn try_checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
+    /// After a failure: whether a process of the tree died meanwhile (killed while stopped: a
+    /// SIGKILL does not wait for us), which is not an error of ours.
+    fn tree_changed_under_us(&self) -> bool {
+        let pids: Vec<i32> = self.tree.processes().iter().map(|p| p.pid()).collect();
+        any_gone(&pids)
+    }
+
+    fn try_checkpoint(&mut self) -> Result<Outcome> {
         let Some(cap) = self.capturer.as_mut() else {
-            return Ok(None);
+            return Ok(Outcome::None);
         };
         let mut t0 = Instant::now();
-        match self.tracee.stop_all() {
-            Ok(()) => {}
-            Err(ProcError::Exited { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
+        self.tree.stop_all()?;
+        let pids: Vec<i32> = self.tree.processes().iter().map(|p| p.pid()).collect();
+        if self.tree.is_empty() {
+            return Ok(Outcome::None);
         }
-        // Much new memory: register it, copy it while the program runs, then stop again for
+        // Much new memory: register it, copy it while the tree runs, then stop again for
         // what it wrote meanwhile.
         let (mut prestop, mut precopied) = (Duration::ZERO, 0);
-        let captured = match cap.prepare(&self.tracee) {
+        let captured = match cap.prepare(&self.tree) {
             Ok(Some(pre)) => {
                 prestop = t0.elapsed();
-                self.tracee.resume_all()?;
+                self.tree.resume_all()?;
                 precopied = cap.precopy(pre);
                 tracing::debug!(
                     mib = precopied >> 20,
-                    "copied new memory while the program ran"
+                    "copied new memory while the tree ran"
                 );
                 t0 = Instant::now();
-                self.tracee.stop_all()?;
-                cap.capture(&self.tracee, t0)
+                match self.tree.stop_all() {
+                    Ok(()) => cap.capture(&mut self.tree, t0),
+                    Err(e) => Err(e.into()),
+                }
             }
-            Ok(None) => cap.capture(&self.tracee, t0),
+            Ok(None) => cap.capture(&mut self.tree, t0),
             Err(e) => Err(e),
         }
         .map(|mut c| {
@@ -126,15 +184,15 @@ impl Monitor {
             c.stats.precopied = precopied;
             c
         });
+        if matches!(captured, Err(RunError::Proc(ProcError::Busy { .. }))) {
+            return captured.map(|_| Outcome::None);
+        }
         // Resume whatever happened: the program must not stay stopped because of us.
-        let resumed = self.tracee.resume_all();
-        let pid = self.tracee.pid();
+        let resumed = self.tree.resume_all();
         let refused = matches!(captured, Err(RunError::Unsupported { .. }));
-        if !refused && (captured.is_err() || resumed.is_err()) && program_gone(pid) {
-            // Killed while stopped (SIGKILL cannot wait for us): no checkpoint; the loop
-            // collects the exit.
-            tracing::debug!(pid, "program died during a checkpoint");
-            return Ok(None);
+        if !refused && (captured.is_err() || resumed.is_err()) && any_gone(&pids) {
+            tracing::debug!("a process died during a checkpoint");
+            return Ok(Outcome::None);
         }
         match resumed {
             Ok(()) | Err(ProcError::Exited { .. }) => {}
@@ -149,7 +207,7 @@ impl Monitor {
                 );
                 self.summary.stopped_because = Some(what);
                 self.capturer = None;
-                return Ok(None);
+                return Ok(Outcome::None);
             }
             Err(e) => return Err(e),
         };
@@ -162,24 +220,26 @@ impl Monitor {
         s.copied_bytes +=
             report.capture.pages * kioku_track::page_size() as u64 + report.capture.precopied;
         s.captured_bytes = report.capture.captured_bytes;
+        s.processes = s.processes.max(report.capture.processes);
         tracing::debug!(
             epoch = report.epoch,
             stop_ms = report.capture.stop.as_secs_f64() * 1e3,
             pages = report.capture.pages,
+            processes = report.capture.processes,
             "checkpoint"
         );
-        Ok(Some(report))
+        Ok(Outcome::Taken(Box::new(report)))
     }
 
-    /// Lets the program run for `d` without checkpoints; its exit if it ended.
+    /// Lets the tree run for `d` without checkpoints; the root's exit if the tree ended.
     pub fn run_for(&mut self, d: Duration) -> Result<Option<Exit>> {
-        match self.tracee.run_for(d)? {
+        match self.tree.run_for(d, &mut no_traps)? {
             Some(exit) => self.ended(exit).map(Some),
             None => Ok(None),
         }
     }
 
-    /// Runs the program to its end, checkpointing; returns how it ended.
+    /// Runs the tree to its end, checkpointing; returns how its root ended.
     pub fn run(&mut self) -> Result<Exit> {
         let mut next = self.opts.interval.map(|i| Instant::now() + i);
         loop {
@@ -187,16 +247,36 @@ impl Monitor {
                 Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
                 None => POLL,
             };
-            match self.tracee.run_for(slice) {
-                Ok(Some(exit)) | Err(ProcError::Exited { exit, .. }) => return self.ended(exit),
+            match self.tree.run_for(slice, &mut no_traps) {
+                Ok(Some(exit)) => return self.ended(exit),
                 Ok(None) => {}
                 Err(e) => return Err(e.into()),
+            }
+            if let Some(Exit::Signal { sig, core }) = self.tree.root_exit() {
+                // The program crashed (or was killed): end what it started too, so that nothing
+                // runs on past the crash; the last checkpoint is what a restore resumes.
+                tracing::debug!(sig, "the tree's first process was killed; ending the tree");
+                self.tree.kill();
+                return self.ended(Exit::Signal { sig, core });
             }
             let requests: Vec<Request> =
                 self.control.as_ref().map(|c| c.poll()).unwrap_or_default();
             let due = next.is_some_and(|n| Instant::now() >= n);
             if due || !requests.is_empty() {
-                let r = self.checkpoint();
+                let r = if requests.is_empty() {
+                    // An interval checkpoint that cannot be taken now is retried shortly.
+                    match self.checkpoint_once() {
+                        Ok(Outcome::Postponed) => {
+                            next = Some(Instant::now() + RETRY);
+                            continue;
+                        }
+                        Ok(Outcome::Taken(r)) => Ok(Some(*r)),
+                        Ok(Outcome::None) => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    self.checkpoint()
+                };
                 let answer = match &r {
                     Ok(Some(rep)) => serde_json::to_string(rep).unwrap_or_default(),
                     Ok(None) => match &self.summary.stopped_because {
@@ -212,12 +292,16 @@ impl Monitor {
                 if let (Some(i), true) = (self.opts.interval, due) {
                     next = Some(Instant::now() + i);
                 }
+                if self.tree.is_empty() {
+                    let exit = self.tree.root_exit().unwrap_or(Exit::Code(0));
+                    return self.ended(exit);
+                }
             }
         }
     }
 
-    /// A program that exited is finished; one killed by a signal crashed, and its last
-    /// checkpoint is what a restore resumes.
+    /// A tree whose root exited is finished; one whose root was killed by a signal crashed,
+    /// and its last checkpoint is what a restore resumes.
     fn ended(&mut self, exit: Exit) -> Result<Exit> {
         if let Some(cap) = self.capturer.as_mut() {
             match exit {
@@ -228,16 +312,26 @@ impl Monitor {
                     cap.engine().epoch()
                 ),
             }
+            self.capturer = None;
         }
         Ok(exit)
     }
+}
+
+fn no_traps(_: &Tracee, _: i32) -> std::result::Result<(), ProcError> {
+    Ok(())
 }
 
 /// Whether process `pid` is dead or dying (gone, or a zombie waiting to be reaped). Asked
 /// after a failure: a process killed while stopped makes ptrace fail before it shows as a
 /// zombie, so this waits up to half a second for it to get there.
 pub fn program_gone(pid: i32) -> bool {
-    let dead = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    any_gone(&[pid])
+}
+
+/// Whether any of `pids` is dead or dying, waiting up to half a second in all.
+pub fn any_gone(pids: &[i32]) -> bool {
+    let dead = |pid: i32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Err(_) => true,
         Ok(s) => matches!(
             s.rsplit_once(')')
@@ -246,7 +340,7 @@ pub fn program_gone(pid: i32) -> bool {
         ),
     };
     for _ in 0..500 {
-        if dead() {
+        if pids.iter().any(|&p| dead(p)) {
             return true;
         }
         std::thread::sleep(Duration::from_millis(1));

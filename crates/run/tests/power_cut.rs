@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kioku_pool::media::sim::{SimControl, SimMedium};
 use kioku_pool::{CreateOptions, OpenOptions, Pool};
-use kioku_proc::{Exit, Tracee, TraceeCommand};
+use kioku_proc::{Exit, Tracee, TraceeCommand, Tree};
 use kioku_run::{Capturer, Monitor, MonitorOptions};
 
 const DIGITS: &str = "2500";
@@ -44,7 +44,7 @@ fn start(prog: &Path, out: &Path) -> (Monitor, SimControl) {
         .arg(DIGITS)
         .stdout(file)
         .inherit_fds(false);
-    let t = Tracee::spawn(cmd).unwrap();
+    let t = Tree::new(Tracee::spawn(cmd).unwrap(), None);
     let sim = SimMedium::new(0).unwrap();
     let ctl = sim.control();
     let pool = Pool::create_on(Box::new(sim), &CreateOptions::new(kioku_ckpt::POOL_KIND)).unwrap();
@@ -98,7 +98,7 @@ fn restore_and_finish(image: Vec<u8>, what: &str) -> u64 {
     let pool = open(SimMedium::from_image(image).unwrap(), what);
     let r = kioku_run::restore::restore(pool).unwrap_or_else(|e| panic!("{what}: restore: {e}"));
     let epoch = r.epoch;
-    let mut m = Monitor::new(r.tracee, r.capturer, opts()).unwrap();
+    let mut m = Monitor::new(r.tree, r.capturer, opts()).unwrap();
     assert_eq!(m.run().unwrap(), Exit::Code(0), "{what}: exit");
     epoch
 }
@@ -156,7 +156,7 @@ fn crash_at_every_ordering_point_of_a_restore() {
         c2.cut_power_at(c2.ordering_points() + k);
         let r = kioku_run::restore::restore(open(medium, "restore under test")).unwrap();
         assert_eq!(r.epoch, 2);
-        let mut m = Monitor::new(r.tracee, r.capturer, opts()).unwrap();
+        let mut m = Monitor::new(r.tree, r.capturer, opts()).unwrap();
         assert!(epochs(&mut m, 1), "pi ended too early for the test");
         drop(m);
         if c2.power_cut_point().is_none() {

@@ -1,21 +1,24 @@
-//! Rebuilding a process from its last checkpoint, from outside: a placeholder (the same
-//! executable, stopped before its first instruction) is emptied, the vdso moved to where the
-//! checkpoint expects it, every mapping recreated at its address, the captured pages written
-//! in (only those that differ from what the fresh mapping shows), then mm fields, descriptors,
-//! signal dispositions, threads and their registers — all by system calls injected into it.
+//! Rebuilding one process of the tree from its image, from outside: its placeholder (the same
+//! executable, stopped before its first instruction, or a fork of its parent's placeholder)
+//! is emptied, the vdso moved to where the checkpoint expects it, every mapping recreated at
+//! its address (shared-memory objects mapped from descriptors the monitor passes in), the
+//! captured pages written in (only those that differ from what the fresh mapping shows), then
+//! mm fields, descriptors, signal dispositions, threads (with their ids) and their registers —
+//! all by system calls injected into it.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use kioku_ckpt::Engine;
-use kioku_pool::Pool;
-use kioku_proc::{MapKind, ThreadState, Tracee, TraceeCommand};
+use kioku_proc::{MapKind, Namespace, ThreadState, Tracee};
 
-use crate::capture::{vdso_crc, AreaState, Capturer};
+use crate::capture::vdso_crc;
 use crate::error::{Result, RunError};
-use crate::image::{unhex, Backing, FdKind, FileId, ProcessImage, Vma};
-use crate::shadow::{Marks, ShadowSpace};
+use crate::image::{unhex, Backing, FdKind, ProcessImage, Vma};
+use crate::remote::{Remote, TracedRemote};
+use crate::shadow::ShadowSpace;
 use crate::sys;
 
 const ERESTARTSYS: i64 = 512;
@@ -23,159 +26,28 @@ const ERESTARTNOINTR: i64 = 513;
 const ERESTARTNOHAND: i64 = 514;
 const ERESTART_RESTARTBLOCK: i64 = 516;
 
-/// A restored program, stopped, and the checkpointing state to carry on with.
-pub struct Restored {
-    pub tracee: Tracee,
-    pub capturer: Capturer,
-    pub image: ProcessImage,
-    /// Epoch of the checkpoint restored.
-    pub epoch: u64,
-    /// Bytes written into the program.
-    pub bytes_written: u64,
+/// What rebuilding one process needs.
+pub(crate) struct Rebuild<'a> {
+    pub t: &'a Tracee,
+    pub tid: i32,
+    pub image: &'a ProcessImage,
+    /// The monitor's descriptors of the shared-memory objects (index = object id).
+    pub shared_fds: &'a HashMap<u32, OwnedFd>,
+    /// The descriptor channel: its number in the process and the monitor's end.
+    pub channel: Option<(i32, &'a OwnedFd)>,
+    pub ns: Option<&'a Namespace>,
 }
 
-/// Recovers the pool and reads the image of its last checkpoint, refusing pools with nothing
-/// to restore and programs whose files changed.
-pub fn open_image(pool: Pool) -> Result<(Engine<ShadowSpace>, Marks, ProcessImage, u64)> {
-    let kind = pool.header().kind.clone();
-    if kind != kioku_ckpt::POOL_KIND {
-        return Err(RunError::NotAProcessCheckpoint {
-            detail: format!("pool kind is '{kind}'"),
-        });
-    }
-    let marks = Marks::default();
-    let (mut engine, rec) = Engine::recover_in(pool, ShadowSpace::new(marks.clone()))?;
-    engine.set_adaptive(false)?;
-    if rec.epoch == 0 {
-        return Err(RunError::NoCheckpoint);
-    }
-    let image = ProcessImage::decode(&rec.metadata)?;
-    if let Some(how) = &image.finished {
-        return Err(RunError::Finished { how: how.clone() });
-    }
-    check_files(&image)?;
-    Ok((engine, marks, image, rec.epoch))
-}
-
-/// Every file the image maps or has open must be the one it had.
-fn check_files(image: &ProcessImage) -> Result<()> {
-    for f in std::iter::once(&image.program).chain(&image.files) {
-        let now = match FileId::of(&f.path) {
-            Ok(n) => n,
-            Err(_) => {
-                return Err(RunError::FileChanged {
-                    path: f.path.clone(),
-                    what: "it no longer exists".into(),
-                })
-            }
-        };
-        if let Some(what) = f.differs(&now) {
-            return Err(RunError::FileChanged {
-                path: f.path.clone(),
-                what,
-            });
-        }
-    }
-    for fd in &image.fds {
-        if let FdKind::File { path, size } = &fd.kind {
-            let md = std::fs::metadata(path).map_err(|_| RunError::FileChanged {
-                path: path.clone(),
-                what: format!("descriptor {} refers to it and it no longer exists", fd.fd),
-            })?;
-            if md.is_file() && md.len() < *size {
-                return Err(RunError::FileChanged {
-                    path: path.clone(),
-                    what: format!(
-                        "descriptor {}: {} bytes at the checkpoint, {} now (cut by someone else)",
-                        fd.fd,
-                        size,
-                        md.len()
-                    ),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Restores the last checkpoint of `pool` into a new process, left stopped.
-pub fn restore(pool: Pool) -> Result<Restored> {
+/// Rebuilds the process (left stopped, every thread created); the bytes written into it.
+pub(crate) fn rebuild(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Result<u64> {
     let t0 = std::time::Instant::now();
-    let (engine, marks, image, epoch) = open_image(pool)?;
-    tracing::debug!(
-        ms = t0.elapsed().as_secs_f64() * 1e3,
-        "pool recovered (verified, contexts synced)"
-    );
-    // Files the program was writing: what it wrote after the checkpoint is written again
-    // when it runs on, so cut them back to their size at the checkpoint.
-    for fd in &image.fds {
-        if let FdKind::File { path, size } = &fd.kind {
-            let writing = fd.flags & libc::O_ACCMODE != libc::O_RDONLY;
-            let md = std::fs::metadata(path)
-                .map_err(|e| RunError::io(format!("stat {}", path.display()), e))?;
-            if writing && md.is_file() && md.len() > *size {
-                tracing::info!(path = %path.display(), from = md.len(), to = size, "cutting a file the program writes back to its size at the checkpoint");
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(path)
-                    .and_then(|f| f.set_len(*size))
-                    .map_err(|e| RunError::io(format!("truncating {}", path.display()), e))?;
-            }
-        }
-    }
-    let cmd = TraceeCommand::new(&image.program.path)
-        .args(image.argv.iter().skip(1).cloned())
-        .inherit_fds(false);
-    let tracee = match Tracee::spawn(cmd) {
-        Ok(t) => t,
-        Err(
-            kioku_proc::ProcError::DiedBeforeExec { exit, .. }
-            | kioku_proc::ProcError::Exited { exit, .. },
-        ) => {
-            return Err(RunError::DiedDuringRestore {
-                how: exit.to_string(),
-            })
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let rebuilt = rebuild(&tracee, engine, marks, &image);
-    let (capturer, written) = match rebuilt {
-        Ok(x) => x,
-        Err(e) if crate::monitor::program_gone(tracee.pid()) => {
-            // Killed while being rebuilt (SIGKILL does not wait): the checkpoint is untouched.
-            let exit = tracee.kill().map(|x| x.to_string()).unwrap_or_default();
-            tracing::debug!("restore interrupted: {e}");
-            return Err(RunError::DiedDuringRestore { how: exit });
-        }
-        Err(e) => return Err(e),
-    };
-    Ok(Restored {
-        tracee,
-        capturer,
-        image,
-        epoch,
-        bytes_written: written,
-    })
-}
-
-/// Everything after the placeholder exists.
-fn rebuild(
-    tracee: &Tracee,
-    engine: Engine<ShadowSpace>,
-    marks: Marks,
-    image: &ProcessImage,
-) -> Result<(Capturer, u64)> {
-    let mut r = Rebuild {
-        t: tracee,
-        tid: tracee.pid(),
-        image,
-    };
-    let t0 = std::time::Instant::now();
+    r.move_channel()?;
     r.specials()?;
     r.mappings()?;
     let t_map = t0.elapsed();
-    let written = r.contents(&engine)?;
+    let written = r.contents(engine)?;
     tracing::debug!(
+        pid = r.image.pid,
         layout_ms = t_map.as_secs_f64() * 1e3,
         contents_ms = (t0.elapsed() - t_map).as_secs_f64() * 1e3,
         written,
@@ -186,23 +58,13 @@ fn rebuild(
     r.cwd()?;
     r.descriptors()?;
     r.sigactions()?;
+    r.close_channel()?;
     r.threads()?;
-    let areas = image
-        .areas
-        .iter()
-        .map(|a| AreaState {
-            start: a.start,
-            end: a.end,
-            region: a.region.clone(),
-        })
-        .collect();
-    let mut capturer = Capturer::assemble(engine, marks, tracee, areas)?;
-    capturer.track_restored(image)?;
     if crate::capture::verify_enabled() {
         // (Contents are compared at the next capture; the kernel may already have written
         // some, e.g. the rseq area's cpu number.)
-        let now = kioku_proc::read_maps(tracee.pid())?;
-        for v in &image.vmas {
+        let now = kioku_proc::read_maps(r.t.pid())?;
+        for v in &r.image.vmas {
             let ok = now.iter().any(|m| {
                 m.start <= v.start
                     && v.end <= m.end
@@ -215,13 +77,7 @@ fn rebuild(
             }
         }
     }
-    Ok((capturer, written))
-}
-
-struct Rebuild<'a> {
-    t: &'a Tracee,
-    tid: i32,
-    image: &'a ProcessImage,
+    Ok(written)
 }
 
 fn is_special(v: &Vma) -> bool {
@@ -229,6 +85,46 @@ fn is_special(v: &Vma) -> bool {
 }
 
 impl Rebuild<'_> {
+    /// Highest descriptor number the image uses.
+    fn max_fd(&self) -> i32 {
+        self.image.fds.iter().map(|f| f.fd).max().unwrap_or(2)
+    }
+
+    /// Puts the channel above every descriptor the image uses, so that placing them cannot
+    /// close it.
+    fn move_channel(&mut self) -> Result<()> {
+        let Some((at, mon)) = self.channel else {
+            return Ok(());
+        };
+        let want = self.max_fd() + 1;
+        if at > self.max_fd() {
+            return Ok(());
+        }
+        let moved = self.t.syscall(
+            self.tid,
+            libc::SYS_fcntl,
+            &[at as u64, libc::F_DUPFD as u64, want as u64],
+        )? as i32;
+        self.t.close(self.tid, at)?;
+        self.channel = Some((moved, mon));
+        Ok(())
+    }
+
+    fn close_channel(&mut self) -> Result<()> {
+        if let Some((at, _)) = self.channel.take() {
+            self.t.close(self.tid, at)?;
+        }
+        Ok(())
+    }
+
+    fn remote(&self) -> TracedRemote<'_> {
+        TracedRemote {
+            tracee: self.t,
+            tid: self.tid,
+            channel: self.channel.map(|(at, mon)| (at, mon.as_fd())),
+        }
+    }
+
     /// Empties the placeholder and puts the vdso and vvar pages where the image had them.
     fn specials(&mut self) -> Result<()> {
         let (t, tid) = (self.t, self.tid);
@@ -322,9 +218,11 @@ impl Rebuild<'_> {
     fn mappings(&mut self) -> Result<()> {
         let (t, tid) = (self.t, self.tid);
         let mut by_file: HashMap<usize, Vec<&Vma>> = HashMap::new();
+        let mut by_object: HashMap<u32, Vec<&Vma>> = HashMap::new();
         for v in self.image.vmas.iter().filter(|v| !is_special(v)) {
             match v.backing {
                 Backing::File { index, .. } => by_file.entry(index).or_default().push(v),
+                Backing::Shared { object, .. } => by_object.entry(object).or_default().push(v),
                 _ => {
                     let prot = v.prot() | if v.captured { libc::PROT_WRITE } else { 0 };
                     let flags = libc::MAP_PRIVATE
@@ -365,6 +263,38 @@ impl Rebuild<'_> {
                 }
             }
             t.close(tid, fd)?;
+            result?;
+        }
+        let mut objects: Vec<_> = by_object.into_iter().collect();
+        objects.sort_by_key(|(i, _)| *i);
+        for (object, vmas) in objects {
+            let mon =
+                self.shared_fds
+                    .get(&object)
+                    .ok_or_else(|| RunError::NotAProcessCheckpoint {
+                        detail: format!(
+                            "image maps shared object {object}, which it does not hold"
+                        ),
+                    })?;
+            // A descriptor number above every one the image uses, closed again below.
+            let at = self
+                .channel
+                .map(|(c, _)| c + 1)
+                .unwrap_or(self.max_fd() + 1)
+                .max(self.max_fd() + 1);
+            self.remote().install_fd(mon.as_fd(), at, true)?;
+            let mut result = Ok(());
+            for v in vmas {
+                let Backing::Shared { offset, .. } = v.backing else {
+                    unreachable!("grouped by object")
+                };
+                let flags = libc::MAP_FIXED | libc::MAP_SHARED;
+                if let Err(e) = t.mmap(tid, v.start, v.end - v.start, v.prot(), flags, at, offset) {
+                    result = Err(e);
+                    break;
+                }
+            }
+            t.close(tid, at)?;
             result?;
         }
         Ok(())
@@ -536,10 +466,14 @@ impl Rebuild<'_> {
             .map_err(|e| RunError::io("listing /proc/PID/fd", e))?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
-        for fd in open.into_iter().filter(|fd| !keep.contains(fd)) {
+        let channel = self.channel.map(|(c, _)| c);
+        for fd in open
+            .into_iter()
+            .filter(|fd| !keep.contains(fd) && Some(*fd) != channel)
+        {
             t.close(tid, fd)?;
         }
-        let above = fds.iter().map(|f| f.fd).max().unwrap_or(2) + 1;
+        let above = fds.iter().map(|f| f.fd).chain(channel).max().unwrap_or(2) + 1;
         // Descriptor made for each entry (temporary number), by index.
         let mut made: Vec<Option<i32>> = vec![None; fds.len()];
         let high = |fd: i32| -> Result<i32> {
@@ -665,7 +599,10 @@ impl Rebuild<'_> {
     fn threads(&mut self) -> Result<()> {
         let (t, leader) = (self.t, self.tid);
         let mut tids = vec![leader];
-        for _ in 1..self.image.threads.len() {
+        for ti in &self.image.threads[1..] {
+            if let Some(ns) = self.ns {
+                ns.next_pid(ti.tid)?;
+            }
             let before = t.threads();
             let flags = libc::CLONE_VM
                 | libc::CLONE_FS
@@ -682,6 +619,17 @@ impl Rebuild<'_> {
                 .ok_or_else(|| RunError::Unsupported {
                     what: "a thread created for the restore did not appear".into(),
                 })?;
+            if self.ns.is_some() {
+                let got = kioku_proc::ns::ns_tid_of(t.pid(), new);
+                if got != Some(ti.tid) {
+                    return Err(RunError::Unsupported {
+                        what: format!(
+                            "thread {} of process {} came back as {got:?} (its id was taken)",
+                            ti.tid, self.image.pid
+                        ),
+                    });
+                }
+            }
             tids.push(new);
         }
         for (ti, &tid) in self.image.threads.iter().zip(&tids) {

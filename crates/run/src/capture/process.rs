@@ -1,6 +1,7 @@
-//! Checkpointing a stopped program: which of its memory to capture, which pages changed, copying
-//! them into the engine's running context, and everything else a restore needs (layout,
-//! registers, signals, descriptors) as a [`ProcessImage`].
+//! Checkpointing one stopped process of the tree: which of its memory to capture, which pages
+//! changed, copying them into the engine's running context, and everything else a restore
+//! needs (layout, registers, signals, descriptors, its place in the tree) as a
+//! [`ProcessImage`].
 //!
 //! The program's memory stays its own private memory, exactly as without kioku: `fork`,
 //! `MADV_DONTNEED`, `mremap`, `brk` behave as the kernel defines them, with nothing to intercept.
@@ -9,27 +10,31 @@
 //! the program, and lets the engine make them durable and sync the other context meanwhile.
 //!
 //! Which pages: userfaultfd async write-protect on every captured mapping (a userfaultfd made
-//! in the program, held by the monitor) and `PAGEMAP_SCAN` from outside, plus two corrections
+//! in the process, held by the monitor) and `PAGEMAP_SCAN` from outside, plus two corrections
 //! the write-protect bits alone would miss:
 //! * a page that was populated at the last checkpoint and is not now was dropped
 //!   (`MADV_DONTNEED`, `MADV_FREE` reclaimed): it reads as zero (or as the file) again;
 //! * a mapping that is not write-tracked any more was replaced (`munmap` + `mmap`, `mremap`,
 //!   which drop the registration): all of it is taken again.
+//!
+//! Shared mappings (MAP_SHARED memory, memfds, files mapped shared) are tracked the same way
+//! but their pages go to the region of their shared-memory object ([`super::shared`]), which
+//! every process mapping the object writes into; dropped pages there keep their contents (the
+//! object holds them), so only the first correction is skipped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use kioku_ckpt::{CheckpointStats, Engine, RegionOptions};
-use kioku_pool::Pool;
+use kioku_ckpt::{Engine, RegionOptions};
 use kioku_proc::{MapEntry, MapKind, Tracee};
 use kioku_track::{PageRange, PageTracker, PagemapQuery, Query, Tracker};
 
+use super::shared::SharedObjects;
 use crate::error::{Result, RunError};
 use crate::image::{
     hex, Area, Backing, FdImage, FdKind, FileId, MmFields, PipeImage, ProcessImage, SigAction,
-    ThreadImage, Vma, IMAGE_VERSION,
+    ThreadImage, Vma,
 };
 use crate::shadow::{Marks, ShadowSpace};
 use crate::sys::{self, intersect, normalize, subtract};
@@ -51,37 +56,20 @@ pub(crate) struct AreaState {
     pub region: String,
 }
 
-/// What happened while the program was stopped.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct CaptureStats {
-    /// Pages copied out of the program.
-    pub pages: u64,
-    /// Pages found written by the write-protect scan.
-    pub written: u64,
-    /// Pages taken again because their mapping was replaced or they were dropped.
-    pub retaken: u64,
-    /// Bytes of new memory copied while the program ran, before this capture's stop.
-    pub precopied: u64,
-    /// Bytes of captured memory.
-    pub captured_bytes: u64,
-    pub areas: usize,
-    pub threads: usize,
-    /// The whole stop as the program sees it: from the stop request to the resume request.
-    #[serde(serialize_with = "ser_dur")]
-    pub stop: Duration,
-    #[serde(serialize_with = "ser_dur")]
-    pub copy: Duration,
+/// What the engine side of a capture needs: the engine (regions) and the marks of the pages
+/// copied into them.
+pub(crate) struct Store<'a> {
+    pub engine: &'a mut Engine<ShadowSpace>,
+    pub marks: &'a Marks,
+    pub shared: &'a mut SharedObjects,
+    /// Identities by (path, inode, mtime): a build-id is read once per file.
+    pub file_ids: &'a mut HashMap<(PathBuf, u64, i64), FileId>,
 }
 
-pub(crate) fn ser_dur<S: serde::Serializer>(
-    d: &Duration,
-    s: S,
-) -> std::result::Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1e3)
-}
-
-/// Pages to copy while the program runs ([`Capturer::prepare`]): (program, shadow, length).
-pub struct Precopy {
+/// Pages to copy while the program runs ([`ProcessCapture::prepare`]): (program, shadow,
+/// length).
+pub(crate) struct Precopy {
+    pub pid: i32,
     chunks: Vec<(usize, usize, usize)>,
 }
 
@@ -95,35 +83,56 @@ impl Precopy {
 /// stopped (a second stop would cost more).
 pub const PRECOPY_MIN: usize = 8 << 20;
 
-/// A captured state waiting to be made durable ([`Capturer::commit`]).
-pub struct Captured {
-    image: ProcessImage,
-    pub stats: CaptureStats,
+/// What one capture of a process copied.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ProcessStats {
+    pub copied: u64,
+    pub written_pages: u64,
+    pub captured_bytes: u64,
+    pub areas: usize,
+    pub threads: usize,
 }
 
-/// One durable checkpoint.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct CheckpointReport {
-    pub epoch: u64,
-    pub capture: CaptureStats,
-    pub engine: CheckpointStats,
+/// A shared mapping of the process: its range and where it lies in its object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SharedVma {
+    range: PageRange,
+    object: u32,
+    offset: u64,
 }
 
-/// The checkpointing state for one program.
-pub struct Capturer {
-    engine: Engine<ShadowSpace>,
-    marks: Marks,
+/// The mappings as derived from one maps text.
+struct Layout {
+    maps_text: String,
+    vmas: Vec<Vma>,
+    files: Vec<FileId>,
+    shared: Vec<SharedVma>,
+}
+
+/// The layout a survey found, for the copy in the same stop.
+struct Survey {
+    maps_text: String,
+    vmas: Vec<Vma>,
+    files: Vec<FileId>,
+    fds: Vec<FdImage>,
+    pipes: Vec<PipeImage>,
+}
+
+/// The checkpointing state of one process of the tree.
+pub(crate) struct ProcessCapture {
     tracker: Tracker,
     query: PagemapQuery,
-    pid: i32,
+    /// Process id as the monitor sees it.
+    pub pid: i32,
+    /// Process id in the tree's namespace (names regions; what the image records).
+    pub image_pid: i32,
     page: usize,
-    areas: Vec<AreaState>,
+    pub areas: Vec<AreaState>,
     /// Populated pages of the captured areas at the last capture.
     populated: Vec<PageRange>,
-    /// Identities by (path, inode, mtime): a build-id is read once per file.
-    file_ids: HashMap<(PathBuf, u64, i64), FileId>,
     /// The maps text and what was derived from it, reused while it does not change.
-    layout: Option<(String, Vec<Vma>, Vec<FileId>)>,
+    layout: Option<Layout>,
+    shared_vmas: Vec<SharedVma>,
     program: Option<FileId>,
     argv: Vec<String>,
     auxv: Vec<u64>,
@@ -133,41 +142,23 @@ pub struct Capturer {
     /// changed (a brk that moves by whole pages changes them; glibc and the common allocators
     /// move it by whole pages only).
     brk: Option<(String, u64)>,
-    children_seen: HashSet<i32>,
-    last: Option<ProcessImage>,
-    /// CRC-32C of the program's vdso (the kernel's code it calls into).
+    /// CRC-32C of the process's vdso (the kernel's code it calls into).
     vdso_crc: Option<u32>,
-    recent: Vec<crate::image::EpochStat>,
-    /// The program's exec count when the tracker was made.
+    /// The process's exec count when the tracker was made.
     execs: u64,
     /// Program ranges a precopy could not copy (unmapped meanwhile): taken at the capture.
     precopy_failed: Vec<PageRange>,
-    /// The maps `prepare` read, for the capture in the same stop.
-    stopped_maps: Option<String>,
+    survey: Option<Survey>,
 }
-
-/// Checkpoints whose cost the image keeps.
-const RECENT: usize = 16;
 
 fn page_size() -> usize {
     kioku_track::page_size()
 }
 
-impl Capturer {
-    /// A new checkpoint pool for the stopped program `tracee` (nothing captured yet).
-    pub fn new(pool: Pool, tracee: &Tracee) -> Result<Capturer> {
-        let marks = Marks::default();
-        let mut engine = Engine::init(pool, ShadowSpace::new(marks.clone()))?;
-        engine.set_adaptive(false)?;
-        Capturer::assemble(engine, marks, tracee, vec![])
-    }
-
-    pub(crate) fn assemble(
-        engine: Engine<ShadowSpace>,
-        marks: Marks,
-        tracee: &Tracee,
-        areas: Vec<AreaState>,
-    ) -> Result<Capturer> {
+impl ProcessCapture {
+    /// Starts checkpointing stopped process `tracee` (`image_pid`: its id in the namespace),
+    /// whose captured areas are `areas` (empty for a process new to the pool).
+    pub fn new(tracee: &Tracee, image_pid: i32, areas: Vec<AreaState>) -> Result<ProcessCapture> {
         let pid = tracee.pid();
         let tracker = kioku_proc::tracker_for(tracee)?;
         if tracker.backend() != kioku_track::BackendKind::UffdPagemapScan {
@@ -176,40 +167,47 @@ impl Capturer {
             });
         }
         let query = PagemapQuery::open(pid)?;
-        Ok(Capturer {
-            engine,
-            marks,
+        Ok(ProcessCapture {
             tracker,
             query,
             pid,
+            image_pid,
             page: page_size(),
             areas,
             populated: vec![],
-            file_ids: HashMap::new(),
             layout: None,
+            shared_vmas: vec![],
             program: None,
             argv: vec![],
             auxv: vec![],
             tid_addrs: HashMap::new(),
             brk: None,
-            children_seen: HashSet::new(),
-            last: None,
             vdso_crc: None,
-            recent: vec![],
             execs: tracee.execs(),
             precopy_failed: vec![],
-            stopped_maps: None,
+            survey: None,
         })
     }
 
-    /// After a restore: the areas are in place in the program and equal to the running
-    /// context; start tracking them afresh.
-    pub(crate) fn track_restored(&mut self, image: &ProcessImage) -> Result<()> {
-        self.recent = image.recent.clone();
-        self.last = Some(image.clone());
+    /// After a restore: the areas are in place in the process and equal to the running
+    /// context, and its shared mappings equal their objects; start tracking them afresh.
+    pub fn track_restored(&mut self, image: &ProcessImage) -> Result<()> {
         for a in self.areas.clone() {
             self.tracker.track(PageRange::new(a.start, a.end))?;
         }
+        let mut shared = Vec::new();
+        for v in &image.vmas {
+            if let Backing::Shared { object, offset } = v.backing {
+                let range = PageRange::new(v.start, v.end);
+                self.tracker.track(range)?;
+                shared.push(SharedVma {
+                    range,
+                    object,
+                    offset,
+                });
+            }
+        }
+        self.shared_vmas = shared;
         let mut pop = Vec::new();
         for a in &self.areas {
             self.query
@@ -220,31 +218,48 @@ impl Capturer {
         Ok(())
     }
 
-    pub fn engine(&self) -> &Engine<ShadowSpace> {
-        &self.engine
-    }
-
-    pub fn pool_path(&self) -> &Path {
-        self.engine.pool().path()
-    }
-
-    /// Bytes of the program's memory the pool holds.
+    /// Bytes of the process's memory the pool holds.
     pub fn captured_bytes(&self) -> u64 {
         self.areas.iter().map(|a| (a.end - a.start) as u64).sum()
     }
 
-    /// While the program is stopped, before [`Capturer::capture`]: when mappings that are not
-    /// write-tracked yet (new, replaced, moved) hold at least `PRECOPY_MIN` bytes, registers
-    /// them and returns their pages, to be copied by [`Capturer::precopy`] while the program
-    /// runs; pages it writes meanwhile are found written at the capture and copied again. So a
-    /// program's first checkpoint (or one after it mapped much new memory) does not stop it for
-    /// the whole copy. `None`: nothing worth it, nothing changed.
-    pub fn prepare(&mut self, tracee: &Tracee) -> Result<Option<Precopy>> {
+    /// Every engine region of this process (to delete them when it is gone).
+    pub fn regions(&self) -> Vec<String> {
+        self.areas.iter().map(|a| a.region.clone()).collect()
+    }
+
+    /// First look at the stopped process in a checkpoint's stop: its mappings (registering the
+    /// shared-memory objects it maps) and descriptors. Fails with `Unsupported`, changing
+    /// nothing, when it holds something a checkpoint cannot bring back.
+    pub fn survey(&mut self, tracee: &Tracee, st: &mut Store<'_>) -> Result<()> {
         if tracee.execs() != self.execs {
-            self.after_exec(tracee)?;
+            self.after_exec(tracee, st)?;
         }
         let maps_text = sys::read_proc(format!("/proc/{}/maps", self.pid))?;
-        let (vmas, _) = self.layout(&maps_text)?;
+        let (fds, pipes) = self.descriptors()?;
+        let (vmas, files) = self.layout(&maps_text, st)?;
+        self.survey = Some(Survey {
+            maps_text,
+            vmas,
+            files,
+            fds,
+            pipes,
+        });
+        Ok(())
+    }
+
+    /// While the process is stopped, after [`ProcessCapture::survey`] and before
+    /// [`ProcessCapture::capture`]: when mappings that are not write-tracked yet (new, replaced,
+    /// moved) hold at least `PRECOPY_MIN` bytes, registers them and returns their pages, to be
+    /// copied by [`ProcessCapture::precopy`] while the process runs; pages it writes meanwhile
+    /// are found written at the capture and copied again. So a process's first checkpoint (or
+    /// one after it mapped much new memory) does not stop it for the whole copy. `None`:
+    /// nothing worth it.
+    pub fn prepare(&mut self, st: &mut Store<'_>) -> Result<Option<Precopy>> {
+        let vmas = match &self.survey {
+            Some(s) => s.vmas.clone(),
+            None => return Ok(None),
+        };
         let want = area_ranges(&vmas);
         let mut estimate = Vec::new();
         for a in &want {
@@ -252,10 +267,7 @@ impl Capturer {
                 .scan(*a, Query::not_write_tracked(), &mut estimate)?;
         }
         normalize(&mut estimate);
-        // Mostly nothing new: decided without reading more than the maps (which the capture,
-        // in the same stop, reuses).
         if pages_in(&estimate) * self.page < PRECOPY_MIN || precopy_disabled() {
-            self.stopped_maps = Some(maps_text);
             return Ok(None);
         }
         let mut pop = Vec::new();
@@ -263,12 +275,9 @@ impl Capturer {
             self.query.scan(*r, Query::populated(), &mut pop)?;
         }
         if pages_in(&pop) * self.page < PRECOPY_MIN {
-            self.stopped_maps = Some(maps_text);
             return Ok(None);
         }
-        // Refuse before changing anything, as the capture would.
-        self.descriptors()?;
-        let fresh = self.reconcile_areas(&want)?;
+        let fresh = self.reconcile_areas(&want, st)?;
         let untracked = self.register_untracked(&want)?;
         let mut pre_pop = Vec::new();
         for r in &untracked {
@@ -281,22 +290,25 @@ impl Capturer {
         populated.extend_from_slice(&pre_pop);
         normalize(&mut populated);
         self.populated = populated;
-        self.zero_shadow(&zero);
+        self.zero_shadow(&zero, st);
         let mut chunks = Vec::new();
         for r in &retake {
-            self.shadow_chunks(*r, &mut chunks);
+            self.shadow_chunks(*r, st, &mut chunks);
         }
-        Ok(Some(Precopy { chunks }))
+        Ok(Some(Precopy {
+            pid: self.pid,
+            chunks,
+        }))
     }
 
-    /// Copies what [`Capturer::prepare`] returned, while the program runs. A range the program
-    /// unmaps meanwhile fails to copy; the capture then sees the change.
-    pub fn precopy(&mut self, p: Precopy) -> u64 {
+    /// Copies what [`ProcessCapture::prepare`] returned, while the process runs. A range the
+    /// process unmaps meanwhile fails to copy; the capture then sees the change.
+    pub fn precopy(&mut self, p: Precopy, marks: &Marks) -> u64 {
         let mut copied = 0;
         for c in p.chunks {
             // Whatever reached the running context is marked, even from a copy that failed
             // part-way; a failed chunk is copied again at the capture (where still mapped).
-            self.marks.add(PageRange::new(c.1, c.1 + c.2));
+            marks.add(PageRange::new(c.1, c.1 + c.2));
             match sys::copy_pages(self.pid, &[c], true) {
                 Ok(n) => copied += n,
                 Err(_) => self.precopy_failed.push(PageRange::new(c.0, c.0 + c.2)),
@@ -341,58 +353,55 @@ impl Capturer {
         (retake, zero)
     }
 
-    fn zero_shadow(&self, zero: &[PageRange]) {
+    fn zero_shadow(&self, zero: &[PageRange], st: &mut Store<'_>) {
         let mut zchunks = Vec::new();
         for r in zero {
-            self.shadow_chunks(*r, &mut zchunks);
+            self.shadow_chunks(*r, st, &mut zchunks);
         }
         for &(_, local, len) in &zchunks {
             // SAFETY: `local..local+len` lies inside a region of the engine (mapped shared and
             // writable in this process, see `shadow_chunks`); nothing else refers to it now.
             unsafe { std::ptr::write_bytes(local as *mut u8, 0, len) };
-            self.marks.add(PageRange::new(local, local + len));
+            st.marks.add(PageRange::new(local, local + len));
         }
     }
 
-    /// Captures the stopped program. Fails with `Unsupported` (changing nothing) when it holds
-    /// something a checkpoint cannot bring back.
-    pub fn capture(&mut self, tracee: &Tracee, stop_began: Instant) -> Result<Captured> {
-        if tracee.execs() != self.execs {
-            self.after_exec(tracee)?;
-        }
+    /// Copies the stopped process's changed memory into the running context (after
+    /// [`ProcessCapture::survey`] and the reconciliation of shared objects) and describes the
+    /// rest of it. Returns its image and what was copied.
+    pub fn capture(
+        &mut self,
+        tracee: &Tracee,
+        st: &mut Store<'_>,
+    ) -> Result<(ProcessImage, ProcessStats)> {
         let pid = self.pid;
-        let maps_text = match self.stopped_maps.take() {
-            Some(t) => t,
-            None => sys::read_proc(format!("/proc/{pid}/maps"))?,
-        };
-        // Descriptors and mappings first: refusing must leave the pool untouched.
-        let t_start = Instant::now();
-        let (fds, pipes) = self.descriptors()?;
-        let t_fds = t_start.elapsed();
-        let (vmas, files) = self.layout(&maps_text)?;
-        self.note_children(tracee);
+        let Survey {
+            maps_text,
+            vmas,
+            files,
+            fds,
+            pipes,
+        } = self.survey.take().ok_or_else(|| RunError::Unsupported {
+            what: "internal: capture without a survey".into(),
+        })?;
 
         // (1) Areas: runs of captured mappings; regions follow them.
         let want = area_ranges(&vmas);
-        let t_layout = t_start.elapsed();
-        let fresh = self.reconcile_areas(&want)?;
+        let fresh = self.reconcile_areas(&want, st)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
         // them whole.
         let untracked = self.register_untracked(&want)?;
+        let shared_untracked = self.register_untracked_shared()?;
 
-        let t_tracked = t_start.elapsed();
         // (3) Written pages, and pages dropped since the last capture.
-        let t_scan = Instant::now();
         let mut written = Vec::new();
         self.tracker.scan_into(&mut written)?;
-        let scan_us = t_scan.elapsed().as_micros() as u64;
         let mut populated = Vec::new();
         for a in &want {
             self.query.scan(*a, Query::populated(), &mut populated)?;
         }
         normalize(&mut populated);
-        let populated_us = t_scan.elapsed().as_micros() as u64 - scan_us;
         let dropped = intersect(&subtract(&self.populated, &populated), &want);
         self.populated = populated;
 
@@ -400,40 +409,34 @@ impl Capturer {
         // to zero: untracked, unpopulated anonymous pages that are not fresh (fresh region
         // space is zero already).
         let (retake, zero) = self.whole_parts(&vmas, &untracked, &self.populated, &fresh);
-        let mut copy = written.clone();
+        let mut copy = intersect(&written, &want);
         copy.extend_from_slice(&dropped);
         copy.extend_from_slice(&retake);
         let mut failed = std::mem::take(&mut self.precopy_failed);
         normalize(&mut failed);
         copy.extend(intersect(&failed, &want));
         normalize(&mut copy);
-        tracing::trace!(
-            written = pages_in(&written),
-            dropped = pages_in(&dropped),
-            untracked = pages_in(&untracked),
-            retake = pages_in(&retake),
-            zero = pages_in(&zero),
-            scan_us,
-            populated_us,
-            "pages"
-        );
 
-        let t_copy = Instant::now();
         let mut chunks = Vec::new();
         for r in &copy {
-            self.shadow_chunks(*r, &mut chunks);
+            self.shadow_chunks(*r, st, &mut chunks);
+        }
+        // Shared objects: pages written here, and whole mappings new to the tracking or whose
+        // object's region is new.
+        let shared_copy = self.shared_copy(&written, &shared_untracked, st);
+        for (r, object, offset) in &shared_copy {
+            st.shared
+                .chunks(*object, *offset, r.start, r.len(), st.engine, &mut chunks);
         }
         let copied = sys::copy_pages(pid, &chunks, true)?;
         for &(_, local, len) in &chunks {
-            self.marks.add(PageRange::new(local, local + len));
+            st.marks.add(PageRange::new(local, local + len));
         }
-        self.zero_shadow(&zero);
-        let copy_time = t_copy.elapsed();
+        self.zero_shadow(&zero, st);
         if verify_enabled() {
-            self.verify(&vmas)?;
+            self.verify(&vmas, st)?;
         }
 
-        let t_copied = t_start.elapsed();
         // (5) Everything else.
         let threads = self.threads(tracee)?;
         let status = sys::read_proc(format!("/proc/{pid}/status"))?;
@@ -442,7 +445,7 @@ impl Capturer {
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                 .map_err(|e| RunError::io("reading /proc/PID/exe", e))?;
-            self.program = Some(FileId::of(&exe)?);
+            self.program = Some(file_id(&exe, st.file_ids)?);
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))
                 .map_err(|e| RunError::io("reading /proc/PID/cmdline", e))?;
             self.argv = cmdline
@@ -462,21 +465,17 @@ impl Capturer {
         }
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
             .map_err(|e| RunError::io("reading /proc/PID/cwd", e))?;
-        tracing::trace!(
-            since_stop_us = (t_start - stop_began).as_micros() as u64,
-            fds_us = t_fds.as_micros() as u64,
-            layout_us = t_layout.as_micros() as u64,
-            tracking_us = t_tracked.as_micros() as u64,
-            copied_us = t_copied.as_micros() as u64,
-            rest_us = t_start.elapsed().as_micros() as u64,
-            "capture timing (cumulative from the capture's start)"
-        );
+        let id = identity(pid, self.image_pid)?;
         let image = ProcessImage {
-            version: IMAGE_VERSION,
+            pid: self.image_pid,
+            ppid: id.ppid,
+            pgid: id.pgid,
+            sid: id.sid,
+            exit_signal: id.exit_signal,
+            zombie: None,
             program: self.program.clone().expect("set above"),
             argv: self.argv.clone(),
             cwd,
-            pid,
             vmas,
             areas: self
                 .areas
@@ -496,52 +495,73 @@ impl Capturer {
             fds,
             pipes,
             files,
-            finished: None,
-            recent: vec![],
         };
-        let written_pages: u64 = written.iter().map(|r| (r.len() / self.page) as u64).sum();
-        let stats = CaptureStats {
-            pages: copied / self.page as u64,
-            written: written_pages,
-            retaken: (copied / self.page as u64).saturating_sub(written_pages),
-            precopied: 0,
+        let written_pages = pages_in(&written) as u64;
+        let stats = ProcessStats {
+            copied,
+            written_pages,
             captured_bytes: self.captured_bytes(),
             areas: self.areas.len(),
             threads: image.threads.len(),
-            stop: stop_began.elapsed(),
-            copy: copy_time,
         };
-        let mut image = image;
-        self.recent.push(crate::image::EpochStat {
-            epoch: self.engine.epoch() + 1,
-            unix_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos() as u64)
-                .unwrap_or(0),
-            copied_bytes: copied,
-            stop_us: stats.stop.as_micros() as u64,
-        });
-        if self.recent.len() > RECENT {
-            self.recent.remove(0);
-        }
-        image.recent = self.recent.clone();
-        Ok(Captured { image, stats })
+        Ok((image, stats))
     }
 
-    /// The program replaced itself (execve): a new address space, a new image. The old areas
-    /// go at the next reconciliation; tracking starts over on the new memory.
-    fn after_exec(&mut self, tracee: &Tracee) -> Result<()> {
+    /// Registers the shared mappings that are not write-tracked (new, replaced); returns them.
+    fn register_untracked_shared(&mut self) -> Result<Vec<PageRange>> {
+        let mut untracked = Vec::new();
+        for v in &self.shared_vmas {
+            self.query
+                .scan(v.range, Query::not_write_tracked(), &mut untracked)?;
+        }
+        normalize(&mut untracked);
+        for r in &untracked {
+            self.tracker.untrack(*r)?;
+            self.tracker.track(*r)?;
+        }
+        Ok(untracked)
+    }
+
+    /// The shared-object pages to copy from this process: (program range, object, offset of
+    /// the range's start in the object).
+    fn shared_copy(
+        &self,
+        written: &[PageRange],
+        untracked: &[PageRange],
+        st: &Store<'_>,
+    ) -> Vec<(PageRange, u32, u64)> {
+        let mut out = Vec::new();
+        for v in &self.shared_vmas {
+            let mut take: Vec<PageRange> = if st.shared.take_whole(v.object) {
+                vec![v.range]
+            } else {
+                let mut t = intersect(written, std::slice::from_ref(&v.range));
+                t.extend(intersect(untracked, std::slice::from_ref(&v.range)));
+                t
+            };
+            normalize(&mut take);
+            for r in take {
+                out.push((r, v.object, v.offset + (r.start - v.range.start) as u64));
+            }
+        }
+        out
+    }
+
+    /// The process replaced itself (execve): a new address space, a new image. The old areas
+    /// go; tracking starts over on the new memory.
+    fn after_exec(&mut self, tracee: &Tracee, st: &mut Store<'_>) -> Result<()> {
         tracing::debug!(
             pid = self.pid,
-            "program called execve: capturing the new image"
+            "process called execve: capturing the new image"
         );
         self.tracker = kioku_proc::tracker_for(tracee)?;
         self.query = PagemapQuery::open(self.pid)?;
         for a in std::mem::take(&mut self.areas) {
-            self.engine.delete_region(&a.region)?;
+            st.engine.delete_region(&a.region)?;
         }
         self.populated.clear();
         self.layout = None;
+        self.shared_vmas.clear();
         self.program = None;
         self.tid_addrs.clear();
         self.brk = None;
@@ -550,39 +570,13 @@ impl Capturer {
         Ok(())
     }
 
-    /// Makes a capture durable (the program may run meanwhile: the copy is the monitor's).
-    pub fn commit(&mut self, c: Captured) -> Result<CheckpointReport> {
-        let engine = self.engine.checkpoint(&c.image.encode())?;
-        if verify_enabled() {
-            for (region, page) in self.engine.contexts_differ() {
-                tracing::error!(region, page, "the two contexts differ after a checkpoint");
-            }
-        }
-        self.last = Some(c.image);
-        Ok(CheckpointReport {
-            epoch: engine.epoch,
-            capture: c.stats,
-            engine,
-        })
-    }
-
-    /// Records that the program ended: `kioku restore` then refuses, saying so.
-    pub fn finish(&mut self, how: String) -> Result<()> {
-        let Some(mut image) = self.last.clone() else {
-            return Ok(());
-        };
-        image.finished = Some(how);
-        self.engine.checkpoint(&image.encode())?;
-        Ok(())
-    }
-
-    /// Compares every captured page of the stopped program with the running context (a debugging
-    /// aid, `KIOKU_VERIFY_CAPTURE=1`): a difference is a bug of the capture.
-    pub(crate) fn verify(&self, vmas: &[Vma]) -> Result<()> {
+    /// Compares every captured page of the stopped process with the running context (a
+    /// debugging aid, `KIOKU_VERIFY_CAPTURE=1`): a difference is a bug of the capture.
+    fn verify(&self, vmas: &[Vma], st: &Store<'_>) -> Result<()> {
         let ps = self.page;
         let mut buf = vec![0u8; ps];
         for a in &self.areas {
-            let base = self.engine.region(&a.region).expect("region").addr;
+            let base = st.engine.region(&a.region).expect("region").addr;
             for page in (a.start..a.end).step_by(ps) {
                 if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
                     .is_err()
@@ -593,12 +587,28 @@ impl Capturer {
                 let shadow =
                     unsafe { std::slice::from_raw_parts((base + page - a.start) as *const u8, ps) };
                 if shadow != &buf[..] {
-                    let diff = shadow.iter().zip(&buf).filter(|(a, b)| a != b).count();
-                    let zs = shadow.iter().all(|&x| x == 0);
-                    let zb = buf.iter().all(|&x| x == 0);
-                    tracing::error!(diff, shadow_zero = zs, program_zero = zb, "page difference");
                     let v = vmas.iter().find(|v| v.start <= page && page < v.end);
-                    tracing::error!(page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
+                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
+                }
+            }
+        }
+        for v in &self.shared_vmas {
+            for page in (v.range.start..v.range.end).step_by(ps) {
+                if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
+                    .is_err()
+                {
+                    continue;
+                }
+                let off = v.offset + (page - v.range.start) as u64;
+                if let Some(shadow) = st.shared.page(v.object, off, st.engine) {
+                    if shadow != &buf[..] {
+                        tracing::error!(
+                            pid = self.image_pid,
+                            page = format_args!("{page:#x}"),
+                            object = v.object,
+                            "capture differs from the program's shared memory"
+                        );
+                    }
                 }
             }
         }
@@ -606,7 +616,7 @@ impl Capturer {
     }
 
     /// Splits program range `r` (inside the areas) into (remote, shadow, len) chunks.
-    fn shadow_chunks(&self, r: PageRange, out: &mut Vec<(usize, usize, usize)>) {
+    fn shadow_chunks(&self, r: PageRange, st: &Store<'_>, out: &mut Vec<(usize, usize, usize)>) {
         let mut start = r.start;
         let mut i = self.areas.partition_point(|a| a.end <= start);
         while start < r.end && i < self.areas.len() {
@@ -617,7 +627,7 @@ impl Capturer {
             let lo = start.max(a.start);
             let hi = r.end.min(a.end);
             if lo < hi {
-                let base = self
+                let base = st
                     .engine
                     .region(&a.region)
                     .expect("every area has its region")
@@ -631,15 +641,19 @@ impl Capturer {
 
     /// Makes the areas (and their regions) match `want`; returns the program ranges whose
     /// region space is new (zero) in this capture.
-    fn reconcile_areas(&mut self, want: &[PageRange]) -> Result<Vec<PageRange>> {
+    fn reconcile_areas(
+        &mut self,
+        want: &[PageRange],
+        st: &mut Store<'_>,
+    ) -> Result<Vec<PageRange>> {
         let mut fresh = Vec::new();
-        let keep: HashSet<usize> = want.iter().map(|w| w.start).collect();
+        let keep: std::collections::HashSet<usize> = want.iter().map(|w| w.start).collect();
         for a in std::mem::take(&mut self.areas) {
             if keep.contains(&a.start) {
                 self.areas.push(a);
             } else {
                 self.tracker.untrack(PageRange::new(a.start, a.end))?;
-                self.engine.delete_region(&a.region)?;
+                st.engine.delete_region(&a.region)?;
             }
         }
         let mut next = Vec::with_capacity(want.len());
@@ -651,7 +665,7 @@ impl Capturer {
                         if w.end < a.end {
                             self.tracker.untrack(PageRange::new(w.end, a.end))?;
                         }
-                        match self.engine.resize_region(&a.region, w.end - w.start) {
+                        match st.engine.resize_region(&a.region, w.end - w.start) {
                             Ok(_) => {
                                 if w.end > a.end {
                                     fresh.push(PageRange::new(a.end, w.end));
@@ -661,23 +675,23 @@ impl Capturer {
                                 // A new region: nothing of the old one carries over, so the
                                 // whole range must be taken again (untracked → retaken).
                                 self.tracker.untrack(PageRange::new(a.start, a.end))?;
-                                self.engine.delete_region(&a.region)?;
-                                self.create_region(w)?;
+                                st.engine.delete_region(&a.region)?;
+                                self.create_region(w, st)?;
                                 fresh.push(*w);
                             }
-                            Err(e) => return Err(e.into()),
+                            Err(e) => return Err(region_error(e)),
                         }
                         a.end = w.end;
                     }
                     next.push(a);
                 }
                 None => {
-                    self.create_region(w)?;
+                    self.create_region(w, st)?;
                     fresh.push(*w);
                     next.push(AreaState {
                         start: w.start,
                         end: w.end,
-                        region: region_name(w.start),
+                        region: region_name(self.image_pid, w.start),
                     });
                 }
             }
@@ -687,42 +701,73 @@ impl Capturer {
         Ok(fresh)
     }
 
-    fn create_region(&mut self, w: &PageRange) -> Result<()> {
+    fn create_region(&mut self, w: &PageRange, st: &mut Store<'_>) -> Result<()> {
         let len = w.end - w.start;
-        self.engine.create_region(
-            &region_name(w.start),
-            len,
-            RegionOptions {
-                addr: None,
-                reserve: Some((2 * len).max(64 << 20)),
-            },
-        )?;
+        st.engine
+            .create_region(
+                &region_name(self.image_pid, w.start),
+                len,
+                RegionOptions {
+                    addr: None,
+                    reserve: Some((2 * len).max(64 << 20)),
+                },
+            )
+            .map_err(region_error)?;
         Ok(())
     }
 
-    /// The mappings, which of them are captured, and the files they map.
-    fn layout(&mut self, maps_text: &str) -> Result<(Vec<Vma>, Vec<FileId>)> {
-        if let Some((text, vmas, files)) = &self.layout {
-            if text == maps_text {
+    /// The mappings, which of them are captured, and the files they map; registers the
+    /// shared-memory objects the process maps.
+    fn layout(&mut self, maps_text: &str, st: &mut Store<'_>) -> Result<(Vec<Vma>, Vec<FileId>)> {
+        if let Some(l) = &self.layout {
+            if l.maps_text == maps_text {
                 // Same mappings: a private file mapping captured because it had copied pages
                 // stays captured; nothing else can have changed.
-                return Ok((vmas.clone(), files.clone()));
+                for v in &l.shared {
+                    st.shared.note_use(v.object, v.offset, v.range.len() as u64);
+                }
+                return Ok((l.vmas.clone(), l.files.clone()));
             }
         }
         let maps = kioku_proc::parse_maps(maps_text)?;
         let mut vmas = Vec::with_capacity(maps.len());
         let mut files: Vec<FileId> = Vec::new();
         let mut file_index: HashMap<PathBuf, usize> = HashMap::new();
+        let mut shared = Vec::new();
         for m in &maps {
-            let Some((backing, captured)) = self.classify(m)? else {
-                continue;
+            let backing = match self.classify(m)? {
+                Class::Skip => continue,
+                Class::Shared(kind) => {
+                    let object = st.shared.object_for(m, kind)?;
+                    let entry = format!("/proc/{}/map_files/{:x}-{:x}", self.pid, m.start, m.end);
+                    if let Ok(md) = std::fs::metadata(entry) {
+                        st.shared.note_size(object, md.len());
+                    }
+                    let range = PageRange::new(m.start, m.end);
+                    shared.push(SharedVma {
+                        range,
+                        object,
+                        offset: m.offset,
+                    });
+                    vmas.push(vma(
+                        m,
+                        Backing::Shared {
+                            object,
+                            offset: m.offset,
+                        },
+                        false,
+                    ));
+                    continue;
+                }
+                Class::Mapped { path, captured } => (path, captured),
             };
-            let backing = match backing {
+            let (path, captured) = backing;
+            let backing = match path {
                 Some(path) => {
                     let index = match file_index.get(&path) {
                         Some(&i) => i,
                         None => {
-                            let id = self.file_id(&path)?;
+                            let id = file_id(&path, st.file_ids)?;
                             files.push(id);
                             file_index.insert(path.clone(), files.len() - 1);
                             files.len() - 1
@@ -743,33 +788,31 @@ impl Capturer {
                     _ => Backing::Anonymous,
                 },
             };
-            vmas.push(Vma {
-                start: m.start,
-                end: m.end,
-                read: m.perms.read,
-                write: m.perms.write,
-                exec: m.perms.exec,
-                shared: m.perms.shared,
-                grows_down: m.kind == MapKind::Stack,
-                backing,
-                captured,
-            });
+            vmas.push(vma(m, backing, captured));
         }
-        self.layout = Some((maps_text.to_string(), vmas.clone(), files.clone()));
+        self.shared_vmas = shared.clone();
+        self.layout = Some(Layout {
+            maps_text: maps_text.to_string(),
+            vmas: vmas.clone(),
+            files: files.clone(),
+            shared,
+        });
         Ok((vmas, files))
     }
 
-    /// `None`: not part of the image (vsyscall, uprobes). Else (file path, captured).
-    #[allow(clippy::type_complexity)]
-    fn classify(&mut self, m: &MapEntry) -> Result<Option<(Option<PathBuf>, bool)>> {
+    /// How mapping `m` is checkpointed.
+    fn classify(&mut self, m: &MapEntry) -> Result<Class> {
         let any = m.perms.read || m.perms.write || m.perms.exec;
         let unsupported = |what: String| Err(RunError::Unsupported { what });
         match &m.kind {
-            MapKind::Vsyscall => Ok(None),
-            MapKind::Vdso | MapKind::Vvar => Ok(Some((None, false))),
+            MapKind::Vsyscall => Ok(Class::Skip),
+            MapKind::Vdso | MapKind::Vvar => Ok(Class::Mapped {
+                path: None,
+                captured: false,
+            }),
             MapKind::Special(name) if !name.starts_with("[anon:") => {
                 if name == "[uprobes]" {
-                    Ok(None)
+                    Ok(Class::Skip)
                 } else {
                     unsupported(format!(
                         "mapping {:#x}-{:#x} is the kernel's {name}",
@@ -779,27 +822,48 @@ impl Capturer {
             }
             MapKind::Anonymous | MapKind::Heap | MapKind::Stack | MapKind::Special(_) => {
                 if m.perms.shared {
-                    return unsupported(format!(
-                        "mapping {:#x}-{:#x} is shared anonymous memory (its other users are not checkpointed)",
-                        m.start, m.end
-                    ));
+                    // MAP_SHARED|MAP_ANONYMOUS shows as "/dev/zero (deleted)"; a shared
+                    // mapping without a name is the same kind of object.
+                    return Ok(Class::Shared(crate::image::SharedKind::Anonymous));
                 }
                 // PROT_NONE memory (guard pages, reservations) comes back empty.
-                Ok(Some((None, any)))
+                Ok(Class::Mapped {
+                    path: None,
+                    captured: any,
+                })
             }
             MapKind::File { path, deleted } => {
                 let name = path.to_string_lossy();
-                if *deleted || name.starts_with("/memfd:") || name.starts_with("/SYSV") {
+                if name.starts_with("/SYSV") {
                     return unsupported(format!(
-                        "mapping {:#x}-{:#x} maps {} which cannot be opened again",
+                        "mapping {:#x}-{:#x} is System V shared memory ({})",
                         m.start,
                         m.end,
                         path.display()
                     ));
                 }
                 if m.perms.shared {
-                    // Its contents live in the file; it is mapped again at restore.
-                    return Ok(Some((Some(path.clone()), false)));
+                    let kind = if let Some(rest) = name.strip_prefix("/memfd:") {
+                        crate::image::SharedKind::Memfd {
+                            name: rest.to_string(),
+                        }
+                    } else if *deleted && name == "/dev/zero" {
+                        crate::image::SharedKind::Anonymous
+                    } else {
+                        crate::image::SharedKind::File {
+                            path: path.clone(),
+                            deleted: *deleted,
+                        }
+                    };
+                    return Ok(Class::Shared(kind));
+                }
+                if *deleted || name.starts_with("/memfd:") {
+                    return unsupported(format!(
+                        "mapping {:#x}-{:#x} maps {} privately, which cannot be opened again",
+                        m.start,
+                        m.end,
+                        path.display()
+                    ));
                 }
                 let captured = if m.perms.write {
                     true
@@ -822,46 +886,10 @@ impl Capturer {
                     )?;
                     !anon.is_empty()
                 };
-                Ok(Some((Some(path.clone()), captured)))
-            }
-        }
-    }
-
-    fn file_id(&mut self, path: &Path) -> Result<FileId> {
-        let md = std::fs::metadata(path)
-            .map_err(|e| RunError::io(format!("stat {}", path.display()), e))?;
-        let key = (
-            path.to_path_buf(),
-            md.ino(),
-            md.mtime_nsec() + md.mtime() * 1_000_000_000,
-        );
-        if let Some(id) = self.file_ids.get(&key) {
-            return Ok(id.clone());
-        }
-        let id = FileId::of(path)?;
-        self.file_ids.insert(key, id.clone());
-        Ok(id)
-    }
-
-    /// Children of the program run on their own private memory, untraced: say so once each.
-    fn note_children(&mut self, tracee: &Tracee) {
-        for tid in tracee.threads() {
-            let Ok(text) =
-                std::fs::read_to_string(format!("/proc/{}/task/{tid}/children", self.pid))
-            else {
-                continue;
-            };
-            for child in text
-                .split_whitespace()
-                .filter_map(|c| c.parse::<i32>().ok())
-            {
-                if self.children_seen.insert(child) {
-                    tracing::warn!(
-                        pid = self.pid,
-                        child,
-                        "the program started child process {child}; it runs outside kioku and is not checkpointed (a restore brings back the parent only)"
-                    );
-                }
+                Ok(Class::Mapped {
+                    path: Some(path.clone()),
+                    captured,
+                })
             }
         }
     }
@@ -980,8 +1008,14 @@ impl Capturer {
                     a
                 }
             };
+            // The id the program knows: the namespace's.
+            let image_tid = if self.image_pid == pid {
+                tid
+            } else {
+                kioku_proc::ns::ns_tid_of(pid, tid).unwrap_or(tid)
+            };
             out.push(ThreadImage {
-                tid,
+                tid: image_tid,
                 state: hex(&state.to_bytes()),
                 sigmask: sys::get_sigmask(tid)?,
                 pending: sys::status_mask(&status, "SigPnd"),
@@ -1056,6 +1090,108 @@ impl Capturer {
     }
 }
 
+/// How a mapping is checkpointed.
+enum Class {
+    /// Not part of the image (vsyscall, uprobes).
+    Skip,
+    /// Mapped again at restore from `path` (or anonymous); its contents captured or not.
+    Mapped {
+        path: Option<PathBuf>,
+        captured: bool,
+    },
+    /// A shared mapping of a shared-memory object.
+    Shared(crate::image::SharedKind),
+}
+
+fn vma(m: &MapEntry, backing: Backing, captured: bool) -> Vma {
+    Vma {
+        start: m.start,
+        end: m.end,
+        read: m.perms.read,
+        write: m.perms.write,
+        exec: m.perms.exec,
+        shared: m.perms.shared,
+        grows_down: m.kind == MapKind::Stack,
+        backing,
+        captured,
+    }
+}
+
+/// Region errors that mean "too much to checkpoint" become `Unsupported` (checkpoints stop,
+/// the program runs on), the rest stay errors.
+fn region_error(e: kioku_ckpt::CkptError) -> RunError {
+    match e {
+        kioku_ckpt::CkptError::Pool(kioku_pool::PoolError::TooManySections { max }) => {
+            RunError::Unsupported {
+                what: format!(
+                    "the tree has more separate memory areas than a pool holds ({} regions)",
+                    max / 2
+                ),
+            }
+        }
+        e => e.into(),
+    }
+}
+
+/// The identity of `path` now (a build-id read once per file version).
+pub(crate) fn file_id(
+    path: &Path,
+    cache: &mut HashMap<(PathBuf, u64, i64), FileId>,
+) -> Result<FileId> {
+    let md =
+        std::fs::metadata(path).map_err(|e| RunError::io(format!("stat {}", path.display()), e))?;
+    let key = (
+        path.to_path_buf(),
+        md.ino(),
+        md.mtime_nsec() + md.mtime() * 1_000_000_000,
+    );
+    if let Some(id) = cache.get(&key) {
+        return Ok(id.clone());
+    }
+    let id = FileId::of(path)?;
+    cache.insert(key, id.clone());
+    Ok(id)
+}
+
+/// A process's place in the tree, as the tree's namespace sees it.
+pub(crate) struct Identity {
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    pub exit_signal: i32,
+}
+
+/// Reads the identity of process `pid` (`image_pid`: its id in the namespace; equal to `pid`
+/// without one).
+pub(crate) fn identity(pid: i32, image_pid: i32) -> Result<Identity> {
+    let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
+    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
+    let f: Vec<i64> = rest
+        .split_whitespace()
+        .map(|x| x.parse::<i64>().unwrap_or(0))
+        .collect();
+    let at = |n: usize| f.get(n - 3).copied().unwrap_or(0);
+    let exit_signal = at(38) as i32;
+    if image_pid == pid {
+        return Ok(Identity {
+            ppid: at(4) as i32,
+            pgid: at(5) as i32,
+            sid: at(6) as i32,
+            exit_signal,
+        });
+    }
+    let (pgid, sid) = kioku_proc::ns::ns_pgid_sid_of(pid).unwrap_or((0, 0));
+    // The parent's id in the namespace (the init is 1; a parent outside it shows as 0).
+    let host_ppid = at(4) as i32;
+    let ppid = kioku_proc::ns::ns_pid_of(host_ppid).unwrap_or(0);
+    Ok(Identity {
+        ppid,
+        pgid,
+        sid,
+        exit_signal,
+    })
+}
+
 /// `prctl(PR_GET_TID_ADDRESS)` in thread `tid`.
 fn tid_address(tracee: &Tracee, tid: i32) -> Result<u64> {
     const PR_GET_TID_ADDRESS: u64 = 40;
@@ -1083,8 +1219,9 @@ fn pages_in(v: &[PageRange]) -> usize {
     v.iter().map(|r| r.len()).sum::<usize>() / page_size()
 }
 
-pub(crate) fn region_name(start: usize) -> String {
-    format!("a{start:x}")
+/// The region of the area at `start` of process `pid` (its id in the tree's namespace).
+pub(crate) fn region_name(pid: i32, start: usize) -> String {
+    format!("p{pid}.a{start:x}")
 }
 
 /// CRC-32C of the vdso of `tracee`, if it has one.

@@ -1,0 +1,429 @@
+//! Checkpointing a stopped process tree: every process's memory (its private memory into
+//! regions of its own, shared memory into the regions of the shared-memory objects), registers,
+//! signals and descriptors, and its place in the tree (parent, process group, session; ended
+//! children its parent has not reaped), as one [`TreeImage`] committed by one engine
+//! checkpoint. See `process` for one process and `shared` for shared memory.
+
+mod process;
+pub(crate) mod shared;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kioku_ckpt::{CheckpointStats, Engine};
+use kioku_pool::Pool;
+use kioku_proc::{Tracee, Tree};
+
+use crate::error::{Result, RunError};
+use crate::image::{EpochStat, ExitImage, FileId, ProcessImage, TreeImage, IMAGE_VERSION};
+use crate::shadow::{Marks, ShadowSpace};
+
+pub(crate) use process::{vdso_crc, verify_enabled, AreaState, ProcessCapture};
+use process::{Precopy, Store};
+use shared::SharedObjects;
+
+pub use process::PRECOPY_MIN;
+
+/// What happened while the tree was stopped.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct CaptureStats {
+    /// Pages copied out of the tree.
+    pub pages: u64,
+    /// Pages found written by the write-protect scans.
+    pub written: u64,
+    /// Pages taken again because their mapping was replaced or they were dropped.
+    pub retaken: u64,
+    /// Bytes of new memory copied while the tree ran, before this capture's stop.
+    pub precopied: u64,
+    /// Bytes of captured memory.
+    pub captured_bytes: u64,
+    pub areas: usize,
+    pub threads: usize,
+    pub processes: usize,
+    /// The whole stop as the program sees it: from the stop request to the resume request.
+    #[serde(serialize_with = "ser_dur")]
+    pub stop: Duration,
+    #[serde(serialize_with = "ser_dur")]
+    pub copy: Duration,
+}
+
+pub(crate) fn ser_dur<S: serde::Serializer>(
+    d: &Duration,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1e3)
+}
+
+/// Memory to copy while the tree runs ([`Capturer::prepare`]).
+pub struct Precopies(Vec<Precopy>);
+
+impl Precopies {
+    pub fn bytes(&self) -> u64 {
+        self.0.iter().map(|p| p.bytes()).sum()
+    }
+}
+
+/// A captured state waiting to be made durable ([`Capturer::commit`]).
+pub struct Captured {
+    image: TreeImage,
+    pub stats: CaptureStats,
+}
+
+/// One durable checkpoint.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CheckpointReport {
+    pub epoch: u64,
+    pub capture: CaptureStats,
+    pub engine: CheckpointStats,
+}
+
+/// Checkpoints whose cost the image keeps.
+const RECENT: usize = 16;
+
+/// The checkpointing state for one process tree.
+pub struct Capturer {
+    engine: Engine<ShadowSpace>,
+    marks: Marks,
+    /// By pid as the monitor sees it.
+    procs: BTreeMap<i32, ProcessCapture>,
+    shared: SharedObjects,
+    file_ids: HashMap<(PathBuf, u64, i64), FileId>,
+    /// Ids are the tree's pid namespace's.
+    namespace: bool,
+    /// Image pid of the root.
+    root: i32,
+    /// The surveys of this stop are current (no resume since).
+    surveyed: bool,
+    last: Option<TreeImage>,
+    recent: Vec<EpochStat>,
+}
+
+impl Capturer {
+    /// A new checkpoint pool for the stopped tree `tree` (nothing captured yet).
+    pub fn new(pool: Pool, tree: &Tree) -> Result<Capturer> {
+        let marks = Marks::default();
+        let mut engine = Engine::init(pool, ShadowSpace::new(marks.clone()))?;
+        engine.set_adaptive(false)?;
+        let namespace = tree.namespace().is_some();
+        let root = image_pid(tree.root_pid(), namespace);
+        let mut c = Capturer {
+            engine,
+            marks,
+            procs: BTreeMap::new(),
+            shared: SharedObjects::default(),
+            file_ids: HashMap::new(),
+            namespace,
+            root,
+            surveyed: false,
+            last: None,
+            recent: vec![],
+        };
+        c.sync_processes(tree)?;
+        Ok(c)
+    }
+
+    /// After a restore: the engine recovered, the processes rebuilt and stopped.
+    pub(crate) fn restored(
+        engine: Engine<ShadowSpace>,
+        marks: Marks,
+        procs: BTreeMap<i32, ProcessCapture>,
+        shared: SharedObjects,
+        image: &TreeImage,
+    ) -> Capturer {
+        Capturer {
+            engine,
+            marks,
+            procs,
+            shared,
+            file_ids: HashMap::new(),
+            namespace: image.pid_namespace,
+            root: image.root,
+            surveyed: false,
+            last: Some(image.clone()),
+            recent: image.recent.clone(),
+        }
+    }
+
+    pub fn engine(&self) -> &Engine<ShadowSpace> {
+        &self.engine
+    }
+
+    pub fn engine_mut(&mut self) -> &mut Engine<ShadowSpace> {
+        &mut self.engine
+    }
+
+    pub fn pool_path(&self) -> &Path {
+        self.engine.pool().path()
+    }
+
+    /// Bytes of the tree's private memory the pool holds.
+    pub fn captured_bytes(&self) -> u64 {
+        self.procs.values().map(|p| p.captured_bytes()).sum()
+    }
+
+    /// Follows the tree: a capture state for each new process, none for those gone.
+    fn sync_processes(&mut self, tree: &Tree) -> Result<()> {
+        let live: Vec<&Tracee> = tree.processes().iter().collect();
+        for (pid, pc) in std::mem::take(&mut self.procs) {
+            if live.iter().any(|t| t.pid() == pid) {
+                self.procs.insert(pid, pc);
+            } else {
+                for r in pc.regions() {
+                    self.engine.delete_region(&r)?;
+                }
+            }
+        }
+        for t in live {
+            if !self.procs.contains_key(&t.pid()) {
+                let pc = ProcessCapture::new(t, image_pid(t.pid(), self.namespace), vec![])?;
+                self.procs.insert(t.pid(), pc);
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks at every stopped process (mappings, descriptors) and gives the shared-memory
+    /// objects their regions. Refuses with `Unsupported`, changing nothing durable, when the
+    /// tree holds something a checkpoint cannot bring back.
+    fn survey(&mut self, tree: &Tree) -> Result<()> {
+        self.sync_processes(tree)?;
+        self.shared.begin();
+        let mut st = Store {
+            engine: &mut self.engine,
+            marks: &self.marks,
+            shared: &mut self.shared,
+            file_ids: &mut self.file_ids,
+        };
+        for (pid, pc) in self.procs.iter_mut() {
+            let t = tree.process(*pid).expect("synced with the tree");
+            pc.survey(t, &mut st)?;
+        }
+        self.shared.reconcile(&mut self.engine)?;
+        self.surveyed = true;
+        Ok(())
+    }
+
+    /// While the tree is stopped, before [`Capturer::capture`]: when processes have much
+    /// memory that is not tracked yet (new processes, new mappings), registers it and returns
+    /// it to be copied by [`Capturer::precopy`] while the tree runs (pages written meanwhile
+    /// are found written at the capture). `None`: nothing worth it.
+    pub fn prepare(&mut self, tree: &Tree) -> Result<Option<Precopies>> {
+        self.survey(tree)?;
+        let mut st = Store {
+            engine: &mut self.engine,
+            marks: &self.marks,
+            shared: &mut self.shared,
+            file_ids: &mut self.file_ids,
+        };
+        let mut all = Vec::new();
+        for pc in self.procs.values_mut() {
+            if let Some(p) = pc.prepare(&mut st)? {
+                all.push(p);
+            }
+        }
+        if all.is_empty() {
+            return Ok(None);
+        }
+        // The tree runs before the capture: its surveys will be stale.
+        self.surveyed = false;
+        Ok(Some(Precopies(all)))
+    }
+
+    /// Copies what [`Capturer::prepare`] returned, while the tree runs.
+    pub fn precopy(&mut self, p: Precopies) -> u64 {
+        let mut copied = 0;
+        for pre in p.0 {
+            if let Some(pc) = self.procs.get_mut(&pre.pid) {
+                copied += pc.precopy(pre, &self.marks);
+            }
+        }
+        copied
+    }
+
+    /// Captures the stopped tree. Fails with `Unsupported` (changing nothing durable) when it
+    /// holds something a checkpoint cannot bring back.
+    pub fn capture(&mut self, tree: &mut Tree, stop_began: Instant) -> Result<Captured> {
+        // A tree whose first process crashed (was killed by a signal) is not checkpointed any
+        // more: a restore resumes the last checkpoint before the crash. One without any process
+        // left has nothing to checkpoint.
+        let crashed = matches!(tree.root_exit(), Some(kioku_proc::Exit::Signal { .. }));
+        if crashed || tree.is_empty() {
+            return Err(RunError::Proc(kioku_proc::ProcError::Exited {
+                pid: tree.root_pid(),
+                exit: tree.root_exit().unwrap_or(kioku_proc::Exit::Code(0)),
+            }));
+        }
+        if !self.surveyed {
+            self.survey(tree)?;
+        }
+        self.surveyed = false;
+        let t_copy = Instant::now();
+        let mut st = Store {
+            engine: &mut self.engine,
+            marks: &self.marks,
+            shared: &mut self.shared,
+            file_ids: &mut self.file_ids,
+        };
+        let mut stats = CaptureStats::default();
+        let mut processes = Vec::with_capacity(self.procs.len());
+        for (pid, pc) in self.procs.iter_mut() {
+            let t = tree.process(*pid).expect("synced with the tree");
+            let (image, ps) = pc.capture(t, &mut st)?;
+            stats.pages += ps.copied / kioku_track::page_size() as u64;
+            stats.written += ps.written_pages;
+            stats.captured_bytes += ps.captured_bytes;
+            stats.areas += ps.areas;
+            stats.threads += ps.threads;
+            processes.push(image);
+        }
+        stats.copy = t_copy.elapsed();
+        stats.retaken = stats.pages.saturating_sub(stats.written);
+        processes.extend(self.zombies(tree, &processes)?);
+        let root_exit = tree.root_exit().map(ExitImage::of);
+        if processes.iter().all(|p| p.pid != self.root) && root_exit.is_none() {
+            return Err(RunError::Unsupported {
+                what: "internal: the tree's first process is missing from its checkpoint".into(),
+            });
+        }
+        let processes = parents_first(processes);
+        stats.processes = processes.len();
+        stats.stop = stop_began.elapsed();
+        let mut image = TreeImage {
+            version: IMAGE_VERSION,
+            pid_namespace: self.namespace,
+            root: self.root,
+            root_exit,
+            processes,
+            shared: self.shared.images(),
+            finished: None,
+            recent: vec![],
+        };
+        self.recent.push(EpochStat {
+            epoch: self.engine.epoch() + 1,
+            unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0),
+            copied_bytes: stats.pages * kioku_track::page_size() as u64,
+            stop_us: stats.stop.as_micros() as u64,
+        });
+        if self.recent.len() > RECENT {
+            self.recent.remove(0);
+        }
+        image.recent = self.recent.clone();
+        Ok(Captured { image, stats })
+    }
+
+    /// Ended processes of the tree that their parents (in the tree) have not reaped.
+    fn zombies(&self, tree: &mut Tree, live: &[ProcessImage]) -> Result<Vec<ProcessImage>> {
+        tree.forget_reaped();
+        let mut out = Vec::new();
+        let candidates: Vec<i32> = tree_ended(tree);
+        for host in candidates {
+            let Some(exit) = tree.ended(host) else {
+                continue;
+            };
+            let image_pid = image_pid(host, self.namespace);
+            let Ok(id) = process::identity(host, image_pid) else {
+                continue; // reaped meanwhile
+            };
+            // A zombie whose parent is not in the tree (the namespace's init) is reaped there.
+            if !live.iter().any(|p| p.pid == id.ppid) {
+                continue;
+            }
+            let program = match live.iter().find(|p| p.pid == id.ppid) {
+                Some(p) => p.program.clone(),
+                None => continue,
+            };
+            out.push(ProcessImage {
+                pid: image_pid,
+                ppid: id.ppid,
+                pgid: id.pgid,
+                sid: id.sid,
+                exit_signal: id.exit_signal,
+                zombie: Some(ExitImage::of(exit)),
+                program,
+                argv: vec![],
+                cwd: PathBuf::from("/"),
+                vmas: vec![],
+                areas: vec![],
+                mm: Default::default(),
+                auxv: vec![],
+                threads: vec![],
+                sigactions: vec![],
+                shared_pending: 0,
+                vdso_crc: None,
+                fds: vec![],
+                pipes: vec![],
+                files: vec![],
+            });
+        }
+        Ok(out)
+    }
+
+    /// Makes a capture durable (the tree may run meanwhile: the copy is the monitor's).
+    pub fn commit(&mut self, c: Captured) -> Result<CheckpointReport> {
+        let engine = self.engine.checkpoint(&c.image.encode())?;
+        if verify_enabled() {
+            for (region, page) in self.engine.contexts_differ() {
+                tracing::error!(region, page, "the two contexts differ after a checkpoint");
+            }
+        }
+        self.last = Some(c.image);
+        Ok(CheckpointReport {
+            epoch: engine.epoch,
+            capture: c.stats,
+            engine,
+        })
+    }
+
+    /// Records that the tree ended: `kioku restore` then refuses, saying so.
+    pub fn finish(&mut self, how: String) -> Result<()> {
+        let Some(mut image) = self.last.clone() else {
+            return Ok(());
+        };
+        image.finished = Some(how);
+        self.engine.checkpoint(&image.encode())?;
+        Ok(())
+    }
+}
+
+/// The pids (as the monitor sees them) of the tree's ended processes that may be zombies.
+fn tree_ended(tree: &Tree) -> Vec<i32> {
+    let mut v: Vec<i32> = tree.ended_pids();
+    v.sort_unstable();
+    v
+}
+
+/// A process's id in the image.
+fn image_pid(host: i32, namespace: bool) -> i32 {
+    if namespace {
+        kioku_proc::ns::ns_pid_of(host).unwrap_or(host)
+    } else {
+        host
+    }
+}
+
+/// Orders processes so that every parent comes before its children.
+fn parents_first(mut procs: Vec<ProcessImage>) -> Vec<ProcessImage> {
+    let mut out = Vec::with_capacity(procs.len());
+    let mut placed: std::collections::HashSet<i32> = std::collections::HashSet::new();
+    while !procs.is_empty() {
+        let before = procs.len();
+        let ids: std::collections::HashSet<i32> = procs.iter().map(|p| p.pid).collect();
+        let (ready, rest): (Vec<_>, Vec<_>) = procs
+            .into_iter()
+            .partition(|p| placed.contains(&p.ppid) || !ids.contains(&p.ppid));
+        for p in ready {
+            placed.insert(p.pid);
+            out.push(p);
+        }
+        procs = rest;
+        if procs.len() == before {
+            // A cycle cannot happen; keep whatever is left rather than loop.
+            out.append(&mut procs);
+        }
+    }
+    out
+}

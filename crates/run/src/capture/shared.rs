@@ -1,0 +1,253 @@
+//! Shared-memory objects of the tree: what MAP_SHARED mappings show — anonymous shared memory
+//! (shared with forks), memfds, files mapped shared — each held in an engine region of its own
+//! (`s<id>`) covering the object offsets the tree maps. Every process mapping an object writes
+//! into the same region: pages it wrote (its own write-tracking) are copied from its mapping.
+//! A region that is new, grown or moved is taken whole from every mapping of the object.
+
+use kioku_ckpt::{Engine, RegionOptions};
+use kioku_proc::MapEntry;
+
+use crate::error::{Result, RunError};
+use crate::image::{SharedImage, SharedKind};
+use crate::shadow::ShadowSpace;
+
+/// An object as the kernel names it: device (major, minor) and inode.
+pub(crate) type ObjectKey = (u32, u32, u64);
+
+#[derive(Clone, Debug)]
+struct Object {
+    id: u32,
+    kind: SharedKind,
+    key: ObjectKey,
+    /// Object offsets the region holds.
+    lo: u64,
+    hi: u64,
+    region: Option<String>,
+    /// Offsets mapped in this capture.
+    used: Option<(u64, u64)>,
+    /// The object's size (bytes) as last seen.
+    size: u64,
+    /// Copy every mapping of it whole in this capture (its region is new).
+    whole: bool,
+}
+
+/// The tree's shared-memory objects.
+#[derive(Debug, Default)]
+pub(crate) struct SharedObjects {
+    objs: Vec<Object>,
+    next: u32,
+}
+
+impl SharedObjects {
+    /// The objects of a restored image; `keys[i]` identifies `shared[i]` as restored.
+    pub fn restored(shared: &[SharedImage], keys: &[ObjectKey], sizes: &[u64]) -> SharedObjects {
+        let objs = shared
+            .iter()
+            .zip(keys)
+            .zip(sizes)
+            .map(|((s, k), size)| Object {
+                id: s.id,
+                kind: s.kind.clone(),
+                key: *k,
+                lo: s.lo,
+                hi: s.hi,
+                region: Some(s.region.clone()),
+                used: None,
+                size: *size,
+                whole: false,
+            })
+            .collect();
+        SharedObjects {
+            objs,
+            next: shared.iter().map(|s| s.id + 1).max().unwrap_or(0),
+        }
+    }
+
+    /// Before the surveys of a capture.
+    pub fn begin(&mut self) {
+        for o in &mut self.objs {
+            o.used = None;
+            o.whole = false;
+        }
+    }
+
+    /// The object mapping `m` shows (registering it, and the offsets `m` maps).
+    pub fn object_for(&mut self, m: &MapEntry, kind: SharedKind) -> Result<u32> {
+        let key = (m.dev.0, m.dev.1, m.inode);
+        let id = match self.objs.iter().find(|o| o.key == key) {
+            Some(o) => o.id,
+            None => {
+                let id = self.next;
+                self.next += 1;
+                self.objs.push(Object {
+                    id,
+                    kind,
+                    key,
+                    lo: 0,
+                    hi: 0,
+                    region: None,
+                    used: None,
+                    size: 0,
+                    whole: true,
+                });
+                id
+            }
+        };
+        self.note_use(id, m.offset, m.len() as u64);
+        Ok(id)
+    }
+
+    /// Records that a mapping shows offsets `[offset, offset+len)` of object `id`.
+    pub fn note_use(&mut self, id: u32, offset: u64, len: u64) {
+        if let Some(o) = self.objs.iter_mut().find(|o| o.id == id) {
+            let (lo, hi) = o.used.unwrap_or((offset, offset + len));
+            o.used = Some((lo.min(offset), hi.max(offset + len)));
+        }
+    }
+
+    /// Records an object's size (from a mapping's `/proc/PID/map_files` entry).
+    pub fn note_size(&mut self, id: u32, size: u64) {
+        if let Some(o) = self.objs.iter_mut().find(|o| o.id == id) {
+            o.size = size;
+        }
+    }
+
+    /// After every survey: regions for the objects mapped now (created, grown, or moved —
+    /// then taken whole), none for the objects nobody maps any more.
+    pub fn reconcile(&mut self, engine: &mut Engine<ShadowSpace>) -> Result<()> {
+        let mut keep = Vec::with_capacity(self.objs.len());
+        for mut o in std::mem::take(&mut self.objs) {
+            let Some((lo, hi)) = o.used else {
+                if let Some(r) = &o.region {
+                    engine.delete_region(r)?;
+                }
+                continue;
+            };
+            match &o.region {
+                Some(r) if lo >= o.lo && hi <= o.hi => {
+                    let _ = r;
+                }
+                Some(r) if lo >= o.lo => {
+                    match engine.resize_region(r, (hi - o.lo) as usize) {
+                        Ok(_) => {}
+                        Err(kioku_ckpt::CkptError::BeyondReservation { .. }) => {
+                            engine.delete_region(r)?;
+                            Self::create(engine, &mut o, lo, hi)?;
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                    o.hi = hi;
+                    o.whole = true;
+                }
+                Some(r) => {
+                    let r = r.clone();
+                    engine.delete_region(&r)?;
+                    let (lo, hi) = (lo.min(o.lo), hi.max(o.hi));
+                    Self::create(engine, &mut o, lo, hi)?;
+                }
+                None => Self::create(engine, &mut o, lo, hi)?,
+            }
+            keep.push(o);
+        }
+        self.objs = keep;
+        Ok(())
+    }
+
+    fn create(engine: &mut Engine<ShadowSpace>, o: &mut Object, lo: u64, hi: u64) -> Result<()> {
+        let name = format!("s{}", o.id);
+        let len = (hi - lo) as usize;
+        engine
+            .create_region(
+                &name,
+                len,
+                RegionOptions {
+                    addr: None,
+                    reserve: Some((2 * len).max(16 << 20)),
+                },
+            )
+            .map_err(|e| match e {
+                kioku_ckpt::CkptError::Pool(kioku_pool::PoolError::TooManySections { .. }) => {
+                    RunError::Unsupported {
+                        what: "the tree has more separate memory areas than a pool holds".into(),
+                    }
+                }
+                e => e.into(),
+            })?;
+        o.region = Some(name);
+        o.lo = lo;
+        o.hi = hi;
+        o.whole = true;
+        Ok(())
+    }
+
+    /// Whether every mapping of object `id` is taken whole in this capture.
+    pub fn take_whole(&self, id: u32) -> bool {
+        self.objs.iter().any(|o| o.id == id && o.whole)
+    }
+
+    /// (program address, shadow address, length) chunks to copy `len` bytes of object `id` at
+    /// `offset`, mapped at `prog` in a process.
+    pub fn chunks(
+        &self,
+        id: u32,
+        offset: u64,
+        prog: usize,
+        len: usize,
+        engine: &Engine<ShadowSpace>,
+        out: &mut Vec<(usize, usize, usize)>,
+    ) {
+        let Some(o) = self.objs.iter().find(|o| o.id == id) else {
+            return;
+        };
+        let Some(region) = o.region.as_ref().and_then(|r| engine.region(r)) else {
+            return;
+        };
+        let lo = offset.max(o.lo);
+        let hi = (offset + len as u64).min(o.hi);
+        if lo >= hi {
+            return;
+        }
+        let at = prog + (lo - offset) as usize;
+        out.push((at, region.addr + (lo - o.lo) as usize, (hi - lo) as usize));
+    }
+
+    /// The region's copy of the page at `offset` of object `id`.
+    pub fn page<'e>(
+        &self,
+        id: u32,
+        offset: u64,
+        engine: &'e Engine<ShadowSpace>,
+    ) -> Option<&'e [u8]> {
+        let o = self.objs.iter().find(|o| o.id == id)?;
+        let region = engine.region(o.region.as_ref()?)?;
+        let ps = kioku_track::page_size() as u64;
+        if offset < o.lo || offset + ps > o.hi {
+            return None;
+        }
+        // SAFETY: the page lies inside the region's mapping, which lives as long as the engine
+        // borrowed for 'e; the monitor is the only writer and is not writing now.
+        Some(unsafe {
+            std::slice::from_raw_parts(
+                (region.addr + (offset - o.lo) as usize) as *const u8,
+                ps as usize,
+            )
+        })
+    }
+
+    /// The objects as the image records them.
+    pub fn images(&self) -> Vec<SharedImage> {
+        self.objs
+            .iter()
+            .filter_map(|o| {
+                Some(SharedImage {
+                    id: o.id,
+                    kind: o.kind.clone(),
+                    lo: o.lo,
+                    hi: o.hi,
+                    size: o.size.max(o.hi),
+                    region: o.region.clone()?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,563 @@
+//! Rebuilding a process tree from its last checkpoint.
+//!
+//! 1. The image is read and checked *without changing the pool*: a restore that refuses (no
+//!    checkpoint, finished, files changed, …) leaves the pool byte for byte as it was.
+//! 2. The engine recovers the checkpoint (verifying every page) and maps the regions.
+//! 3. A new pid namespace (when the tree had one) gets the processes and threads back with
+//!    their ids: its init sets `ns_last_pid` before each is created.
+//! 4. Processes are created parents first — a process whose parent is not in the tree is a
+//!    child of the namespace's init (the executable itself, stopped at its entry); any other is
+//!    forked from its parent's placeholder by an injected clone and, when it ran another
+//!    program, made to exec it — so every process has its real parent, process group and
+//!    session. Ended processes their parents had not reaped come back as zombies.
+//! 5. Shared-memory objects are recreated in the monitor from their regions and passed to
+//!    every process mapping them through a descriptor channel (a Unix socket the processes
+//!    inherit while they are placeholders).
+//! 6. Each process is rebuilt (`process`): memory, descriptors, signals, threads, registers.
+
+mod process;
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use kioku_ckpt::Engine;
+use kioku_pool::Pool;
+use kioku_proc::{Namespace, Notice, Tracee, TraceeCommand, Tree};
+
+use crate::capture::shared::{ObjectKey, SharedObjects};
+use crate::capture::{AreaState, Capturer, ProcessCapture};
+use crate::error::{Result, RunError};
+use crate::image::{ExitImage, FdKind, FileId, ProcessImage, SharedKind, TreeImage};
+use crate::shadow::{Marks, ShadowSpace};
+use process::Rebuild;
+
+/// A restored tree, stopped, and the checkpointing state to carry on with.
+pub struct Restored {
+    pub tree: Tree,
+    pub capturer: Capturer,
+    pub image: TreeImage,
+    /// Epoch of the checkpoint restored.
+    pub epoch: u64,
+    /// Bytes written into the processes.
+    pub bytes_written: u64,
+}
+
+/// Reads the image of the pool's last checkpoint and decides whether it can be restored,
+/// changing nothing in the pool.
+pub fn read_image(pool: &Pool) -> Result<(TreeImage, u64)> {
+    let kind = pool.header().kind.clone();
+    if kind != kioku_ckpt::POOL_KIND {
+        return Err(RunError::NotAProcessCheckpoint {
+            detail: format!("pool kind is '{kind}'"),
+        });
+    }
+    let state = kioku_ckpt::commit_state_of(pool)?;
+    if state.epoch == 0 {
+        return Err(RunError::NoCheckpoint);
+    }
+    let image = TreeImage::decode(&state.metadata)?;
+    if let Some(how) = &image.finished {
+        return Err(RunError::Finished { how: how.clone() });
+    }
+    let live = image
+        .processes
+        .iter()
+        .filter(|p| p.zombie.is_none())
+        .count();
+    if !image.pid_namespace && image.processes.len() > 1 {
+        return Err(RunError::Unsupported {
+            what: format!(
+                "the checkpoint holds {} processes but was taken without a pid namespace, so their ids cannot be given back",
+                image.processes.len()
+            ),
+        });
+    }
+    if live == 0 {
+        return Err(RunError::NotAProcessCheckpoint {
+            detail: "the checkpoint holds no live process".into(),
+        });
+    }
+    check_files(&image)?;
+    Ok((image, state.epoch))
+}
+
+/// Every file the image maps or has open must be the one it had.
+fn check_files(image: &TreeImage) -> Result<()> {
+    for p in image.processes.iter().filter(|p| p.zombie.is_none()) {
+        for f in std::iter::once(&p.program).chain(&p.files) {
+            let now = match FileId::of(&f.path) {
+                Ok(n) => n,
+                Err(_) => {
+                    return Err(RunError::FileChanged {
+                        path: f.path.clone(),
+                        what: "it no longer exists".into(),
+                    })
+                }
+            };
+            if let Some(what) = f.differs(&now) {
+                return Err(RunError::FileChanged {
+                    path: f.path.clone(),
+                    what,
+                });
+            }
+        }
+        for fd in &p.fds {
+            if let FdKind::File { path, size } = &fd.kind {
+                let md = std::fs::metadata(path).map_err(|_| RunError::FileChanged {
+                    path: path.clone(),
+                    what: format!("descriptor {} refers to it and it no longer exists", fd.fd),
+                })?;
+                if md.is_file() && md.len() < *size {
+                    return Err(RunError::FileChanged {
+                        path: path.clone(),
+                        what: format!(
+                            "descriptor {}: {} bytes at the checkpoint, {} now (cut by someone else)",
+                            fd.fd,
+                            size,
+                            md.len()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    for s in &image.shared {
+        if let SharedKind::File {
+            path,
+            deleted: false,
+        } = &s.kind
+        {
+            if !path.exists() {
+                return Err(RunError::FileChanged {
+                    path: path.clone(),
+                    what: "it is mapped shared and no longer exists".into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Restores the last checkpoint of `pool` into a new process tree, left stopped.
+pub fn restore(pool: Pool) -> Result<Restored> {
+    let t0 = std::time::Instant::now();
+    let (image, epoch) = read_image(&pool)?;
+    // From here on the pool changes (the recovery syncs its contexts), to the same checkpoint.
+    cut_back_written_files(&image)?;
+    let marks = Marks::default();
+    let (mut engine, rec) = Engine::recover_in(pool, ShadowSpace::new(marks.clone()))?;
+    engine.set_adaptive(false)?;
+    if rec.epoch != epoch {
+        return Err(RunError::NotAProcessCheckpoint {
+            detail: format!(
+                "the pool's checkpoint changed while it was read (epoch {epoch}, then {})",
+                rec.epoch
+            ),
+        });
+    }
+    tracing::debug!(
+        ms = t0.elapsed().as_secs_f64() * 1e3,
+        "pool recovered (verified, contexts synced)"
+    );
+    let built = build(&image, engine, marks);
+    match built {
+        Ok((tree, capturer, written)) => Ok(Restored {
+            tree,
+            capturer,
+            image,
+            epoch,
+            bytes_written: written,
+        }),
+        Err((e, died)) if died => {
+            tracing::debug!("restore interrupted: {e}");
+            Err(RunError::DiedDuringRestore {
+                how: "killed by signal 9".into(),
+            })
+        }
+        Err((e, _)) => Err(e),
+    }
+}
+
+/// Files the processes were writing: what they wrote after the checkpoint is written again
+/// when they run on, so cut them back to their size at the checkpoint.
+fn cut_back_written_files(image: &TreeImage) -> Result<()> {
+    for p in &image.processes {
+        for fd in &p.fds {
+            if let FdKind::File { path, size } = &fd.kind {
+                let writing = fd.flags & libc::O_ACCMODE != libc::O_RDONLY;
+                let md = std::fs::metadata(path)
+                    .map_err(|e| RunError::io(format!("stat {}", path.display()), e))?;
+                if writing && md.is_file() && md.len() > *size {
+                    tracing::info!(path = %path.display(), from = md.len(), to = size, "cutting a file the program writes back to its size at the checkpoint");
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(path)
+                        .and_then(|f| f.set_len(*size))
+                        .map_err(|e| RunError::io(format!("truncating {}", path.display()), e))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Everything after the engine recovered. On failure: the error, and whether a process of the
+/// tree died meanwhile (killed while being rebuilt).
+fn build(
+    image: &TreeImage,
+    engine: Engine<ShadowSpace>,
+    marks: Marks,
+) -> std::result::Result<(Tree, Capturer, u64), (RunError, bool)> {
+    // The channel first: its remote end, inheritable, reaches the namespace's init and from
+    // there every placeholder.
+    let (chan_mon, chan_remote) = socketpair().map_err(|e| (e, false))?;
+    let chan_ino = socket_inode(&chan_remote).map_err(|e| (e, false))?;
+    // SAFETY: fcntl on our own descriptor.
+    unsafe { libc::fcntl(chan_remote.as_raw_fd(), libc::F_SETFD, 0) };
+    let ns = if image.pid_namespace {
+        match Namespace::create() {
+            Ok(n) => Some(n),
+            Err(e @ kioku_proc::ProcError::DiedBeforeExec { .. }) => return Err((e.into(), true)),
+            Err(e) => return Err((e.into(), false)),
+        }
+    } else {
+        None
+    };
+    let mut made: BTreeMap<i32, Tracee> = BTreeMap::new();
+    let result = (|| -> Result<(Tree, Capturer, u64)> {
+        create_processes(image, ns.as_ref(), &mut made)?;
+        drop(chan_remote);
+        let shared = shared_objects(image, &engine)?;
+        let mut written = 0;
+        let mut procs = BTreeMap::new();
+        for p in image.processes.iter().filter(|p| p.zombie.is_none()) {
+            let t = &made[&p.pid];
+            let tid = t.control_thread()?;
+            let mut r = Rebuild {
+                t,
+                tid,
+                image: p,
+                shared_fds: &shared.fds,
+                channel: Some((channel_fd(t, chan_ino)?, &chan_mon)),
+                ns: ns.as_ref(),
+            };
+            written += process::rebuild(&mut r, &engine)?;
+            let areas = p
+                .areas
+                .iter()
+                .map(|a| AreaState {
+                    start: a.start,
+                    end: a.end,
+                    region: a.region.clone(),
+                })
+                .collect();
+            let mut pc = ProcessCapture::new(t, p.pid, areas)?;
+            pc.track_restored(p)?;
+            procs.insert(t.pid(), pc);
+        }
+        let objects = SharedObjects::restored(&image.shared, &shared.keys, &shared.sizes);
+        let root = image
+            .root_process()
+            .map(|p| made[&p.pid].clone())
+            .or_else(|| {
+                image
+                    .processes
+                    .iter()
+                    .find(|p| p.zombie.is_none())
+                    .map(|p| made[&p.pid].clone())
+            })
+            .expect("a live process (checked)");
+        let mut tree = Tree::new(root, None);
+        if image.root_process().is_none() {
+            tree.set_root(-1, image.root_exit.map(ExitImage::exit));
+        }
+        for t in made.values() {
+            tree.add(t.clone());
+        }
+        let capturer = Capturer::restored(engine, marks, procs, objects, image);
+        Ok((tree, capturer, written))
+    })();
+    match result {
+        Ok((mut tree, capturer, written)) => {
+            if let Some(ns) = ns {
+                tree.set_namespace(ns);
+            }
+            Ok((tree, capturer, written))
+        }
+        Err(e) => {
+            let pids: Vec<i32> = made.values().map(|t| t.pid()).collect();
+            let died = ns.as_ref().is_some_and(|n| !n.alive()) || crate::monitor::any_gone(&pids);
+            for t in made.values() {
+                let _ = t.kill();
+            }
+            Err((e, died))
+        }
+    }
+}
+
+/// Creates every process of the image, stopped (parents first, with their ids).
+fn create_processes(
+    image: &TreeImage,
+    ns: Option<&Namespace>,
+    made: &mut BTreeMap<i32, Tracee>,
+) -> Result<()> {
+    for p in &image.processes {
+        let parent = image
+            .process(p.ppid)
+            .filter(|pp| pp.zombie.is_none() && made.contains_key(&pp.pid));
+        let t = match parent {
+            None => spawn_placeholder(p, ns)?,
+            Some(pp) => fork_placeholder(&made[&pp.pid], pp, p, ns)?,
+        };
+        if ns.is_some() {
+            let got = kioku_proc::ns::ns_pid_of(t.pid());
+            if got != Some(p.pid) {
+                return Err(RunError::Unsupported {
+                    what: format!("process {} came back as {got:?}", p.pid),
+                });
+            }
+        }
+        join_group(&t, p, image)?;
+        if let Some(z) = p.zombie {
+            end_as(&t, z)?;
+        }
+        made.insert(p.pid, t);
+    }
+    Ok(())
+}
+
+/// A process whose parent is not in the tree: the executable, started (as a child of the
+/// namespace's init, with its id) and stopped at its entry.
+fn spawn_placeholder(p: &ProcessImage, ns: Option<&Namespace>) -> Result<Tracee> {
+    let cmd = TraceeCommand::new(&p.program.path)
+        .args(p.argv.iter().skip(1).cloned())
+        .inherit_fds(true)
+        .trace_children(true);
+    let t = match ns {
+        Some(ns) => Tracee::spawn_in(ns, cmd, Some(p.pid)),
+        None => Tracee::spawn(cmd),
+    };
+    match t {
+        Ok(t) => Ok(t),
+        Err(
+            kioku_proc::ProcError::DiedBeforeExec { exit, .. }
+            | kioku_proc::ProcError::Exited { exit, .. },
+        ) => Err(RunError::DiedDuringRestore {
+            how: exit.to_string(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// A child forked from its parent's placeholder by an injected clone (with its id), made to
+/// exec its own program when that differs from its parent's.
+fn fork_placeholder(
+    parent: &Tracee,
+    pp: &ProcessImage,
+    p: &ProcessImage,
+    ns: Option<&Namespace>,
+) -> Result<Tracee> {
+    if let Some(ns) = ns {
+        ns.next_pid(p.pid)?;
+    }
+    let tid = parent.control_thread()?;
+    let exit_signal = if p.exit_signal > 0 { p.exit_signal } else { 0 };
+    parent.syscall(tid, libc::SYS_clone, &[exit_signal as u64, 0, 0, 0, 0])?;
+    let child = parent
+        .take_notices()
+        .into_iter()
+        .find_map(|n| match n {
+            Notice::Child { pid, .. } => Some(pid),
+            _ => None,
+        })
+        .ok_or_else(|| RunError::Unsupported {
+            what: format!("process {} created for the restore did not appear", p.pid),
+        })?;
+    let t = Tracee::adopt(child);
+    t.stop_all()?;
+    if p.zombie.is_none() && p.program.path != pp.program.path {
+        let tid = t.control_thread()?;
+        t.exec(tid, &p.program.path, &p.argv, &[])?;
+    }
+    Ok(t)
+}
+
+/// Puts a new process into its session and process group.
+fn join_group(t: &Tracee, p: &ProcessImage, image: &TreeImage) -> Result<()> {
+    if !image.pid_namespace {
+        return Ok(());
+    }
+    let tid = t.control_thread()?;
+    let parent = image.process(p.ppid);
+    let parent_sid = parent.map(|x| x.sid).unwrap_or(0);
+    let parent_pgid = parent.map(|x| x.pgid).unwrap_or(0);
+    if p.sid == p.pid && parent_sid != p.pid {
+        t.syscall(tid, libc::SYS_setsid, &[])?;
+        return Ok(());
+    }
+    if p.pgid != parent_pgid && p.pgid != 0 {
+        let to = if p.pgid == p.pid { 0 } else { p.pgid };
+        t.syscall(tid, libc::SYS_setpgid, &[0, to as u64])?;
+    }
+    Ok(())
+}
+
+/// Makes a new process end as a zombie with status `z` (its parent reaps it later).
+fn end_as(t: &Tracee, z: ExitImage) -> Result<()> {
+    match z {
+        ExitImage::Code(c) => {
+            let tid = t.control_thread()?;
+            // Its exit is collected by the injection (as its tracer): the parent sees it.
+            match t.syscall(tid, libc::SYS_exit_group, &[c as u64]) {
+                Ok(_) | Err(kioku_proc::ProcError::Exited { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        ExitImage::Signal(sig) => {
+            // SAFETY: signalling a process we created.
+            unsafe { libc::kill(t.pid(), sig) };
+            t.wait_exit()?;
+        }
+    }
+    Ok(())
+}
+
+/// The shared-memory objects, recreated in the monitor with their contents.
+struct SharedFds {
+    fds: HashMap<u32, OwnedFd>,
+    keys: Vec<ObjectKey>,
+    sizes: Vec<u64>,
+}
+
+fn shared_objects(image: &TreeImage, engine: &Engine<ShadowSpace>) -> Result<SharedFds> {
+    let mut out = SharedFds {
+        fds: HashMap::new(),
+        keys: vec![],
+        sizes: vec![],
+    };
+    for s in &image.shared {
+        let file = match &s.kind {
+            SharedKind::Anonymous => memfd("kioku-shared")?,
+            SharedKind::Memfd { name } => memfd(name)?,
+            SharedKind::File {
+                path,
+                deleted: false,
+            } => std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(path)
+                .map_err(|e| RunError::io(format!("opening {}", path.display()), e))?,
+            SharedKind::File {
+                path,
+                deleted: true,
+            } => unnamed_file_near(path)?,
+        };
+        if file.metadata().map(|m| m.len()).unwrap_or(0) < s.size {
+            file.set_len(s.size)
+                .map_err(|e| RunError::io("sizing a shared-memory object", e))?;
+        }
+        let region = engine
+            .region(&s.region)
+            .ok_or_else(|| RunError::NotAProcessCheckpoint {
+                detail: format!("image names region {} which the pool lacks", s.region),
+            })?;
+        // SAFETY: the region's mapping is `region.len` readable bytes, alive with the engine.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(region.addr as *const u8, (s.hi - s.lo) as usize) };
+        file.write_all_at(bytes, s.lo)
+            .map_err(|e| RunError::io("writing a shared-memory object", e))?;
+        let md = file
+            .metadata()
+            .map_err(|e| RunError::io("stat of a shared-memory object", e))?;
+        let dev = md.dev();
+        let key = (libc::major(dev), libc::minor(dev), md.ino());
+        out.keys.push(key);
+        out.sizes.push(md.len());
+        out.fds.insert(s.id, OwnedFd::from(file));
+    }
+    Ok(out)
+}
+
+fn memfd(name: &str) -> Result<std::fs::File> {
+    let c = std::ffi::CString::new(name.replace('\0', "")).unwrap_or_default();
+    // SAFETY: memfd_create with a valid C string; we own the descriptor it returns.
+    let fd = unsafe { libc::memfd_create(c.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(RunError::io(
+            "memfd_create",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: a new descriptor that we own.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+/// A new file without a name in the directory of `path` (or in memory when that is gone): what
+/// a mapping of a deleted file comes back as.
+fn unnamed_file_near(path: &Path) -> Result<std::fs::File> {
+    let dir = path.parent().unwrap_or(Path::new("/tmp"));
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .mode(0o600)
+        .open(dir)
+    {
+        Ok(f) => Ok(f),
+        Err(_) => memfd(
+            &path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        ),
+    }
+}
+
+fn socketpair() -> Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two descriptors into `fds`.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(RunError::io(
+            "socketpair (descriptor channel)",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: fresh descriptors owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The inode of a socket of ours (names it in other processes' /proc/PID/fd).
+fn socket_inode(fd: &OwnedFd) -> Result<u64> {
+    let md = std::fs::metadata(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| RunError::io("stat of the descriptor channel", e))?;
+    Ok(md.ino())
+}
+
+/// The number of the descriptor channel (the socket with inode `ino`) in placeholder `t`,
+/// which inherited it.
+fn channel_fd(t: &Tracee, ino: u64) -> Result<i32> {
+    let want = format!("socket:[{ino}]");
+    let dir = std::fs::read_dir(format!("/proc/{}/fd", t.pid()))
+        .map_err(|e| RunError::io("listing /proc/PID/fd", e))?;
+    for e in dir.flatten() {
+        let Some(fd) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == want) {
+            return Ok(fd);
+        }
+    }
+    Err(RunError::Unsupported {
+        what: "the restored process lacks the descriptor channel".into(),
+    })
+}
