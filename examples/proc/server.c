@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +110,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     int port = argc > 2 ? atoi(argv[2]) : 0;
+    /* A client gone while it is answered is no reason to die (EPIPE instead of SIGPIPE). */
+    signal(SIGPIPE, SIG_IGN);
     char path[4096];
     snprintf(path, sizeof path, "%s/accepted.log", argv[1]);
     logfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

@@ -307,6 +307,17 @@ fn differences(want: &Space, got: &Space, ignore: &[&str]) -> Vec<String> {
     out
 }
 
+/// Kills whatever still runs with its tag when dropped (a failed test leaves nothing behind).
+struct Reaper(String);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for p in tagged(&self.0) {
+            sigkill(p.pid);
+        }
+    }
+}
+
 /// Waits up to `d` for the processes tagged `tag` to end; those left are killed and described.
 fn leftovers(tag: &str, d: Duration) -> Option<String> {
     let t0 = Instant::now();
@@ -368,6 +379,7 @@ fn reference(spec: &Spec) -> Reference {
         let space = Space::new(spec.name);
         (spec.setup)(&space.work());
         let tag = new_tag(spec.name);
+        let _reaper = Reaper(tag.clone());
         let t0 = Instant::now();
         let mut child = space
             .command(&spec.cmd[0], &tag)
@@ -471,6 +483,19 @@ struct Session<'a> {
     /// The latest kill moment after a (re)start, in ms (doubled after each fresh start in a
     /// row: the program's first checkpoint may take longer than the reference run).
     window: u64,
+}
+
+impl Drop for Session<'_> {
+    /// A failed test leaves no process behind: the monitor and everything tagged are killed.
+    fn drop(&mut self) {
+        if let Some(m) = self.monitor.as_mut() {
+            if m.try_wait().ok().flatten().is_none() {
+                sigkill(m.id() as i32);
+                let _ = m.wait();
+            }
+        }
+        drop(Reaper(self.tag.clone()));
+    }
 }
 
 impl<'a> Session<'a> {
@@ -960,6 +985,7 @@ fn server_spec() -> Spec {
 fn server_reference(spec: &Spec) -> Reference {
     let space = Space::new(spec.name);
     let tag = new_tag(spec.name);
+    let _reaper = Reaper(tag.clone());
     let t0 = Instant::now();
     let mut child = space
         .command(&spec.cmd[0], &tag)
