@@ -474,15 +474,26 @@ struct Session<'a> {
     kills: usize,
     restores: usize,
     fresh_starts: usize,
-    /// Fresh starts since a restore last found a checkpoint.
-    fresh_in_row: usize,
+    learned: Learned,
     /// Whether the monitor is a `kioku restore`.
     restoring: bool,
+    /// The moment of the last kill after its monitor's start.
+    last_kill: Duration,
     /// How long the run may take after its last (re)start.
     patience: Duration,
-    /// The latest kill moment after a (re)start, in ms (doubled after each fresh start in a
-    /// row: the program's first checkpoint may take longer than the reference run).
+    /// Kills come at most this long (ms) after the earliest sensible moment.
     window: u64,
+}
+
+/// What runs teach the next ones about the program under kioku.
+#[derive(Clone, Copy, Default)]
+struct Learned {
+    /// A kill of a fresh `kioku run` before this moment (ms) left no checkpoint: its first
+    /// checkpoint takes at least this long (much longer than the interval for a large program),
+    /// so later first kills come after it.
+    first_checkpoint: u64,
+    /// Fresh starts since a restore last found a checkpoint.
+    fresh_in_row: usize,
 }
 
 impl Drop for Session<'_> {
@@ -499,7 +510,7 @@ impl Drop for Session<'_> {
 }
 
 impl<'a> Session<'a> {
-    fn start(spec: &'a Spec, run: usize, reference: &Reference) -> Session<'a> {
+    fn start(spec: &'a Spec, run: usize, reference: &Reference, learned: Learned) -> Session<'a> {
         let mut s = Session {
             spec,
             space: Space::new(spec.name),
@@ -511,8 +522,9 @@ impl<'a> Session<'a> {
             kills: 0,
             restores: 0,
             fresh_starts: 0,
-            fresh_in_row: 0,
+            learned,
             restoring: false,
+            last_kill: Duration::ZERO,
             // How long a run may take after its last (re)start before it counts as hung.
             patience: Duration::from_secs(60) + reference.elapsed * 20,
             window: (reference.elapsed.as_millis() as u64 / 2).clamp(100, 5000),
@@ -638,12 +650,15 @@ impl<'a> Session<'a> {
             return false;
         }
         self.fresh_starts += 1;
-        self.fresh_in_row += 1;
+        self.learned.fresh_in_row += 1;
+        let before = self.last_kill.as_millis() as u64;
+        self.learned.first_checkpoint = self.learned.first_checkpoint.max(before + 1);
         // The kill before did not count: nothing was restored.
         self.kills = self.kills.saturating_sub(1);
-        if self.fresh_in_row > FRESH_STARTS {
+        if self.learned.fresh_in_row > FRESH_STARTS {
             self.fail(format_args!(
-                "no checkpoint was taken in {FRESH_STARTS} starts in a row"
+                "no checkpoint was taken in {FRESH_STARTS} starts in a row (the last killed \
+                 after {before} ms)"
             ));
         }
         self.history
@@ -652,10 +667,15 @@ impl<'a> Session<'a> {
         true
     }
 
-    /// When to kill next, after the last (re)start.
+    /// When to kill next, after the last (re)start: a restore at any moment (even while it
+    /// restores), a fresh run not before its first checkpoint can be ready, as far as known.
     fn next_kill(&self, rng: &mut impl Rng) -> Duration {
-        let window = self.window << self.fresh_in_row.min(5);
-        Duration::from_millis(rng.gen_range(5..=window))
+        let from = if self.restoring {
+            5
+        } else {
+            self.learned.first_checkpoint.max(5)
+        };
+        Duration::from_millis(rng.gen_range(from..=from + self.window))
     }
 
     /// Waits up to `d` for the monitor to end.
@@ -667,7 +687,8 @@ impl<'a> Session<'a> {
     /// SIGKILLs the program (every process of it) or the monitor; returns how the monitor
     /// ended.
     fn kill(&mut self, of_monitor: bool) -> ExitStatus {
-        let ms = self.started.elapsed().as_millis();
+        self.last_kill = self.started.elapsed();
+        let ms = self.last_kill.as_millis();
         let tag = self.tag.clone();
         let m = self.monitor_mut();
         let what = if of_monitor {
@@ -689,7 +710,7 @@ impl<'a> Session<'a> {
             self.kills += 1;
             if self.restoring {
                 // A restore that ran until killed had a checkpoint to restore.
-                self.fresh_in_row = 0;
+                self.learned.fresh_in_row = 0;
             }
         }
         st
@@ -768,9 +789,10 @@ fn kill_and_restore(spec: Spec) {
     let mut rng = rng(spec.name);
     let total = env_count("KIOKU_PROC_KILLS", 4);
     let (mut done, mut kill_no, mut run) = (0, 0, 0);
+    let mut learned = Learned::default();
     loop {
         let want = KILLS_PER_RUN.min(total - done);
-        let mut s = Session::start(&spec, run, &reference);
+        let mut s = Session::start(&spec, run, &reference, learned);
         let st = loop {
             if s.kills >= want {
                 let st = s.wait_end();
@@ -795,12 +817,27 @@ fn kill_and_restore(spec: Spec) {
             }
         };
         s.finish(st, &reference);
+        learned = s.learned;
         done += s.kills;
         run += 1;
-        if done >= total || (want > 0 && s.kills == 0 && run > 2 * total + 2) {
+        if enough(spec.name, done, total, run) {
             break;
         }
     }
+}
+
+/// Whether the test has done its kills; fails when runs keep ending before them.
+fn enough(name: &str, done: usize, total: usize, runs: usize) -> bool {
+    if done >= total {
+        return true;
+    }
+    assert!(
+        runs < 2 * total + 2,
+        "{name}: only {done} of {total} kills were followed by a restore from a checkpoint in \
+         {runs} runs: the program finished before the kills came, or the restores found no \
+         checkpoint"
+    );
+    false
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1074,9 +1111,10 @@ fn tcp_server_keeps_its_port_and_a_consistent_sum_across_sigkill() {
     }
     let total = env_count("KIOKU_PROC_KILLS", 4);
     let (mut done, mut kill_no, mut run) = (0, 0, 0);
-    while done < total || run == 0 {
+    let mut learned = Learned::default();
+    loop {
         let want = KILLS_PER_RUN.min(total - done);
-        let mut s = Session::start(&spec, run, &reference);
+        let mut s = Session::start(&spec, run, &reference, learned);
         let mut port = None;
         let mut client: Option<Client> = None;
         // What the server holds, as far as the client knows: numbers sent, the lowest count it
@@ -1187,9 +1225,10 @@ fn tcp_server_keeps_its_port_and_a_consistent_sum_across_sigkill() {
             }
         };
         s.finish(st, &reference);
+        learned = s.learned;
         done += s.kills;
         run += 1;
-        if want > 0 && s.kills == 0 && run > 2 * total + 2 {
+        if enough(spec.name, done, total, run) {
             break;
         }
     }
