@@ -135,9 +135,9 @@ impl Space {
     fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&std::fs::read(self.stderr()).unwrap_or_default()).into_owned()
     }
-    /// Everything gone, as before a first start: a fresh `kioku run` must not find the killed
-    /// run's files (a half-written object file would look up to date to make).
-    /// stderr stays, for the record of earlier attempts.
+    /// Everything but stderr (the record of earlier attempts) gone, as before a first start: a
+    /// fresh `kioku run` must not find the killed run's files (a half-written object file would
+    /// look up to date to make).
     fn reset(&self, spec: &Spec) {
         for p in [self.stdout(), self.pool()] {
             let _ = std::fs::remove_file(p);
@@ -613,18 +613,18 @@ impl<'a> Session<'a> {
         );
     }
 
-    /// Kioku's log must not say it stopped taking checkpoints, or that a capture was wrong.
+    /// Kioku's log must not say it stopped taking checkpoints, nor log an error.
     fn check_log(&mut self) {
         let log = self.space.stderr_text();
         if let Some(l) = log.lines().find(|l| l.contains("no more checkpoints")) {
             let l = l.to_string();
             self.fail(format_args!("kioku stopped taking checkpoints: {l}"));
         }
-        if let Some(l) = log.lines().find(|l| l.contains("ERROR")) {
+        // (KIOKU_VERIFY_CAPTURE=1 logs every difference between a capture and the program's
+        // memory as an ERROR.)
+        if let Some(l) = log.lines().find(|l| l.trim_start().starts_with("ERROR")) {
             let l = l.to_string();
-            self.fail(format_args!(
-                "kioku found the capture or the checkpoint inconsistent: {l}"
-            ));
+            self.fail(format_args!("kioku logged an error: {l}"));
         }
     }
 
