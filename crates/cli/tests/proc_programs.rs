@@ -861,7 +861,7 @@ fn evloop_epoll_timers_signals_inotify_survive_sigkill() {
 #[test]
 fn process_tree_with_pipes_shared_memory_and_a_zombie_survives_sigkill() {
     let p = program("tree", false);
-    let mut spec = Spec::new("tree", s(&[p.to_str().unwrap(), "250", "2000000"]));
+    let mut spec = Spec::new("tree", s(&[p.to_str().unwrap(), "200", "2000000"]));
     spec.check = Box::new(|_, out| {
         let text = String::from_utf8_lossy(out);
         for w in 0..3 {
@@ -1260,7 +1260,7 @@ fn sqlite3_database_is_exact_after_sigkill() {
         ]),
     );
     spec.setup =
-        Box::new(|work| std::fs::write(work.join("build.sql"), sqlite_script(250, 1000)).unwrap());
+        Box::new(|work| std::fs::write(work.join("build.sql"), sqlite_script(200, 1000)).unwrap());
     spec.check = Box::new(move |work, _| {
         let o = Command::new(&sqlite)
             .current_dir(work)
