@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java bench clean
+.PHONY: all build demo test deps lint unit java soak bench clean
 
 all: build
 
@@ -33,6 +33,16 @@ java: deps
 
 # Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
 test: lint unit java
+
+# Kill-and-restore soak (not part of `make test`): the real programs of
+# crates/cli/tests/proc_programs.rs (sqlite3, a JVM, sh, make -j2, Python, node.js, an event
+# loop, a TCP server, a process tree) and the examples of proc_restore.rs, SIGKILLed and restored
+# SOAK_KILLS times each; every reference run three times over to show it is deterministic.
+# A failure prints KIOKU_SEED, which replays its kill moments.
+SOAK_KILLS ?= 50
+soak: deps
+	KIOKU_PROC_KILLS=$(SOAK_KILLS) KIOKU_PROC_REFERENCES=3 \
+	  $(CARGO) test -p kioku-cli --test proc_programs --test proc_restore -- --nocapture
 
 # Benchmarks (not part of `make test`); each writes its section of docs/perf.md.
 bench:

@@ -123,8 +123,8 @@ pub enum Outcome {
     Killed,
 }
 
-/// Lets monitor `child` run for `after`, then SIGKILLs its program (or the monitor itself when
-/// `kill_monitor`), unless it finished first.
+/// Lets monitor `child` run for `after`, then SIGKILLs its program — every process of it, see
+/// [`kill_program`] — (or the monitor itself when `kill_monitor`), unless it finished first.
 pub fn kill_after(mut child: Child, after: Duration, kill_monitor: bool) -> Outcome {
     let t0 = Instant::now();
     while t0.elapsed() < after {
@@ -135,14 +135,161 @@ pub fn kill_after(mut child: Child, after: Duration, kill_monitor: bool) -> Outc
     }
     if kill_monitor {
         sigkill(child.id() as i32);
-    } else if let Some(p) = program_of(child.id()) {
-        sigkill(p);
+    } else {
+        kill_program(&mut child, None);
     }
     let st = child.wait().unwrap();
     match st.code() {
         Some(c) if c != 137 => Outcome::Finished(c),
         _ => Outcome::Killed,
     }
+}
+
+/// One process as `/proc/PID/status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcEntry {
+    pub pid: i32,
+    pub ppid: i32,
+    pub name: String,
+    /// `R (running)`, `S (sleeping)`, `Z (zombie)`, …
+    pub state: String,
+}
+
+impl std::fmt::Display for ProcEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cmdline = std::fs::read(format!("/proc/{}/cmdline", self.pid))
+            .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+            .unwrap_or_default();
+        let wchan =
+            std::fs::read_to_string(format!("/proc/{}/wchan", self.pid)).unwrap_or_default();
+        write!(
+            f,
+            "pid {} ({}) {}, parent {}, waiting in {:?}: {}",
+            self.pid,
+            self.name,
+            self.state,
+            self.ppid,
+            wchan,
+            cmdline.trim_end()
+        )
+    }
+}
+
+/// Process `pid` now, if it exists.
+pub fn proc_entry(pid: i32) -> Option<ProcEntry> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+    };
+    Some(ProcEntry {
+        pid,
+        ppid: field("PPid:")?.parse().ok()?,
+        name: field("Name:")?,
+        state: field("State:")?,
+    })
+}
+
+/// Every process of the machine (as this pid namespace sees them).
+pub fn processes() -> Vec<ProcEntry> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(proc_entry)
+        .collect()
+}
+
+/// The descendants of `root` by their `PPid` links, parents before children; `root` excluded.
+pub fn descendants(root: i32) -> Vec<ProcEntry> {
+    let all = processes();
+    let mut out: Vec<ProcEntry> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for p in all.iter().filter(|p| p.ppid == parent && p.pid != root) {
+            if !out.iter().any(|o| o.pid == p.pid) {
+                out.push(p.clone());
+                frontier.push(p.pid);
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` runs the kioku binary (a monitor, or a process kioku forked for itself such as
+/// the init of a pid namespace), not the program.
+pub fn is_kioku(pid: i32) -> bool {
+    static KIOKU: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let kioku = KIOKU.get_or_init(|| std::fs::canonicalize(kioku()).ok());
+    match std::fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(exe) => kioku.as_ref() == Some(&exe),
+        Err(_) => false,
+    }
+}
+
+/// The program's processes under monitor `monitor`: its descendants that do not run kioku,
+/// parents first. The program may run right under the monitor or under an init process kioku
+/// made for a pid namespace; either way it is found by walking `PPid` links.
+pub fn program_processes(monitor: i32) -> Vec<ProcEntry> {
+    descendants(monitor)
+        .into_iter()
+        .filter(|p| !is_kioku(p.pid))
+        .collect()
+}
+
+/// The environment variable that marks every process of one test run (inherited across fork
+/// and exec, and kept by a restore, which brings back the program's environment): how
+/// processes that left the monitor's tree are still found.
+pub const TAG_VAR: &str = "KIOKU_TEST_TAG";
+
+/// Live processes whose environment holds `TAG_VAR=tag` (zombies have none and are not listed).
+pub fn tagged(tag: &str) -> Vec<ProcEntry> {
+    let needle = format!("{TAG_VAR}={tag}");
+    processes()
+        .into_iter()
+        .filter(|p| p.pid != std::process::id() as i32)
+        .filter(|p| {
+            std::fs::read(format!("/proc/{}/environ", p.pid))
+                .map(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// SIGKILLs every process of the program under `monitor` (and, with `tag`, every process of
+/// the run that left its tree), parents first, again and again until the monitor exits (a
+/// process forked meanwhile is killed in the next sweep); gives up after 10 s. Returns the
+/// pids killed.
+pub fn kill_program(monitor: &mut Child, tag: Option<&str>) -> Vec<i32> {
+    let mpid = monitor.id() as i32;
+    let mut killed = Vec::new();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(10) {
+        let mut victims = program_processes(mpid);
+        if let Some(tag) = tag {
+            victims.extend(
+                tagged(tag)
+                    .into_iter()
+                    .filter(|p| p.pid != mpid && !is_kioku(p.pid)),
+            );
+        }
+        for p in &victims {
+            sigkill(p.pid);
+            if !killed.contains(&p.pid) {
+                killed.push(p.pid);
+            }
+        }
+        if monitor.try_wait().unwrap().is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(if victims.is_empty() {
+            5
+        } else {
+            1
+        }));
+    }
+    killed
 }
 
 pub fn stderr_of(dir: &RunDir) -> String {
