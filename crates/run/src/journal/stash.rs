@@ -246,7 +246,7 @@ impl Stash {
             Ok(d) => d,
             Err(_) => return Err(io::Error::other("stash directory not made yet")),
         };
-        let name = format!("{}", key.ino);
+        let name = format!("{:020}", key.ino);
         let target = dir.path.join(&name);
         let src = cstr(path)?;
         let dst = cstr(Path::new(&name))?;
@@ -292,7 +292,7 @@ impl Stash {
             Ok(d) => d,
             Err(_) => return Err(io::Error::other("stash directory not made yet")),
         };
-        let name = format!("{}", key.ino);
+        let name = format!("{:020}", key.ino);
         let target = dir.path.join(&name);
         let (src, dst) = (cstr(proc_fd)?, cstr(Path::new(&name))?);
         // SAFETY: NUL-terminated paths and a directory descriptor we hold.
