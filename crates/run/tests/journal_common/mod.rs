@@ -584,3 +584,37 @@ pub fn scratch(tag: &str) -> tempfile::TempDir {
         .tempdir_in(base)
         .unwrap()
 }
+
+pub mod trapper;
+
+/// What a checkpoint taken now must bring back for the stopped program `pid` working in
+/// `root`: the tree, and the deleted files it holds open (found in the stash, as the
+/// descriptor capture finds them with `stash_path_of`).
+pub fn capture(root: &Path, pid: i32, j: &Journal) -> (Snapshot, Vec<(PathBuf, Vec<u8>)>) {
+    let mut held = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+    {
+        let Ok(link) = std::fs::read_link(e.path()) else {
+            continue;
+        };
+        if !link.to_string_lossy().ends_with(" (deleted)") {
+            continue;
+        }
+        let Ok(m) = std::fs::metadata(e.path()) else {
+            continue;
+        };
+        if !m.is_file() {
+            continue;
+        }
+        let at = j.stash_path_of(m.dev(), m.ino()).unwrap_or_else(|| {
+            panic!(
+                "deleted file {} held open is not in the stash",
+                link.display()
+            )
+        });
+        held.push((at, std::fs::read(e.path()).unwrap()));
+    }
+    (snapshot(root), held)
+}
