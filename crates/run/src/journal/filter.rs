@@ -121,6 +121,10 @@ const ALWAYS: &[u32] = &[
     nr::UTIMENSAT,
 ];
 
+/// Emits the test of one conditional call: jump to the first label (trap) or the second
+/// (allow).
+type Block = fn(&mut Asm, Label, Label);
+
 /// A classic BPF program under construction, with forward jumps to labels.
 struct Asm {
     code: Vec<libc::sock_filter>,
@@ -217,7 +221,7 @@ pub fn filter() -> Vec<libc::sock_filter> {
     }
     // Conditional calls: each block reloads the number it may fall back to (A holds the
     // number on entry to every block).
-    let blocks: [(u32, fn(&mut Asm, Label, Label)); 11] = [
+    let blocks: [(u32, Block); 11] = [
         (nr::WRITE, fd_at_least_3),
         (nr::WRITEV, fd_at_least_3),
         (nr::OPEN, |a, t, f| flags_create_or_trunc(a, 1, t, f)),
