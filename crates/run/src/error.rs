@@ -17,6 +17,8 @@ pub enum RunError {
     Proc(#[from] ProcError),
     #[error(transparent)]
     Track(#[from] TrackError),
+    #[error(transparent)]
+    Journal(#[from] crate::journal::JournalError),
     #[error("{what}: {source}")]
     Io {
         what: String,

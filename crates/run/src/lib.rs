@@ -15,6 +15,7 @@ pub mod capture;
 pub mod control;
 pub mod error;
 pub mod image;
+pub mod journal;
 pub mod monitor;
 pub mod remote;
 pub mod restore;

@@ -1,0 +1,525 @@
+//! The seccomp filters: which system calls stop in a `PTRACE_EVENT_SECCOMP` stop before they
+//! run, so that the journal can record how to undo them.
+//!
+//! One trap costs about 10 µs, so the filter traps only what can change a file (and, for the
+//! standard streams, what can make a later untrapped `write` overwrite data). `docs/journal.md`
+//! lists the calls and conditions; `decode.rs` reads each of them.
+
+/// System call numbers (x86-64), defined here: Debian 12's headers lack the newest ones.
+pub mod nr {
+    pub const WRITE: u32 = 1;
+    pub const OPEN: u32 = 2;
+    pub const CLOSE: u32 = 3;
+    pub const LSEEK: u32 = 8;
+    pub const IOCTL: u32 = 16;
+    pub const PWRITE64: u32 = 18;
+    pub const WRITEV: u32 = 20;
+    pub const DUP: u32 = 32;
+    pub const DUP2: u32 = 33;
+    pub const SENDFILE: u32 = 40;
+    pub const FCNTL: u32 = 72;
+    pub const TRUNCATE: u32 = 76;
+    pub const FTRUNCATE: u32 = 77;
+    pub const RENAME: u32 = 82;
+    pub const MKDIR: u32 = 83;
+    pub const RMDIR: u32 = 84;
+    pub const CREAT: u32 = 85;
+    pub const LINK: u32 = 86;
+    pub const UNLINK: u32 = 87;
+    pub const SYMLINK: u32 = 88;
+    pub const CHMOD: u32 = 90;
+    pub const FCHMOD: u32 = 91;
+    pub const CHOWN: u32 = 92;
+    pub const FCHOWN: u32 = 93;
+    pub const LCHOWN: u32 = 94;
+    pub const UTIME: u32 = 132;
+    pub const MKNOD: u32 = 133;
+    pub const IO_SETUP: u32 = 206;
+    pub const UTIMES: u32 = 235;
+    pub const OPENAT: u32 = 257;
+    pub const MKDIRAT: u32 = 258;
+    pub const MKNODAT: u32 = 259;
+    pub const FCHOWNAT: u32 = 260;
+    pub const FUTIMESAT: u32 = 261;
+    pub const UNLINKAT: u32 = 263;
+    pub const RENAMEAT: u32 = 264;
+    pub const LINKAT: u32 = 265;
+    pub const SYMLINKAT: u32 = 266;
+    pub const FCHMODAT: u32 = 268;
+    pub const SPLICE: u32 = 275;
+    pub const UTIMENSAT: u32 = 280;
+    pub const FALLOCATE: u32 = 285;
+    pub const DUP3: u32 = 292;
+    pub const PWRITEV: u32 = 296;
+    pub const OPEN_BY_HANDLE_AT: u32 = 304;
+    pub const RENAMEAT2: u32 = 316;
+    pub const COPY_FILE_RANGE: u32 = 326;
+    pub const PWRITEV2: u32 = 328;
+    pub const IO_URING_SETUP: u32 = 425;
+    pub const CLOSE_RANGE: u32 = 436;
+    pub const OPENAT2: u32 = 437;
+    pub const FCHMODAT2: u32 = 452;
+}
+
+/// `__X32_SYSCALL_BIT`: system calls of the x32 ABI carry it.
+pub const X32_BIT: u32 = 0x4000_0000;
+pub const AUDIT_ARCH_X86_64: u32 = 0xC000_003E;
+/// ioctls that overwrite a file's data with another's (reflinks).
+pub const FICLONE: u32 = 0x4004_9409;
+pub const FICLONERANGE: u32 = 0x4020_940d;
+
+const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+const SECCOMP_RET_TRACE: u32 = 0x7ff0_0000;
+const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
+
+/// Offsets in `struct seccomp_data`.
+const OFF_NR: u32 = 0;
+const OFF_ARCH: u32 = 4;
+const fn arg_lo(i: u32) -> u32 {
+    16 + 8 * i
+}
+
+/// Calls that always trap.
+const ALWAYS: &[u32] = &[
+    nr::PWRITE64,
+    nr::PWRITEV,
+    nr::PWRITEV2,
+    nr::FTRUNCATE,
+    nr::TRUNCATE,
+    nr::FALLOCATE,
+    nr::COPY_FILE_RANGE,
+    nr::SENDFILE,
+    nr::SPLICE,
+    nr::CREAT,
+    nr::OPENAT2,
+    nr::RENAME,
+    nr::RENAMEAT,
+    nr::RENAMEAT2,
+    nr::UNLINK,
+    nr::UNLINKAT,
+    nr::RMDIR,
+    nr::MKDIR,
+    nr::MKDIRAT,
+    nr::LINK,
+    nr::LINKAT,
+    nr::SYMLINK,
+    nr::SYMLINKAT,
+    nr::MKNOD,
+    nr::MKNODAT,
+    // Attributes a restore puts back (mtime: `make` compares them).
+    nr::CHMOD,
+    nr::FCHMOD,
+    nr::FCHMODAT,
+    nr::FCHMODAT2,
+    nr::CHOWN,
+    nr::FCHOWN,
+    nr::LCHOWN,
+    nr::FCHOWNAT,
+    nr::UTIME,
+    nr::UTIMES,
+    nr::FUTIMESAT,
+    nr::UTIMENSAT,
+];
+
+/// Emits the test of one conditional call: jump to the first label (trap) or the second
+/// (allow).
+type Block = fn(&mut Asm, Label, Label);
+
+/// A classic BPF program under construction, with forward jumps to labels.
+struct Asm {
+    code: Vec<libc::sock_filter>,
+    /// (instruction, label, is_true_branch)
+    fixups: Vec<(usize, usize, bool)>,
+    labels: Vec<Option<usize>>,
+}
+
+const BPF_LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const BPF_JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const BPF_JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const BPF_JSET_K: u16 = (libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K) as u16;
+const BPF_RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+#[derive(Clone, Copy)]
+struct Label(usize);
+
+impl Asm {
+    fn new() -> Asm {
+        Asm {
+            code: Vec::new(),
+            fixups: Vec::new(),
+            labels: Vec::new(),
+        }
+    }
+    fn label(&mut self) -> Label {
+        self.labels.push(None);
+        Label(self.labels.len() - 1)
+    }
+    fn bind(&mut self, l: Label) {
+        self.labels[l.0] = Some(self.code.len());
+    }
+    fn load(&mut self, off: u32) {
+        self.code.push(libc::sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: off,
+        });
+    }
+    fn ret(&mut self, k: u32) {
+        self.code.push(libc::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+    }
+    /// A conditional jump: to `t` when true, else to `f` (None: the next instruction).
+    fn jump(&mut self, code: u16, k: u32, t: Option<Label>, f: Option<Label>) {
+        let at = self.code.len();
+        self.code.push(libc::sock_filter {
+            code,
+            jt: 0,
+            jf: 0,
+            k,
+        });
+        if let Some(t) = t {
+            self.fixups.push((at, t.0, true));
+        }
+        if let Some(f) = f {
+            self.fixups.push((at, f.0, false));
+        }
+    }
+    fn finish(mut self) -> Vec<libc::sock_filter> {
+        for (at, label, t) in self.fixups {
+            let target = self.labels[label].expect("label bound");
+            let off = target - at - 1;
+            let off = u8::try_from(off).expect("BPF jump within 255 instructions");
+            if t {
+                self.code[at].jt = off;
+            } else {
+                self.code[at].jf = off;
+            }
+        }
+        self.code
+    }
+}
+
+/// The filter the root process installs before it runs (inherited by every descendant across
+/// fork and exec).
+pub fn filter() -> Vec<libc::sock_filter> {
+    let mut a = Asm::new();
+    let (allow, trace, enosys) = (a.label(), a.label(), a.label());
+    let not_x86_64 = a.label();
+    a.load(OFF_ARCH);
+    a.jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, None, Some(not_x86_64));
+    a.load(OFF_NR);
+    a.jump(BPF_JSET_K, X32_BIT, Some(trace), None);
+    a.jump(BPF_JEQ_K, nr::IO_URING_SETUP, Some(enosys), None);
+    a.jump(BPF_JEQ_K, nr::IO_SETUP, Some(enosys), None);
+    for &n in ALWAYS {
+        a.jump(BPF_JEQ_K, n, Some(trace), None);
+    }
+    // Conditional calls: each block reloads the number it may fall back to (A holds the
+    // number on entry to every block).
+    let blocks: [(u32, Block); 11] = [
+        (nr::WRITE, fd_at_least_3),
+        (nr::WRITEV, fd_at_least_3),
+        (nr::OPEN, |a, t, f| flags_create_or_trunc(a, 1, t, f)),
+        (nr::OPENAT, |a, t, f| flags_create_or_trunc(a, 2, t, f)),
+        (nr::OPEN_BY_HANDLE_AT, |a, t, f| {
+            a.load(arg_lo(2));
+            a.jump(BPF_JSET_K, libc::O_TRUNC as u32, Some(t), Some(f));
+        }),
+        (nr::LSEEK, |a, t, f| arg_at_most_2(a, 0, t, f)),
+        (nr::CLOSE, |a, t, f| arg_at_most_2(a, 0, t, f)),
+        (nr::CLOSE_RANGE, |a, t, f| arg_at_most_2(a, 0, t, f)),
+        (nr::DUP, |a, t, f| arg_at_most_2(a, 0, t, f)),
+        (nr::FCNTL, |a, t, f| {
+            // fcntl(fd <= 2, F_DUPFD or F_DUPFD_CLOEXEC)
+            let check_cmd = a.label();
+            a.load(arg_lo(0));
+            a.jump(BPF_JGE_K, 3, Some(f), Some(check_cmd));
+            a.bind(check_cmd);
+            a.load(arg_lo(1));
+            a.jump(BPF_JEQ_K, libc::F_DUPFD as u32, Some(t), None);
+            a.jump(BPF_JEQ_K, libc::F_DUPFD_CLOEXEC as u32, Some(t), Some(f));
+        }),
+        (nr::IOCTL, |a, t, f| {
+            a.load(arg_lo(1));
+            a.jump(BPF_JEQ_K, FICLONE, Some(t), None);
+            a.jump(BPF_JEQ_K, FICLONERANGE, Some(t), Some(f));
+        }),
+    ];
+    for (n, block) in blocks {
+        let (here, next) = (a.label(), a.label());
+        a.jump(BPF_JEQ_K, n, Some(here), Some(next));
+        a.bind(here);
+        block(&mut a, trace, allow);
+        a.bind(next);
+        a.load(OFF_NR);
+    }
+    // dup2/dup3: either descriptor <= 2.
+    for n in [nr::DUP2, nr::DUP3] {
+        let (here, next) = (a.label(), a.label());
+        a.jump(BPF_JEQ_K, n, Some(here), Some(next));
+        a.bind(here);
+        let second = a.label();
+        a.load(arg_lo(0));
+        a.jump(BPF_JGE_K, 3, Some(second), Some(trace));
+        a.bind(second);
+        arg_at_most_2(&mut a, 1, trace, allow);
+        a.bind(next);
+        a.load(OFF_NR);
+    }
+    a.ret(SECCOMP_RET_ALLOW);
+    a.bind(allow);
+    a.ret(SECCOMP_RET_ALLOW);
+    a.bind(trace);
+    a.ret(SECCOMP_RET_TRACE);
+    a.bind(enosys);
+    a.ret(SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    // Another ABI (i386 through int 0x80): its numbers differ, so none of the above would
+    // catch its file calls. Refused rather than let through unjournaled.
+    a.bind(not_x86_64);
+    a.ret(SECCOMP_RET_ERRNO | libc::ENOSYS as u32);
+    a.finish()
+}
+
+/// The filter stacked on a process whose standard streams may overwrite data: it also traps
+/// write and writev on descriptors 0–2. Other calls are left to the first filter.
+pub fn escalation_filter() -> Vec<libc::sock_filter> {
+    let mut a = Asm::new();
+    let (allow, trace) = (a.label(), a.label());
+    a.load(OFF_ARCH);
+    a.jump(BPF_JEQ_K, AUDIT_ARCH_X86_64, None, Some(allow));
+    a.load(OFF_NR);
+    let check = a.label();
+    a.jump(BPF_JEQ_K, nr::WRITE, Some(check), None);
+    a.jump(BPF_JEQ_K, nr::WRITEV, Some(check), Some(allow));
+    a.bind(check);
+    arg_at_most_2(&mut a, 0, trace, allow);
+    a.bind(allow);
+    a.ret(SECCOMP_RET_ALLOW);
+    a.bind(trace);
+    a.ret(SECCOMP_RET_TRACE);
+    a.finish()
+}
+
+fn fd_at_least_3(a: &mut Asm, t: Label, f: Label) {
+    a.load(arg_lo(0));
+    a.jump(BPF_JGE_K, 3, Some(t), Some(f));
+}
+
+fn arg_at_most_2(a: &mut Asm, i: u32, t: Label, f: Label) {
+    a.load(arg_lo(i));
+    a.jump(BPF_JGE_K, 3, Some(f), Some(t));
+}
+
+fn flags_create_or_trunc(a: &mut Asm, i: u32, t: Label, f: Label) {
+    a.load(arg_lo(i));
+    a.jump(
+        BPF_JSET_K,
+        (libc::O_CREAT | libc::O_TRUNC) as u32,
+        Some(t),
+        Some(f),
+    );
+}
+
+/// What a filter decides, as an enum (for tests and for the interpreter below).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    Allow,
+    Trace,
+    Errno(u32),
+    Other(u32),
+}
+
+/// Runs a filter on one `seccomp_data` (a plain interpreter of the instructions the filters
+/// above use), so tests can check the decision for every system call number without a kernel.
+pub fn evaluate(prog: &[libc::sock_filter], arch: u32, nr: u32, args: [u64; 6]) -> Action {
+    let mut data = [0u8; 64];
+    data[0..4].copy_from_slice(&nr.to_le_bytes());
+    data[4..8].copy_from_slice(&arch.to_le_bytes());
+    for (i, a) in args.iter().enumerate() {
+        data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+    }
+    let (mut pc, mut acc) = (0usize, 0u32);
+    loop {
+        let ins = prog[pc];
+        match ins.code {
+            BPF_LD_W_ABS => {
+                let k = ins.k as usize;
+                acc = u32::from_le_bytes(data[k..k + 4].try_into().expect("4"));
+                pc += 1;
+            }
+            BPF_JEQ_K | BPF_JGE_K | BPF_JSET_K => {
+                let taken = match ins.code {
+                    BPF_JEQ_K => acc == ins.k,
+                    BPF_JGE_K => acc >= ins.k,
+                    _ => acc & ins.k != 0,
+                };
+                pc += 1 + if taken { ins.jt } else { ins.jf } as usize;
+            }
+            BPF_RET_K => {
+                return match ins.k & 0xffff_0000 {
+                    SECCOMP_RET_ALLOW => Action::Allow,
+                    SECCOMP_RET_TRACE => Action::Trace,
+                    SECCOMP_RET_ERRNO => Action::Errno(ins.k & 0xffff),
+                    _ => Action::Other(ins.k),
+                }
+            }
+            c => panic!("instruction {c:#x} not interpreted"),
+        }
+    }
+}
+
+/// Installs `prog` in the calling thread (`SECCOMP_SET_MODE_FILTER`; `tsync`: in all its
+/// threads). The caller must have set `PR_SET_NO_NEW_PRIVS` or hold CAP_SYS_ADMIN. For tests
+/// and for code that runs in the program (a forked child before exec).
+pub fn install(prog: &[libc::sock_filter], tsync: bool) -> std::io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    const SECCOMP_SET_MODE_FILTER: u64 = 1;
+    const SECCOMP_FILTER_FLAG_TSYNC: u64 = 1;
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            SECCOMP_SET_MODE_FILTER,
+            if tsync { SECCOMP_FILTER_FLAG_TSYNC } else { 0 },
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The filter as bytes (`struct sock_filter` array), e.g. to place in the program's memory
+/// for an injected `seccomp` call.
+pub fn to_bytes(prog: &[libc::sock_filter]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(prog.len() * 8);
+    for i in prog {
+        b.extend_from_slice(&i.code.to_le_bytes());
+        b.push(i.jt);
+        b.push(i.jf);
+        b.extend_from_slice(&i.k.to_le_bytes());
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(nr: u32, args: [u64; 6]) -> Action {
+        evaluate(&filter(), AUDIT_ARCH_X86_64, nr, args)
+    }
+
+    #[test]
+    fn always_trapped_calls_trap_whatever_their_arguments() {
+        for &n in ALWAYS {
+            assert_eq!(eval(n, [0; 6]), Action::Trace, "nr {n}");
+            assert_eq!(eval(n, [u64::MAX; 6]), Action::Trace, "nr {n}");
+        }
+    }
+
+    #[test]
+    fn everything_else_is_allowed() {
+        let conditional = [
+            nr::WRITE,
+            nr::WRITEV,
+            nr::OPEN,
+            nr::OPENAT,
+            nr::OPEN_BY_HANDLE_AT,
+            nr::LSEEK,
+            nr::CLOSE,
+            nr::CLOSE_RANGE,
+            nr::DUP,
+            nr::DUP2,
+            nr::DUP3,
+            nr::FCNTL,
+            nr::IOCTL,
+            nr::IO_SETUP,
+            nr::IO_URING_SETUP,
+        ];
+        for n in 0..600u32 {
+            if ALWAYS.contains(&n) || conditional.contains(&n) {
+                continue;
+            }
+            // Arguments that would make a conditional call trap must not matter here.
+            assert_eq!(eval(n, [0, 0, 0o1100, 0, 0, 0]), Action::Allow, "nr {n}");
+        }
+    }
+
+    #[test]
+    fn conditions() {
+        use Action::*;
+        assert_eq!(eval(nr::WRITE, [1, 0, 5, 0, 0, 0]), Allow);
+        assert_eq!(eval(nr::WRITE, [3, 0, 5, 0, 0, 0]), Trace);
+        assert_eq!(eval(nr::WRITEV, [2, 0, 1, 0, 0, 0]), Allow);
+        assert_eq!(eval(nr::WRITEV, [7, 0, 1, 0, 0, 0]), Trace);
+        let (c, t) = (libc::O_CREAT as u64, libc::O_TRUNC as u64);
+        assert_eq!(eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]), Allow);
+        assert_eq!(eval(nr::OPEN, [0, c, 0, 0, 0, 0]), Trace);
+        assert_eq!(eval(nr::OPEN, [0, t, 0, 0, 0, 0]), Trace);
+        assert_eq!(
+            eval(nr::OPENAT, [0, c | t, libc::O_RDONLY as u64, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(eval(nr::OPENAT, [0, 0, c, 0, 0, 0]), Trace);
+        assert_eq!(
+            eval(nr::OPENAT, [0, 0, t | libc::O_WRONLY as u64, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]), Trace);
+        assert_eq!(eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]), Allow);
+        for n in [nr::LSEEK, nr::CLOSE, nr::CLOSE_RANGE, nr::DUP] {
+            assert_eq!(eval(n, [2, 0, 0, 0, 0, 0]), Trace, "nr {n}");
+            assert_eq!(eval(n, [3, 0, 0, 0, 0, 0]), Allow, "nr {n}");
+        }
+        for n in [nr::DUP2, nr::DUP3] {
+            assert_eq!(eval(n, [5, 1, 0, 0, 0, 0]), Trace);
+            assert_eq!(eval(n, [1, 5, 0, 0, 0, 0]), Trace);
+            assert_eq!(eval(n, [5, 6, 0, 0, 0, 0]), Allow);
+        }
+        let dupfd = libc::F_DUPFD as u64;
+        assert_eq!(eval(nr::FCNTL, [1, dupfd, 0, 0, 0, 0]), Trace);
+        assert_eq!(
+            eval(nr::FCNTL, [1, libc::F_DUPFD_CLOEXEC as u64, 0, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            eval(nr::FCNTL, [1, libc::F_GETFL as u64, 0, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(eval(nr::FCNTL, [4, dupfd, 0, 0, 0, 0]), Allow);
+        assert_eq!(eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]), Trace);
+        assert_eq!(eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]), Trace);
+        assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
+        assert_eq!(eval(nr::IO_URING_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
+        assert_eq!(eval(nr::IO_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
+        // x32: every call traps; another architecture: refused.
+        assert_eq!(eval(X32_BIT | 39, [0; 6]), Trace);
+        assert_eq!(
+            evaluate(&filter(), 0x4000_0003, nr::WRITE, [1, 0, 0, 0, 0, 0]),
+            Errno(libc::ENOSYS as u32)
+        );
+    }
+
+    #[test]
+    fn escalation_traps_standard_stream_writes_only() {
+        let e = escalation_filter();
+        let ev = |n, fd| evaluate(&e, AUDIT_ARCH_X86_64, n, [fd, 0, 0, 0, 0, 0]);
+        for fd in 0..3 {
+            assert_eq!(ev(nr::WRITE, fd), Action::Trace);
+            assert_eq!(ev(nr::WRITEV, fd), Action::Trace);
+        }
+        assert_eq!(ev(nr::WRITE, 3), Action::Allow);
+        assert_eq!(ev(nr::PWRITE64, 1), Action::Allow);
+        assert_eq!(ev(nr::OPEN, 1), Action::Allow);
+    }
+}
