@@ -4,6 +4,7 @@
 mod common;
 
 use std::io::{Seek, Write};
+use std::os::linux::net::SocketAddrExt;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use common::*;
@@ -278,4 +279,230 @@ fn fanotify_is_refused() {
     a.give(owned(fd), 3);
     let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err().to_string();
     assert!(e.contains("descriptor 3") && e.contains("fanotify"), "{e}");
+}
+
+fn socketpair(kind: i32) -> (OwnedFd, OwnedFd) {
+    let mut sv = [0i32; 2];
+    // SAFETY: socketpair writes two descriptors.
+    assert_eq!(
+        unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) },
+        0
+    );
+    (owned(sv[0]), owned(sv[1]))
+}
+
+fn send(fd: std::os::fd::BorrowedFd<'_>, b: &[u8]) {
+    // SAFETY: sends from `b`.
+    let n = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) };
+    assert_eq!(n, b.len() as isize, "{}", std::io::Error::last_os_error());
+}
+
+fn recv(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
+    let mut b = vec![0u8; 1 << 16];
+    // SAFETY: receives into `b`.
+    let n = unsafe { libc::recv(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    b.truncate(n as usize);
+    Ok(b)
+}
+
+#[test]
+fn unix_socket_pairs_come_back_with_their_queues() {
+    let a = Child::spawn();
+    let b = Child::spawn();
+    // Stream: data queued both ways, one side shut for writing, peek offset untouched.
+    let (s1, s2) = socketpair(libc::SOCK_STREAM);
+    send(s1.as_fd(), b"to s2 ");
+    send(s1.as_fd(), b"twice");
+    send(s2.as_fd(), b"to s1");
+    // SAFETY: plain system call.
+    unsafe { libc::shutdown(s1.as_raw_fd(), libc::SHUT_WR) };
+    a.give(s1, 3);
+    b.give(s2, 3);
+    // Datagrams keep their boundaries; one end non-blocking.
+    let (d1, d2) = socketpair(libc::SOCK_DGRAM);
+    for m in [&b"one"[..], b"", b"three"] {
+        send(d1.as_fd(), m);
+    }
+    // SAFETY: fcntl on our descriptor.
+    unsafe { libc::fcntl(d2.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    a.give(d1, 4);
+    a.give(d2, 5);
+    let (q1, q2) = socketpair(libc::SOCK_SEQPACKET);
+    send(q2.as_fd(), b"packet 1");
+    send(q2.as_fd(), b"packet 2");
+    a.give(q1, 6);
+    b.give(q2, 6);
+
+    let t = capture(&[&a, &b]);
+    // Nothing was taken out of the old queues.
+    assert_eq!(recv(b.take(3).as_fd()).unwrap(), b"to s2 twice");
+    drop((a, b));
+    let k = restore(&t, 2);
+    let (a, b) = (&k[0], &k[1]);
+    let (s1, s2) = (a.take(3), b.take(3));
+    assert_eq!(recv(s2.as_fd()).unwrap(), b"to s2 twice");
+    assert_eq!(recv(s2.as_fd()).unwrap(), b"", "s1 shut down for writing: end of stream");
+    assert_eq!(recv(s1.as_fd()).unwrap(), b"to s1");
+    send(s2.as_fd(), b"after");
+    assert_eq!(recv(s1.as_fd()).unwrap(), b"after");
+    let d2 = a.take(5);
+    assert_ne!(getfl(d2.as_fd()) & libc::O_NONBLOCK, 0);
+    for m in [&b"one"[..], b"", b"three"] {
+        assert_eq!(recv(d2.as_fd()).unwrap(), m);
+    }
+    assert!(recv(d2.as_fd()).is_err());
+    let q1 = a.take(6);
+    assert_eq!(recv(q1.as_fd()).unwrap(), b"packet 1");
+    assert_eq!(recv(q1.as_fd()).unwrap(), b"packet 2");
+}
+
+#[test]
+fn unix_listeners_come_back_on_their_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sock");
+    let a = Child::spawn();
+    let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    // SAFETY: listen again: the backlog becomes 5.
+    assert_eq!(unsafe { libc::listen(l.as_raw_fd(), 5) }, 0);
+    a.give(OwnedFd::from(l), 3);
+    let abs = format!("kioku-test-{}", std::process::id());
+    let s = std::os::unix::net::UnixListener::bind_addr(
+        &std::os::unix::net::SocketAddr::from_abstract_name(abs.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    a.give(OwnedFd::from(s), 4);
+    // A bound datagram socket with a message queued for it.
+    let dpath = dir.path().join("dgram");
+    let d = std::os::unix::net::UnixDatagram::bind(&dpath).unwrap();
+    std::os::unix::net::UnixDatagram::unbound()
+        .unwrap()
+        .send_to(b"queued", &dpath)
+        .unwrap();
+    a.give(OwnedFd::from(d), 5);
+    let t = capture(&[&a]);
+    let backlog = t.objects.iter().find_map(|o| match o {
+        ObjectImage::Unix(u) => match u.role {
+            fds::UnixRole::Listening { backlog } => Some(backlog),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert_eq!(backlog, Some(5));
+    drop(a); // the socket files stay behind, stale
+    assert!(path.exists());
+    let k = restore(&t, 1);
+    let c = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    let l = std::os::unix::net::UnixListener::from(k[0].take(3));
+    let (mut got, _) = l.accept().unwrap();
+    use std::io::Read;
+    (&c).write_all(b"hi").unwrap();
+    let mut b = [0u8; 2];
+    got.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"hi");
+    std::os::unix::net::UnixStream::connect_addr(
+        &std::os::unix::net::SocketAddr::from_abstract_name(abs.as_bytes()).unwrap(),
+    )
+    .unwrap();
+    let d = std::os::unix::net::UnixDatagram::from(k[0].take(5));
+    let mut m = [0u8; 16];
+    let n = d.recv(&mut m).unwrap();
+    assert_eq!(&m[..n], b"queued");
+}
+
+#[test]
+fn descriptors_in_flight_are_refused() {
+    let a = Child::spawn();
+    let (s1, s2) = socketpair(libc::SOCK_STREAM);
+    let (r, _w) = pipe();
+    kioku_run::remote::send_fd(s1.as_fd(), r.as_fd()).unwrap();
+    a.give(s1, 3);
+    a.give(s2, 4);
+    let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("descriptor 4") && msg.contains("SCM_RIGHTS"), "{msg}");
+}
+
+fn tcp_listener(port: u16) -> std::net::TcpListener {
+    std::net::TcpListener::bind(("127.0.0.1", port)).unwrap()
+}
+
+#[test]
+fn tcp_listeners_and_udp_sockets_come_back_on_their_ports() {
+    let a = Child::spawn();
+    let s = socket2_like(libc::AF_INET, libc::SOCK_STREAM);
+    set_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+    set_int(s.as_fd(), libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    let l = std::net::TcpListener::from(s);
+    drop(l);
+    // std gives no backlog control: listen by hand.
+    let s = socket2_like(libc::AF_INET, libc::SOCK_STREAM);
+    set_int(s.as_fd(), libc::IPPROTO_TCP, libc::TCP_NODELAY, 1);
+    let addr = bind_any(s.as_fd());
+    // SAFETY: plain system call.
+    assert_eq!(unsafe { libc::listen(s.as_raw_fd(), 7) }, 0);
+    a.give(s, 3);
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let uaddr = u.local_addr().unwrap();
+    a.give(OwnedFd::from(u), 4);
+    // An established connection to a listener of the test.
+    let peer = tcp_listener(0);
+    let c = std::net::TcpStream::connect(peer.local_addr().unwrap()).unwrap();
+    let (_accepted, _) = peer.accept().unwrap();
+    a.give(OwnedFd::from(c), 5);
+
+    let t = capture(&[&a]);
+    a.tracee.kill().unwrap(); // the process dies: its listener and connection end
+    drop(a);
+    let k = restore(&t, 1);
+    let l = std::net::TcpListener::from(k[0].take(3));
+    assert_eq!(l.local_addr().unwrap(), addr);
+    let s = l.as_fd();
+    assert_eq!(get_int(s, libc::IPPROTO_TCP, libc::TCP_NODELAY), 1);
+    let _client = std::net::TcpStream::connect(addr).unwrap();
+    l.set_nonblocking(true).unwrap();
+    assert!(l.accept().is_ok(), "the restored listener accepts on the same port");
+    let u = std::net::UdpSocket::from(k[0].take(4));
+    assert_eq!(u.local_addr().unwrap(), uaddr);
+    // The connection reports the reset its peer saw.
+    let c = k[0].take(5);
+    let e = read_some(c.as_fd(), 10).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ECONNRESET));
+}
+
+fn socket2_like(family: i32, kind: i32) -> OwnedFd {
+    // SAFETY: plain system call.
+    owned(unsafe { libc::socket(family, kind | libc::SOCK_CLOEXEC, 0) })
+}
+
+fn set_int(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32, v: i32) {
+    // SAFETY: the kernel reads an int.
+    let r = unsafe { libc::setsockopt(fd.as_raw_fd(), level, name, (&v as *const i32).cast(), 4) };
+    assert_eq!(r, 0);
+}
+
+fn get_int(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32) -> i32 {
+    let mut v = 0i32;
+    let mut len = 4u32;
+    // SAFETY: the kernel writes an int.
+    unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut i32).cast(), &mut len) };
+    v
+}
+
+/// Binds to 127.0.0.1 on a free port; returns the address.
+fn bind_any(fd: std::os::fd::BorrowedFd<'_>) -> std::net::SocketAddr {
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    sa.sin_family = libc::AF_INET as u16;
+    sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+    // SAFETY: binds to a sockaddr_in.
+    let r = unsafe {
+        libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
+    };
+    assert_eq!(r, 0);
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+    // SAFETY: the kernel writes a sockaddr_in.
+    unsafe { libc::getsockname(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in).cast(), &mut len) };
+    std::net::SocketAddr::from(([127, 0, 0, 1], u16::from_be(sa.sin_port)))
 }
