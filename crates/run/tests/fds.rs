@@ -506,3 +506,189 @@ fn bind_any(fd: std::os::fd::BorrowedFd<'_>) -> std::net::SocketAddr {
     unsafe { libc::getsockname(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in).cast(), &mut len) };
     std::net::SocketAddr::from(([127, 0, 0, 1], u16::from_be(sa.sin_port)))
 }
+
+fn flock_bytes(kind: i32, start: i64, len: i64) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&(kind as i16).to_ne_bytes());
+    b.extend_from_slice(&(libc::SEEK_SET as i16).to_ne_bytes());
+    b.extend_from_slice(&[0u8; 4]);
+    b.extend_from_slice(&start.to_ne_bytes());
+    b.extend_from_slice(&len.to_ne_bytes());
+    b.extend_from_slice(&[0u8; 8]);
+    b
+}
+
+#[test]
+fn file_locks_are_taken_again_and_conflict_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p1, p2, p3) = (dir.path().join("f"), dir.path().join("p"), dir.path().join("o"));
+    for p in [&p1, &p2, &p3] {
+        std::fs::write(p, b"0123456789").unwrap();
+    }
+    let open = |p: &std::path::Path| {
+        OwnedFd::from(std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap())
+    };
+    let a = Child::spawn();
+    let f = open(&p1);
+    // SAFETY: flock on our descriptor.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    a.give(f, 3);
+    a.give(open(&p2), 4);
+    // A POSIX lock of the process itself on bytes 2..6.
+    let (r, _) = a.sys_mem(
+        libc::SYS_fcntl,
+        &[4, libc::F_SETLK as u64, u64::MAX],
+        &flock_bytes(libc::F_WRLCK, 2, 4),
+    );
+    assert_eq!(r, 0);
+    let o = open(&p3);
+    let mut fl = flock_bytes(libc::F_RDLCK, 0, 0);
+    // SAFETY: the kernel reads a struct flock.
+    assert_eq!(unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, fl.as_mut_ptr()) }, 0);
+    a.give(o, 5);
+
+    let t = capture(&[&a]);
+    assert_eq!(t.locks.len(), 3, "{:?}", t.locks);
+    a.tracee.kill().unwrap();
+    drop(a);
+    let k = restore(&t, 1);
+    // Another open file description conflicts with each, as before the crash.
+    let f = open(&p1);
+    // SAFETY: flock on our descriptor.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) }, -1);
+    let p = open(&p2);
+    let mut q = flock_bytes(libc::F_WRLCK, 0, 0);
+    // SAFETY: the kernel reads and writes a struct flock.
+    assert_eq!(unsafe { libc::fcntl(p.as_raw_fd(), libc::F_OFD_GETLK, q.as_mut_ptr()) }, 0);
+    let kind = i16::from_ne_bytes(q[..2].try_into().unwrap()) as i32;
+    let start = i64::from_ne_bytes(q[8..16].try_into().unwrap());
+    let len = i64::from_ne_bytes(q[16..24].try_into().unwrap());
+    let pid = i32::from_ne_bytes(q[24..28].try_into().unwrap());
+    assert_eq!((kind, start, len), (libc::F_WRLCK, 2, 4));
+    assert_eq!(pid, k[0].pid(), "the POSIX lock belongs to the restored process");
+    let o = open(&p3);
+    let mut w = flock_bytes(libc::F_WRLCK, 0, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, w.as_mut_ptr()) }, -1);
+    let mut rd = flock_bytes(libc::F_RDLCK, 0, 0);
+    // SAFETY: as above; read locks share.
+    assert_eq!(unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, rd.as_mut_ptr()) }, 0);
+}
+
+#[test]
+fn inotify_watches_keep_their_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (x, y) = (dir.path().join("x"), dir.path().join("y"));
+    std::fs::write(&x, b"").unwrap();
+    std::fs::write(&y, b"").unwrap();
+    // SAFETY: plain system call.
+    let n = owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) });
+    let add = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: NUL-terminated path.
+        unsafe { libc::inotify_add_watch(n.as_raw_fd(), c.as_ptr(), libc::IN_MODIFY) }
+    };
+    assert_eq!(add(dir.path()), 1);
+    assert_eq!(add(&x), 2);
+    assert_eq!(add(&y), 3);
+    // SAFETY: removes watch 2; its IN_IGNORED event is read away (a program would read it).
+    unsafe { libc::inotify_rm_watch(n.as_raw_fd(), 2) };
+    read_some(n.as_fd(), 4096).unwrap();
+    let a = Child::spawn();
+    a.give(n, 3);
+    let t = capture(&[&a]);
+    drop(a);
+    let k = restore(&t, 1);
+    let n = k[0].take(3);
+    assert!(read_some(n.as_fd(), 4096).is_err(), "nothing queued");
+    // The directory's watch 1 and y's own watch 3; x is not watched itself any more.
+    std::fs::write(&y, b"changed").unwrap();
+    assert_eq!(wds(&read_some(n.as_fd(), 4096).unwrap()), vec![1, 3]);
+    std::fs::write(&x, b"changed").unwrap();
+    assert_eq!(wds(&read_some(n.as_fd(), 4096).unwrap()), vec![1]);
+}
+
+/// The distinct watch descriptors of a buffer of `struct inotify_event`s, sorted.
+fn wds(mut b: &[u8]) -> Vec<i32> {
+    let mut out = Vec::new();
+    while b.len() >= 16 {
+        out.push(i32::from_ne_bytes(b[..4].try_into().unwrap()));
+        let len = u32::from_ne_bytes(b[12..16].try_into().unwrap()) as usize;
+        b = &b[16 + len..];
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+#[test]
+fn inotify_with_unread_events_is_not_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: plain system call.
+    let n = owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC) });
+    let c = std::ffi::CString::new(dir.path().to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated path.
+    unsafe { libc::inotify_add_watch(n.as_raw_fd(), c.as_ptr(), libc::IN_CREATE) };
+    std::fs::write(dir.path().join("new"), b"").unwrap();
+    let a = Child::spawn();
+    a.give(n, 3);
+    let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err();
+    assert!(matches!(e, RunError::Unsettled { .. }), "{e}");
+}
+
+#[test]
+fn pseudo_terminals_within_the_tree_come_back() {
+    let a = Child::spawn();
+    let b = Child::spawn();
+    // SAFETY: openpty fills two descriptors; no name, termios or window size asked.
+    let (mut m, mut s) = (0, 0);
+    assert_eq!(
+        unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) },
+        0
+    );
+    let (m, s) = (owned(m), owned(s));
+    let ws = libc::winsize { ws_row: 33, ws_col: 101, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: the kernel reads one winsize.
+    unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
+    let mut t: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: the C library fills and reads one termios.
+    unsafe {
+        libc::tcgetattr(s.as_raw_fd(), &mut t);
+        libc::cfmakeraw(&mut t);
+        libc::tcsetattr(s.as_raw_fd(), libc::TCSANOW, &t);
+    }
+    a.give(m, 3);
+    b.give(s, 3);
+    let img = capture(&[&a, &b]);
+    assert_eq!(img.ptys.len(), 1);
+    drop((a, b));
+    let k = restore(&img, 2);
+    let (m, s) = (k[0].take(3), k[1].take(3));
+    let mut ws2: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes one winsize.
+    unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCGWINSZ, &mut ws2) };
+    assert_eq!((ws2.ws_row, ws2.ws_col), (33, 101));
+    let mut t2: libc::termios = unsafe { std::mem::zeroed() };
+    // SAFETY: the C library fills one termios.
+    unsafe { libc::tcgetattr(s.as_raw_fd(), &mut t2) };
+    assert_eq!((t2.c_lflag, t2.c_iflag, t2.c_oflag), (t.c_lflag, t.c_iflag, t.c_oflag));
+    write_all(m.as_fd(), b"raw\n");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(read_some(s.as_fd(), 16).unwrap(), b"raw\n");
+    let link = std::fs::read_link(format!("/proc/{}/fd/3", k[1].pid())).unwrap();
+    assert!(link.starts_with("/dev/pts/"), "{}", link.display());
+}
+
+#[test]
+fn pidfds_of_the_tree_name_the_restored_process() {
+    let a = Child::spawn();
+    let b = Child::spawn();
+    // SAFETY: plain system call.
+    let p = owned(unsafe { libc::syscall(libc::SYS_pidfd_open, b.pid(), 0) } as i32);
+    a.give(p, 3);
+    let t = capture(&[&a, &b]);
+    drop((a, b));
+    let k = restore(&t, 2);
+    let info = std::fs::read_to_string(format!("/proc/{}/fdinfo/3", k[0].pid())).unwrap();
+    assert!(info.contains(&format!("Pid:\t{}", k[1].pid())), "{info}");
+}

@@ -99,7 +99,7 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
 fn resolve(l: &Line) -> std::result::Result<PathBuf, String> {
     let dev = sys::kernel_dev_to_user(l.sdev);
     let mount = mount_of(dev).ok_or("no mount of its file system is visible to kioku")?;
-    let mfd = sys::open(&mount, libc::O_PATH | libc::O_DIRECTORY).map_err(|e| e.to_string())?;
+    let mfd = sys::open(&mount, libc::O_RDONLY | libc::O_DIRECTORY).map_err(|e| e.to_string())?;
     // struct file_handle { u32 handle_bytes; i32 handle_type; u8 f_handle[]; }
     let mut fh = Vec::with_capacity(8 + l.handle.len());
     fh.extend_from_slice(&(l.handle.len() as u32).to_ne_bytes());
