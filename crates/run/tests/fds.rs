@@ -692,3 +692,187 @@ fn pidfds_of_the_tree_name_the_restored_process() {
     let info = std::fs::read_to_string(format!("/proc/{}/fdinfo/3", k[0].pid())).unwrap();
     assert!(info.contains(&format!("Pid:\t{}", k[1].pid())), "{info}");
 }
+
+/// A journal and shared-memory store for the tests: deleted files are copied aside, memfds are
+/// "held as memory" by copying their bytes.
+#[derive(Default)]
+struct TestCtx {
+    dir: Option<tempfile::TempDir>,
+    shared: Vec<(u64, Vec<u8>)>,
+}
+
+impl fds::CaptureCtx for TestCtx {
+    fn adopt_deleted(&mut self, pid: i32, fd: i32) -> kioku_run::Result<Option<std::path::PathBuf>> {
+        let dir = self.dir.get_or_insert_with(|| tempfile::tempdir().unwrap());
+        let p = dir.path().join(format!("stash-{pid}-{fd}"));
+        std::fs::copy(format!("/proc/{pid}/fd/{fd}"), &p).unwrap();
+        Ok(Some(p))
+    }
+
+    fn shared_object_of(&mut self, _dev: u64, ino: u64) -> Option<u32> {
+        let pos = self.shared.iter().position(|s| s.0 == ino)?;
+        Some(pos as u32)
+    }
+}
+
+impl fds::RestoreCtx for TestCtx {
+    fn open_shared_object(&mut self, id: u32) -> kioku_run::Result<OwnedFd> {
+        // SAFETY: memfd_create with a NUL-terminated name.
+        let m = owned(unsafe { libc::memfd_create(c"restored".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) });
+        write_all(m.as_fd(), &self.shared[id as usize].1);
+        Ok(m)
+    }
+}
+
+#[test]
+fn deleted_files_and_shared_memory_come_back_through_their_keepers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gone");
+    std::fs::write(&path, b"deleted but open").unwrap();
+    let a = Child::spawn();
+    let mut f = std::fs::File::open(&path).unwrap();
+    f.seek(std::io::SeekFrom::Start(8)).unwrap();
+    a.give(OwnedFd::from(f), 3);
+    std::fs::remove_file(&path).unwrap();
+    // SAFETY: memfd_create with a NUL-terminated name.
+    let m = owned(unsafe { libc::memfd_create(c"shm".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) });
+    write_all(m.as_fd(), b"shared bytes");
+    // SAFETY: fcntl on our descriptor.
+    unsafe { libc::fcntl(m.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) };
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(format!("/proc/self/fd/{}", m.as_raw_fd())).unwrap());
+    a.give(m, 4);
+    let mut ctx = TestCtx::default();
+    ctx.shared.push((ino, b"shared bytes".to_vec()));
+    let refused = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err().to_string();
+    assert!(refused.contains("deleted"), "{refused}");
+    let t = fds::capture(&refs(&[&a]), &mut ctx).unwrap();
+    drop(a);
+    let k = Child::spawn();
+    let r = k.remote();
+    fds::restore(&t, &[fds::RestoreRef { image_pid: 100, remote: &r }], &mut ctx).unwrap();
+    assert_eq!(read_some(k.take(3).as_fd(), 100).unwrap(), b"but open");
+    let m = k.take(4);
+    // SAFETY: fcntl on our descriptor.
+    let seals = unsafe { libc::fcntl(m.as_raw_fd(), libc::F_GET_SEALS) };
+    assert_eq!(seals, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW);
+    // SAFETY: pread into our buffer.
+    let mut b = [0u8; 12];
+    assert_eq!(unsafe { libc::pread(m.as_raw_fd(), b.as_mut_ptr().cast(), 12, 0) }, 12);
+    assert_eq!(&b, b"shared bytes");
+}
+
+#[test]
+fn unix_datagram_peers_and_closed_peers_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (srv, out) = (dir.path().join("srv"), dir.path().join("outside"));
+    let a = Child::spawn();
+    // A bound datagram socket of the tree, a client connected to it with a reply queued.
+    let server = std::os::unix::net::UnixDatagram::bind(&srv).unwrap();
+    let client = std::os::unix::net::UnixDatagram::bind(dir.path().join("cli")).unwrap();
+    client.connect(&srv).unwrap();
+    client.send(b"request").unwrap();
+    server.send_to(b"reply", dir.path().join("cli")).unwrap();
+    a.give(OwnedFd::from(server), 3);
+    a.give(OwnedFd::from(client), 4);
+    // A datagram socket connected to a named socket outside the tree (a syslog-like daemon).
+    let daemon = std::os::unix::net::UnixDatagram::bind(&out).unwrap();
+    let logger = std::os::unix::net::UnixDatagram::unbound().unwrap();
+    logger.connect(&out).unwrap();
+    a.give(OwnedFd::from(logger), 5);
+    // A stream whose peer closed, with bytes it left behind.
+    let (s1, s2) = socketpair(libc::SOCK_STREAM);
+    send(s2.as_fd(), b"last words");
+    drop(s2);
+    a.give(s1, 6);
+
+    let t = capture(&[&a]);
+    drop(a);
+    let k = restore(&t, 1);
+    let server = std::os::unix::net::UnixDatagram::from(k[0].take(3));
+    let client = std::os::unix::net::UnixDatagram::from(k[0].take(4));
+    let mut b = [0u8; 32];
+    let n = server.recv(&mut b).unwrap();
+    assert_eq!(&b[..n], b"request");
+    let n = client.recv(&mut b).unwrap();
+    assert_eq!(&b[..n], b"reply");
+    client.send(b"again").unwrap();
+    let n = server.recv(&mut b).unwrap();
+    assert_eq!(&b[..n], b"again");
+    let logger = std::os::unix::net::UnixDatagram::from(k[0].take(5));
+    logger.send(b"log line").unwrap();
+    let n = daemon.recv(&mut b).unwrap();
+    assert_eq!(&b[..n], b"log line");
+    let s1 = k[0].take(6);
+    assert_eq!(recv(s1.as_fd()).unwrap(), b"last words");
+    assert_eq!(recv(s1.as_fd()).unwrap(), b"", "then end of stream");
+}
+
+#[test]
+fn a_unix_listener_with_connections_not_accepted_is_not_settled() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("l");
+    let l = std::os::unix::net::UnixListener::bind(&p).unwrap();
+    let _c = std::os::unix::net::UnixStream::connect(&p).unwrap();
+    let a = Child::spawn();
+    a.give(OwnedFd::from(l), 3);
+    let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err();
+    assert!(matches!(e, RunError::Unsettled { .. }), "{e}");
+    assert!(e.to_string().contains("not accepted"), "{e}");
+}
+
+#[test]
+fn fifos_come_back_with_their_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("fifo");
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let rw = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    write_all(w.as_fd(), b"fifo bytes");
+    let a = Child::spawn();
+    a.give(OwnedFd::from(rw), 3);
+    a.give(OwnedFd::from(w), 4);
+    let t = capture(&[&a]);
+    assert_eq!(t.pipes[0].path.as_deref(), Some(p.as_path()));
+    drop(a);
+    let k = restore(&t, 1);
+    write_all(k[0].take(4).as_fd(), b" and more");
+    assert_eq!(read_some(k[0].take(3).as_fd(), 64).unwrap(), b"fifo bytes and more");
+    assert!(!same(k[0].pid(), 3, k[0].pid(), 4), "two descriptions of one FIFO");
+}
+
+#[test]
+fn a_controlling_terminal_is_set_again() {
+    let a = Child::spawn();
+    assert!(a.sys(libc::SYS_setsid, &[]) > 0);
+    let (mut m, mut s) = (0, 0);
+    // SAFETY: openpty fills two descriptors.
+    assert_eq!(
+        unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) },
+        0
+    );
+    a.give(owned(m), 3);
+    a.give(owned(s), 4);
+    assert_eq!(a.sys(libc::SYS_ioctl, &[4, libc::TIOCSCTTY, 0]), 0);
+    let t = capture(&[&a]);
+    assert_eq!(t.controlling.len(), 1);
+    drop(a);
+    let k = Child::spawn();
+    assert!(k.sys(libc::SYS_setsid, &[]) > 0, "the lead makes the session first");
+    let r = k.remote();
+    struct Pids(i32);
+    impl fds::RestoreCtx for Pids {
+        fn pid_in_tree(&mut self, image_pid: i32) -> i32 {
+            assert_eq!(image_pid, 100);
+            self.0
+        }
+    }
+    fds::restore(&t, &[fds::RestoreRef { image_pid: 100, remote: &r }], &mut Pids(k.pid())).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", k.pid())).unwrap();
+    let tty: u64 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(4).unwrap().parse().unwrap();
+    let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(format!("/proc/{}/fd/4", k.pid())).unwrap());
+    assert_eq!(tty, rdev, "the new slave is its controlling terminal");
+    let tpgid: i32 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert_eq!(tpgid, k.pid(), "with its foreground process group");
+}

@@ -138,3 +138,32 @@ fn process_and_thread_state_come_back() {
     assert_eq!(u32_at(24), 3, "the timer's id");
     assert_eq!(u64::from_ne_bytes(info[48..56].try_into().unwrap()), 0xabc);
 }
+
+#[test]
+fn posix_timers_keep_their_ids_on_kernels_without_restore_ids() {
+    // A test process of its own: the variable is read by this restore only.
+    if std::env::var_os("KIOKU_TIMER_IDS_IN_ORDER").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "posix_timers_keep_their_ids_on_kernels_without_restore_ids", "--nocapture"])
+            .env("KIOKU_TIMER_IDS_IN_ORDER", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        return;
+    }
+    let a = Child::spawn();
+    for want in 0..5 {
+        assert_eq!(timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, want as u64, 0), want);
+    }
+    a.sys(libc::SYS_timer_delete, &[0]);
+    a.sys(libc::SYS_timer_delete, &[2]);
+    arm(&a, 4, 10_000_000_000, 0);
+    let ps = procstate::capture_process(&a.remote()).unwrap();
+    let b = Child::spawn();
+    procstate::restore_process(&b.remote(), &ps, &BTreeMap::new()).unwrap();
+    let ps2 = procstate::capture_process(&b.remote()).unwrap();
+    let ids = |p: &procstate::ProcessState| p.posix_timers.iter().map(|t| (t.id, t.value)).collect::<Vec<_>>();
+    assert_eq!(ids(&ps2), vec![(1, 1), (3, 3), (4, 4)]);
+    assert!(ps2.posix_timers[2].remaining_ns > 9_000_000_000);
+}

@@ -103,6 +103,12 @@ pub trait RestoreCtx {
         })
     }
 
+    /// The pid the process with image pid `image_pid` has as the restored tree sees it: the
+    /// same when the tree keeps its pids (in its own pid namespace).
+    fn pid_in_tree(&mut self, image_pid: i32) -> i32 {
+        image_pid
+    }
+
     /// What the restored tree gets where the checkpointed one held standard stream `n` that
     /// led outside it (a terminal, a pipe or socket to another program): the restoring
     /// command's own, by default.
@@ -389,7 +395,7 @@ pub fn restore(table: &FdTable, procs: &[RestoreRef<'_>], ctx: &mut dyn RestoreC
         }
     }
     locks::restore(&r)?;
-    pty::finish(&r)?;
+    pty::finish(&mut r)?;
     Ok(())
 }
 

@@ -283,14 +283,16 @@ pub fn restore_slave(r: &mut Restore<'_>, pty: usize, flags: i32) -> Result<Owne
 }
 
 /// After every descriptor is in place: the lock state, and the controlling terminals.
-pub fn finish(r: &Restore<'_>) -> Result<()> {
+pub fn finish(r: &mut Restore<'_>) -> Result<()> {
     for (i, p) in r.table.ptys.iter().enumerate() {
         if let (true, Some(m)) = (p.locked, &r.ptys[i]) {
             sys::ioctl_ptr(m.anchor.as_fd(), TIOCSPTLCK, &mut 1i32)
                 .map_err(|e| RunError::io("locking a pseudo-terminal", e))?;
         }
     }
-    for ct in &r.table.controlling {
+    let table = r.table;
+    for ct in &table.controlling {
+        let foreground = ct.foreground.map(|pid| r.ctx.pid_in_tree(pid));
         let Some(m) = &r.ptys.get(ct.pty).and_then(|m| m.as_ref()) else {
             continue;
         };
@@ -322,7 +324,7 @@ pub fn finish(r: &Restore<'_>) -> Result<()> {
                         ct.session
                     ),
                 })?;
-            if let Some(fg) = ct.foreground {
+            if let Some(fg) = foreground {
                 p.remote.with_bytes(&fg.to_ne_bytes(), &mut |addr| {
                     p.remote
                         .syscall(
