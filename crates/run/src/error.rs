@@ -37,7 +37,9 @@ pub enum RunError {
     Unsupported { what: String },
     /// A state that passes (data in flight no checkpoint can hold exactly): a later checkpoint
     /// may succeed.
-    #[error("cannot checkpoint this process at this instant: {what}; a later checkpoint may succeed")]
+    #[error(
+        "cannot checkpoint this process at this instant: {what}; a later checkpoint may succeed"
+    )]
     Unsettled { what: String },
     /// Something the restore had to recreate could not be (an address in use, a file gone).
     #[error("cannot bring back {what}; the checkpoint is untouched — remove the cause and restore again")]

@@ -144,7 +144,13 @@ pub fn capture_process(r: &dyn Remote) -> Result<ProcessState> {
         s.rlimits.push((res, old.rlim_cur, old.rlim_max));
     }
     for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
-        let b = call_out(r, "getitimer", libc::SYS_getitimer, &[which as u64, u64::MAX], 32)?;
+        let b = call_out(
+            r,
+            "getitimer",
+            libc::SYS_getitimer,
+            &[which as u64, u64::MAX],
+            32,
+        )?;
         let us = |i: usize| word(&b, i) * 1_000_000 + word(&b, i + 1);
         let (interval, value) = (us(0), us(2));
         if value != 0 || interval != 0 {
@@ -165,7 +171,12 @@ pub fn capture_process(r: &dyn Remote) -> Result<ProcessState> {
     )?;
     s.child_subreaper = b != [0, 0, 0, 0];
     s.personality = u64::from_str_radix(read(format!("/proc/{pid}/personality"))?.trim(), 16)
-        .map_err(|_| RunError::io("parsing /proc/PID/personality", std::io::ErrorKind::InvalidData.into()))?;
+        .map_err(|_| {
+            RunError::io(
+                "parsing /proc/PID/personality",
+                std::io::ErrorKind::InvalidData.into(),
+            )
+        })?;
     s.dumpable = r.syscall(
         "prctl(PR_GET_DUMPABLE)",
         libc::SYS_prctl,
@@ -257,11 +268,7 @@ fn ns_tid(pid: i32, tid: i32) -> Result<i32> {
 pub fn restore_process(r: &dyn Remote, s: &ProcessState, tids: &BTreeMap<i32, i32>) -> Result<()> {
     let pid = r.pid();
     r.syscall("umask", libc::SYS_umask, &[s.umask as u64])?;
-    r.syscall(
-        "personality",
-        libc::SYS_personality,
-        &[s.personality],
-    )?;
+    r.syscall("personality", libc::SYS_personality, &[s.personality])?;
     if s.child_subreaper {
         r.syscall(
             "prctl(PR_SET_CHILD_SUBREAPER)",
@@ -279,7 +286,13 @@ pub fn restore_process(r: &dyn Remote, s: &ProcessState, tids: &BTreeMap<i32, i3
     for &(which, interval, value) in &s.itimers {
         let tv = |us: u64| [us / 1_000_000, us % 1_000_000];
         let b = words(&[tv(interval), tv(value)].concat());
-        call_in(r, "setitimer", libc::SYS_setitimer, &[which as u64, u64::MAX, 0], &b)?;
+        call_in(
+            r,
+            "setitimer",
+            libc::SYS_setitimer,
+            &[which as u64, u64::MAX, 0],
+            &b,
+        )?;
     }
     restore_timers(r, &s.posix_timers, tids)?;
     for &(res, cur, max) in &s.rlimits {
@@ -352,7 +365,11 @@ fn restore_timers(r: &dyn Remote, timers: &[PosixTimer], tids: &BTreeMap<i32, i3
         }
         if got != t.id {
             made = Err(RunError::CannotRecreate {
-                what: format!("POSIX timer {} of process {}: it got id {got}", t.id, r.pid()),
+                what: format!(
+                    "POSIX timer {} of process {}: it got id {got}",
+                    t.id,
+                    r.pid()
+                ),
             });
             break;
         }
@@ -382,7 +399,9 @@ fn restore_timers(r: &dyn Remote, timers: &[PosixTimer], tids: &BTreeMap<i32, i3
 pub fn capture_thread(r: &dyn Remote, tid: i32) -> Result<ThreadState> {
     let pid = r.pid();
     let dir = format!("/proc/{pid}/task/{tid}");
-    let name = read(format!("{dir}/comm"))?.trim_end_matches('\n').to_string();
+    let name = read(format!("{dir}/comm"))?
+        .trim_end_matches('\n')
+        .to_string();
     let b = call_out(r, "sigaltstack", libc::SYS_sigaltstack, &[0, u64::MAX], 24)?;
     let flags = i32::from_ne_bytes(b[8..12].try_into().expect("4"));
     let altstack = (flags & SS_DISABLE == 0).then(|| (word(&b, 0), flags, word(&b, 2)));
@@ -505,10 +524,16 @@ fn set_affinity(tid: i32, mask: &[u64]) -> Result<()> {
         .map(|(i, w)| w & mask.get(i).copied().unwrap_or(0))
         .collect();
     if want.iter().all(|&w| w == 0) {
-        tracing::warn!(tid, "none of the checkpoint's CPUs is available here; the thread may run on any");
+        tracing::warn!(
+            tid,
+            "none of the checkpoint's CPUs is available here; the thread may run on any"
+        );
         want = online;
     } else if want[..mask.len().min(want.len())] != mask[..mask.len().min(want.len())] {
-        tracing::warn!(tid, "some of the checkpoint's CPUs are not available here; the thread runs on the others");
+        tracing::warn!(
+            tid,
+            "some of the checkpoint's CPUs are not available here; the thread runs on the others"
+        );
     }
     // SAFETY: the kernel reads `want`'s size in bytes.
     let rc = unsafe {
@@ -521,7 +546,10 @@ fn set_affinity(tid: i32, mask: &[u64]) -> Result<()> {
     };
     if rc < 0 {
         return Err(RunError::CannotRecreate {
-            what: format!("the CPU affinity of thread {tid}: {}", std::io::Error::last_os_error()),
+            what: format!(
+                "the CPU affinity of thread {tid}: {}",
+                std::io::Error::last_os_error()
+            ),
         });
     }
     Ok(())

@@ -4,8 +4,8 @@
 mod common;
 
 use std::io::{Seek, Write};
-use std::os::linux::net::SocketAddrExt;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
 
 use common::*;
 use kioku_run::fds::{self, NoCtx, ObjectImage};
@@ -50,12 +50,18 @@ fn files_pipes_and_shared_descriptions_come_back() {
         .iter()
         .filter(|o| matches!(o, ObjectImage::File(_)))
         .count();
-    assert_eq!(files, 2, "one description for the shared file, one directory");
+    assert_eq!(
+        files, 2,
+        "one description for the shared file, one directory"
+    );
     drop((a, b));
 
     let k = restore(&t, 2);
     let (a, b) = (&k[0], &k[1]);
-    assert!(same(a.pid(), 5, b.pid(), 6), "the file's description is shared again");
+    assert!(
+        same(a.pid(), 5, b.pid(), 6),
+        "the file's description is shared again"
+    );
     assert!(same(a.pid(), 5, a.pid(), 9));
     assert!(cloexec(a, 9) && !cloexec(a, 5));
     let f = a.take(5);
@@ -90,7 +96,10 @@ fn a_pipe_leading_out_of_the_tree_is_refused_above_the_standard_streams() {
     let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, RunError::Unsupported { .. }), "{msg}");
-    assert!(msg.contains("descriptor 4") && msg.contains("other end is outside the tree"), "{msg}");
+    assert!(
+        msg.contains("descriptor 4") && msg.contains("other end is outside the tree"),
+        "{msg}"
+    );
     // At a standard stream it is the restoring command's own.
     let b = Child::spawn();
     let (_r, w) = pipe();
@@ -118,7 +127,10 @@ fn eventfd_timerfd_and_signalfd_come_back() {
     // A timerfd that expired three times (unread), armed again with a 300 ms interval.
     // SAFETY: plain system call.
     let tfd = owned(unsafe {
-        libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_CLOEXEC | libc::TFD_NONBLOCK,
+        )
     });
     let spec = |v_ns: i64, i_ns: i64| libc::itimerspec {
         it_interval: libc::timespec {
@@ -131,16 +143,36 @@ fn eventfd_timerfd_and_signalfd_come_back() {
         },
     };
     // SAFETY: the kernel reads one itimerspec.
-    unsafe { libc::timerfd_settime(tfd.as_raw_fd(), 0, &spec(1_000_000, 1_000_000), std::ptr::null_mut()) };
+    unsafe {
+        libc::timerfd_settime(
+            tfd.as_raw_fd(),
+            0,
+            &spec(1_000_000, 1_000_000),
+            std::ptr::null_mut(),
+        )
+    };
     std::thread::sleep(std::time::Duration::from_millis(20));
     // SAFETY: as above: now 3 s until the next expiration, 300 ms between them.
-    unsafe { libc::timerfd_settime(tfd.as_raw_fd(), 0, &spec(3_000_000_000, 300_000_000), std::ptr::null_mut()) };
+    unsafe {
+        libc::timerfd_settime(
+            tfd.as_raw_fd(),
+            0,
+            &spec(3_000_000_000, 300_000_000),
+            std::ptr::null_mut(),
+        )
+    };
     a.give(tfd, 5);
     // A signalfd for SIGUSR1.
     let mask: u64 = 1 << (libc::SIGUSR1 - 1);
     // SAFETY: the kernel reads 8 bytes of signal set.
     let sfd = owned(unsafe {
-        libc::syscall(libc::SYS_signalfd4, -1, &mask as *const u64, 8, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) as i32
+        libc::syscall(
+            libc::SYS_signalfd4,
+            -1,
+            &mask as *const u64,
+            8,
+            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+        ) as i32
     });
     a.give(sfd, 6);
 
@@ -162,24 +194,37 @@ fn eventfd_timerfd_and_signalfd_come_back() {
     for _ in 0..3 {
         assert_eq!(read_u64(sem.as_fd()).unwrap(), 1);
     }
-    assert!(read_u64(sem.as_fd()).is_err(), "a semaphore counted 3 gives 3");
+    assert!(
+        read_u64(sem.as_fd()).is_err(),
+        "a semaphore counted 3 gives 3"
+    );
     let tfd = a.take(5);
     let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
     // SAFETY: the kernel writes one itimerspec.
     unsafe { libc::timerfd_gettime(tfd.as_raw_fd(), &mut cur) };
     let left = cur.it_value.tv_sec as i64 * 1_000_000_000 + cur.it_value.tv_nsec as i64;
-    assert!(left > 2_000_000_000 && left <= 3_000_000_000, "{left} ns left");
+    assert!(
+        left > 2_000_000_000 && left <= 3_000_000_000,
+        "{left} ns left"
+    );
     assert_eq!(cur.it_interval.tv_nsec, 300_000_000);
     assert_ne!(getfl(tfd.as_fd()) & libc::O_NONBLOCK, 0);
     // The signalfd reads SIGUSR1 sent to the restored process (blocked there, as the
     // program's signal mask would be).
     let set = mask.to_ne_bytes();
-    a.sys_mem(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, u64::MAX, 0, 8], &set);
+    a.sys_mem(
+        libc::SYS_rt_sigprocmask,
+        &[libc::SIG_BLOCK as u64, u64::MAX, 0, 8],
+        &set,
+    );
     // SAFETY: plain system call.
     unsafe { libc::kill(a.pid(), libc::SIGUSR1) };
     let (n, info) = a.sys_mem(libc::SYS_read, &[6, u64::MAX, 128], &[0u8; 128]);
     assert_eq!(n, 128);
-    assert_eq!(u32::from_ne_bytes(info[..4].try_into().unwrap()), libc::SIGUSR1 as u32);
+    assert_eq!(
+        u32::from_ne_bytes(info[..4].try_into().unwrap()),
+        libc::SIGUSR1 as u32
+    );
 }
 
 #[test]
@@ -187,11 +232,20 @@ fn timerfd_expirations_not_read_come_back() {
     let a = Child::spawn();
     // SAFETY: plain system call.
     let tfd = owned(unsafe {
-        libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+        libc::timerfd_create(
+            libc::CLOCK_MONOTONIC,
+            libc::TFD_CLOEXEC | libc::TFD_NONBLOCK,
+        )
     });
     let spec = libc::itimerspec {
-        it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
-        it_value: libc::timespec { tv_sec: 0, tv_nsec: 1_000_000 },
+        it_interval: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        },
+        it_value: libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 1_000_000,
+        },
     };
     // SAFETY: the kernel reads one itimerspec.
     unsafe { libc::timerfd_settime(tfd.as_raw_fd(), 0, &spec, std::ptr::null_mut()) };
@@ -200,7 +254,11 @@ fn timerfd_expirations_not_read_come_back() {
     let t = capture(&[&a]);
     drop(a);
     let k = restore(&t, 1);
-    assert_eq!(read_u64(k[0].take(3).as_fd()).unwrap(), 1, "the expiration nobody read");
+    assert_eq!(
+        read_u64(k[0].take(3).as_fd()).unwrap(),
+        1,
+        "the expiration nobody read"
+    );
     assert!(read_u64(k[0].take(3).as_fd()).is_err());
 }
 
@@ -213,7 +271,10 @@ fn epoll_sets_fire_the_same_events_with_the_same_data() {
     a.give(w, 4);
     a.give(eventfd(1, libc::EFD_NONBLOCK), 5);
     // SAFETY: plain system call.
-    a.give(owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }), 6);
+    a.give(
+        owned(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }),
+        6,
+    );
     let ev = |events: u32, data: u64| {
         let mut b = events.to_ne_bytes().to_vec();
         b.extend_from_slice(&data.to_ne_bytes());
@@ -245,7 +306,10 @@ fn epoll_sets_fire_the_same_events_with_the_same_data() {
     let mut got = [libc::epoll_event { events: 0, u64: 0 }; 8];
     // SAFETY: the kernel writes at most 8 events.
     let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), got.as_mut_ptr(), 8, 1000) };
-    let mut seen: Vec<(u32, u64)> = got[..n as usize].iter().map(|e| (e.events, e.u64)).collect();
+    let mut seen: Vec<(u32, u64)> = got[..n as usize]
+        .iter()
+        .map(|e| (e.events, e.u64))
+        .collect();
     seen.sort_by_key(|x| x.1);
     assert_eq!(
         seen,
@@ -261,9 +325,17 @@ fn epoll_sets_fire_the_same_events_with_the_same_data() {
     let n = unsafe { libc::epoll_wait(ep.as_raw_fd(), got.as_mut_ptr(), 8, 0) };
     assert_eq!(n, 3);
     // The items are keyed by the program's own numbers: it can delete them by number.
-    let (r, _) = a.sys_mem(libc::SYS_epoll_ctl, &[6, libc::EPOLL_CTL_DEL as u64, 3, u64::MAX], &ev(0, 0));
+    let (r, _) = a.sys_mem(
+        libc::SYS_epoll_ctl,
+        &[6, libc::EPOLL_CTL_DEL as u64, 3, u64::MAX],
+        &ev(0, 0),
+    );
     assert_eq!(r, 0, "EPOLL_CTL_DEL by the program's number");
-    assert_eq!(std::fs::read_link(format!("/proc/{}/fd/7", a.pid())).ok(), None, "7 is closed again");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{}/fd/7", a.pid())).ok(),
+        None,
+        "7 is closed again"
+    );
     assert!(same(a.pid(), 8, a.pid(), 8));
 }
 
@@ -271,13 +343,23 @@ fn epoll_sets_fire_the_same_events_with_the_same_data() {
 fn fanotify_is_refused() {
     let a = Child::spawn();
     // SAFETY: plain system call (needs CAP_SYS_ADMIN).
-    let fd = unsafe { libc::fanotify_init(libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC, libc::O_RDONLY as u32) };
+    let fd = unsafe {
+        libc::fanotify_init(
+            libc::FAN_CLASS_NOTIF | libc::FAN_CLOEXEC,
+            libc::O_RDONLY as u32,
+        )
+    };
     if fd < 0 {
-        eprintln!("SKIPPED: fanotify_init failed ({}); needs CAP_SYS_ADMIN", std::io::Error::last_os_error());
+        eprintln!(
+            "SKIPPED: fanotify_init failed ({}); needs CAP_SYS_ADMIN",
+            std::io::Error::last_os_error()
+        );
         return;
     }
     a.give(owned(fd), 3);
-    let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err().to_string();
+    let e = fds::capture(&refs(&[&a]), &mut NoCtx)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("descriptor 3") && e.contains("fanotify"), "{e}");
 }
 
@@ -293,14 +375,28 @@ fn socketpair(kind: i32) -> (OwnedFd, OwnedFd) {
 
 fn send(fd: std::os::fd::BorrowedFd<'_>, b: &[u8]) {
     // SAFETY: sends from `b`.
-    let n = unsafe { libc::send(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) };
+    let n = unsafe {
+        libc::send(
+            fd.as_raw_fd(),
+            b.as_ptr().cast(),
+            b.len(),
+            libc::MSG_NOSIGNAL,
+        )
+    };
     assert_eq!(n, b.len() as isize, "{}", std::io::Error::last_os_error());
 }
 
 fn recv(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Vec<u8>> {
     let mut b = vec![0u8; 1 << 16];
     // SAFETY: receives into `b`.
-    let n = unsafe { libc::recv(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
+    let n = unsafe {
+        libc::recv(
+            fd.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            b.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -344,7 +440,11 @@ fn unix_socket_pairs_come_back_with_their_queues() {
     let (a, b) = (&k[0], &k[1]);
     let (s1, s2) = (a.take(3), b.take(3));
     assert_eq!(recv(s2.as_fd()).unwrap(), b"to s2 twice");
-    assert_eq!(recv(s2.as_fd()).unwrap(), b"", "s1 shut down for writing: end of stream");
+    assert_eq!(
+        recv(s2.as_fd()).unwrap(),
+        b"",
+        "s1 shut down for writing: end of stream"
+    );
     assert_eq!(recv(s1.as_fd()).unwrap(), b"to s1");
     send(s2.as_fd(), b"after");
     assert_eq!(recv(s1.as_fd()).unwrap(), b"after");
@@ -422,7 +522,10 @@ fn descriptors_in_flight_are_refused() {
     a.give(s2, 4);
     let e = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err();
     let msg = e.to_string();
-    assert!(msg.contains("descriptor 4") && msg.contains("SCM_RIGHTS"), "{msg}");
+    assert!(
+        msg.contains("descriptor 4") && msg.contains("SCM_RIGHTS"),
+        "{msg}"
+    );
 }
 
 fn tcp_listener(port: u16) -> std::net::TcpListener {
@@ -463,7 +566,10 @@ fn tcp_listeners_and_udp_sockets_come_back_on_their_ports() {
     assert_eq!(get_int(s, libc::IPPROTO_TCP, libc::TCP_NODELAY), 1);
     let _client = std::net::TcpStream::connect(addr).unwrap();
     l.set_nonblocking(true).unwrap();
-    assert!(l.accept().is_ok(), "the restored listener accepts on the same port");
+    assert!(
+        l.accept().is_ok(),
+        "the restored listener accepts on the same port"
+    );
     let u = std::net::UdpSocket::from(k[0].take(4));
     assert_eq!(u.local_addr().unwrap(), uaddr);
     // The connection reports the reset its peer saw.
@@ -487,7 +593,15 @@ fn get_int(fd: std::os::fd::BorrowedFd<'_>, level: i32, name: i32) -> i32 {
     let mut v = 0i32;
     let mut len = 4u32;
     // SAFETY: the kernel writes an int.
-    unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, (&mut v as *mut i32).cast(), &mut len) };
+    unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            level,
+            name,
+            (&mut v as *mut i32).cast(),
+            &mut len,
+        )
+    };
     v
 }
 
@@ -498,12 +612,22 @@ fn bind_any(fd: std::os::fd::BorrowedFd<'_>) -> std::net::SocketAddr {
     sa.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
     // SAFETY: binds to a sockaddr_in.
     let r = unsafe {
-        libc::bind(fd.as_raw_fd(), (&sa as *const libc::sockaddr_in).cast(), std::mem::size_of::<libc::sockaddr_in>() as u32)
+        libc::bind(
+            fd.as_raw_fd(),
+            (&sa as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as u32,
+        )
     };
     assert_eq!(r, 0);
     let mut len = std::mem::size_of::<libc::sockaddr_in>() as u32;
     // SAFETY: the kernel writes a sockaddr_in.
-    unsafe { libc::getsockname(fd.as_raw_fd(), (&mut sa as *mut libc::sockaddr_in).cast(), &mut len) };
+    unsafe {
+        libc::getsockname(
+            fd.as_raw_fd(),
+            (&mut sa as *mut libc::sockaddr_in).cast(),
+            &mut len,
+        )
+    };
     std::net::SocketAddr::from(([127, 0, 0, 1], u16::from_be(sa.sin_port)))
 }
 
@@ -521,12 +645,22 @@ fn flock_bytes(kind: i32, start: i64, len: i64) -> Vec<u8> {
 #[test]
 fn file_locks_are_taken_again_and_conflict_as_before() {
     let dir = tempfile::tempdir().unwrap();
-    let (p1, p2, p3) = (dir.path().join("f"), dir.path().join("p"), dir.path().join("o"));
+    let (p1, p2, p3) = (
+        dir.path().join("f"),
+        dir.path().join("p"),
+        dir.path().join("o"),
+    );
     for p in [&p1, &p2, &p3] {
         std::fs::write(p, b"0123456789").unwrap();
     }
     let open = |p: &std::path::Path| {
-        OwnedFd::from(std::fs::OpenOptions::new().read(true).write(true).open(p).unwrap())
+        OwnedFd::from(
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .unwrap(),
+        )
     };
     let a = Child::spawn();
     let f = open(&p1);
@@ -544,7 +678,10 @@ fn file_locks_are_taken_again_and_conflict_as_before() {
     let o = open(&p3);
     let mut fl = flock_bytes(libc::F_RDLCK, 0, 0);
     // SAFETY: the kernel reads a struct flock.
-    assert_eq!(unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, fl.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, fl.as_mut_ptr()) },
+        0
+    );
     a.give(o, 5);
 
     let t = capture(&[&a]);
@@ -555,24 +692,40 @@ fn file_locks_are_taken_again_and_conflict_as_before() {
     // Another open file description conflicts with each, as before the crash.
     let f = open(&p1);
     // SAFETY: flock on our descriptor.
-    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) }, -1);
+    assert_eq!(
+        unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) },
+        -1
+    );
     let p = open(&p2);
     let mut q = flock_bytes(libc::F_WRLCK, 0, 0);
     // SAFETY: the kernel reads and writes a struct flock.
-    assert_eq!(unsafe { libc::fcntl(p.as_raw_fd(), libc::F_OFD_GETLK, q.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::fcntl(p.as_raw_fd(), libc::F_OFD_GETLK, q.as_mut_ptr()) },
+        0
+    );
     let kind = i16::from_ne_bytes(q[..2].try_into().unwrap()) as i32;
     let start = i64::from_ne_bytes(q[8..16].try_into().unwrap());
     let len = i64::from_ne_bytes(q[16..24].try_into().unwrap());
     let pid = i32::from_ne_bytes(q[24..28].try_into().unwrap());
     assert_eq!((kind, start, len), (libc::F_WRLCK, 2, 4));
-    assert_eq!(pid, k[0].pid(), "the POSIX lock belongs to the restored process");
+    assert_eq!(
+        pid,
+        k[0].pid(),
+        "the POSIX lock belongs to the restored process"
+    );
     let o = open(&p3);
     let mut w = flock_bytes(libc::F_WRLCK, 0, 0);
     // SAFETY: as above.
-    assert_eq!(unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, w.as_mut_ptr()) }, -1);
+    assert_eq!(
+        unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, w.as_mut_ptr()) },
+        -1
+    );
     let mut rd = flock_bytes(libc::F_RDLCK, 0, 0);
     // SAFETY: as above; read locks share.
-    assert_eq!(unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, rd.as_mut_ptr()) }, 0);
+    assert_eq!(
+        unsafe { libc::fcntl(o.as_raw_fd(), libc::F_OFD_SETLK, rd.as_mut_ptr()) },
+        0
+    );
 }
 
 #[test]
@@ -643,11 +796,24 @@ fn pseudo_terminals_within_the_tree_come_back() {
     // SAFETY: openpty fills two descriptors; no name, termios or window size asked.
     let (mut m, mut s) = (0, 0);
     assert_eq!(
-        unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) },
+        unsafe {
+            libc::openpty(
+                &mut m,
+                &mut s,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        },
         0
     );
     let (m, s) = (owned(m), owned(s));
-    let ws = libc::winsize { ws_row: 33, ws_col: 101, ws_xpixel: 0, ws_ypixel: 0 };
+    let ws = libc::winsize {
+        ws_row: 33,
+        ws_col: 101,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: the kernel reads one winsize.
     unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCSWINSZ, &ws) };
     let mut t: libc::termios = unsafe { std::mem::zeroed() };
@@ -671,7 +837,10 @@ fn pseudo_terminals_within_the_tree_come_back() {
     let mut t2: libc::termios = unsafe { std::mem::zeroed() };
     // SAFETY: the C library fills one termios.
     unsafe { libc::tcgetattr(s.as_raw_fd(), &mut t2) };
-    assert_eq!((t2.c_lflag, t2.c_iflag, t2.c_oflag), (t.c_lflag, t.c_iflag, t.c_oflag));
+    assert_eq!(
+        (t2.c_lflag, t2.c_iflag, t2.c_oflag),
+        (t.c_lflag, t.c_iflag, t.c_oflag)
+    );
     write_all(m.as_fd(), b"raw\n");
     std::thread::sleep(std::time::Duration::from_millis(20));
     assert_eq!(read_some(s.as_fd(), 16).unwrap(), b"raw\n");
@@ -702,7 +871,11 @@ struct TestCtx {
 }
 
 impl fds::CaptureCtx for TestCtx {
-    fn adopt_deleted(&mut self, pid: i32, fd: i32) -> kioku_run::Result<Option<std::path::PathBuf>> {
+    fn adopt_deleted(
+        &mut self,
+        pid: i32,
+        fd: i32,
+    ) -> kioku_run::Result<Option<std::path::PathBuf>> {
         let dir = self.dir.get_or_insert_with(|| tempfile::tempdir().unwrap());
         let p = dir.path().join(format!("stash-{pid}-{fd}"));
         std::fs::copy(format!("/proc/{pid}/fd/{fd}"), &p).unwrap();
@@ -718,7 +891,12 @@ impl fds::CaptureCtx for TestCtx {
 impl fds::RestoreCtx for TestCtx {
     fn open_shared_object(&mut self, id: u32) -> kioku_run::Result<OwnedFd> {
         // SAFETY: memfd_create with a NUL-terminated name.
-        let m = owned(unsafe { libc::memfd_create(c"restored".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) });
+        let m = owned(unsafe {
+            libc::memfd_create(
+                c"restored".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        });
         write_all(m.as_fd(), &self.shared[id as usize].1);
         Ok(m)
     }
@@ -735,21 +913,41 @@ fn deleted_files_and_shared_memory_come_back_through_their_keepers() {
     a.give(OwnedFd::from(f), 3);
     std::fs::remove_file(&path).unwrap();
     // SAFETY: memfd_create with a NUL-terminated name.
-    let m = owned(unsafe { libc::memfd_create(c"shm".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) });
+    let m = owned(unsafe {
+        libc::memfd_create(c"shm".as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+    });
     write_all(m.as_fd(), b"shared bytes");
     // SAFETY: fcntl on our descriptor.
-    unsafe { libc::fcntl(m.as_raw_fd(), libc::F_ADD_SEALS, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW) };
-    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(format!("/proc/self/fd/{}", m.as_raw_fd())).unwrap());
+    unsafe {
+        libc::fcntl(
+            m.as_raw_fd(),
+            libc::F_ADD_SEALS,
+            libc::F_SEAL_SHRINK | libc::F_SEAL_GROW,
+        )
+    };
+    let ino = std::os::unix::fs::MetadataExt::ino(
+        &std::fs::metadata(format!("/proc/self/fd/{}", m.as_raw_fd())).unwrap(),
+    );
     a.give(m, 4);
     let mut ctx = TestCtx::default();
     ctx.shared.push((ino, b"shared bytes".to_vec()));
-    let refused = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap_err().to_string();
+    let refused = fds::capture(&refs(&[&a]), &mut NoCtx)
+        .unwrap_err()
+        .to_string();
     assert!(refused.contains("deleted"), "{refused}");
     let t = fds::capture(&refs(&[&a]), &mut ctx).unwrap();
     drop(a);
     let k = Child::spawn();
     let r = k.remote();
-    fds::restore(&t, &[fds::RestoreRef { image_pid: 100, remote: &r }], &mut ctx).unwrap();
+    fds::restore(
+        &t,
+        &[fds::RestoreRef {
+            image_pid: 100,
+            remote: &r,
+        }],
+        &mut ctx,
+    )
+    .unwrap();
     assert_eq!(read_some(k.take(3).as_fd(), 100).unwrap(), b"but open");
     let m = k.take(4);
     // SAFETY: fcntl on our descriptor.
@@ -757,7 +955,10 @@ fn deleted_files_and_shared_memory_come_back_through_their_keepers() {
     assert_eq!(seals, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW);
     // SAFETY: pread into our buffer.
     let mut b = [0u8; 12];
-    assert_eq!(unsafe { libc::pread(m.as_raw_fd(), b.as_mut_ptr().cast(), 12, 0) }, 12);
+    assert_eq!(
+        unsafe { libc::pread(m.as_raw_fd(), b.as_mut_ptr().cast(), 12, 0) },
+        12
+    );
     assert_eq!(&b, b"shared bytes");
 }
 
@@ -827,7 +1028,11 @@ fn fifos_come_back_with_their_bytes() {
     let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
     // SAFETY: NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let rw = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+    let rw = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&p)
+        .unwrap();
     let w = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
     write_all(w.as_fd(), b"fifo bytes");
     let a = Child::spawn();
@@ -838,8 +1043,14 @@ fn fifos_come_back_with_their_bytes() {
     drop(a);
     let k = restore(&t, 1);
     write_all(k[0].take(4).as_fd(), b" and more");
-    assert_eq!(read_some(k[0].take(3).as_fd(), 64).unwrap(), b"fifo bytes and more");
-    assert!(!same(k[0].pid(), 3, k[0].pid(), 4), "two descriptions of one FIFO");
+    assert_eq!(
+        read_some(k[0].take(3).as_fd(), 64).unwrap(),
+        b"fifo bytes and more"
+    );
+    assert!(
+        !same(k[0].pid(), 3, k[0].pid(), 4),
+        "two descriptions of one FIFO"
+    );
 }
 
 #[test]
@@ -849,7 +1060,15 @@ fn a_controlling_terminal_is_set_again() {
     let (mut m, mut s) = (0, 0);
     // SAFETY: openpty fills two descriptors.
     assert_eq!(
-        unsafe { libc::openpty(&mut m, &mut s, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) },
+        unsafe {
+            libc::openpty(
+                &mut m,
+                &mut s,
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        },
         0
     );
     a.give(owned(m), 3);
@@ -859,7 +1078,10 @@ fn a_controlling_terminal_is_set_again() {
     assert_eq!(t.controlling.len(), 1);
     drop(a);
     let k = Child::spawn();
-    assert!(k.sys(libc::SYS_setsid, &[]) > 0, "the lead makes the session first");
+    assert!(
+        k.sys(libc::SYS_setsid, &[]) > 0,
+        "the lead makes the session first"
+    );
     let r = k.remote();
     struct Pids(i32);
     impl fds::RestoreCtx for Pids {
@@ -868,11 +1090,84 @@ fn a_controlling_terminal_is_set_again() {
             self.0
         }
     }
-    fds::restore(&t, &[fds::RestoreRef { image_pid: 100, remote: &r }], &mut Pids(k.pid())).unwrap();
+    fds::restore(
+        &t,
+        &[fds::RestoreRef {
+            image_pid: 100,
+            remote: &r,
+        }],
+        &mut Pids(k.pid()),
+    )
+    .unwrap();
     let stat = std::fs::read_to_string(format!("/proc/{}/stat", k.pid())).unwrap();
-    let tty: u64 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(4).unwrap().parse().unwrap();
-    let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(format!("/proc/{}/fd/4", k.pid())).unwrap());
+    let tty: u64 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(4)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let rdev = std::os::unix::fs::MetadataExt::rdev(
+        &std::fs::metadata(format!("/proc/{}/fd/4", k.pid())).unwrap(),
+    );
     assert_eq!(tty, rdev, "the new slave is its controlling terminal");
-    let tpgid: i32 = stat.rsplit_once(')').unwrap().1.split_whitespace().nth(5).unwrap().parse().unwrap();
+    let tpgid: i32 = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .nth(5)
+        .unwrap()
+        .parse()
+        .unwrap();
     assert_eq!(tpgid, k.pid(), "with its foreground process group");
+}
+
+/// `cargo test -p kioku-run --test fds -- --ignored --nocapture measure`: how long a capture
+/// and a restore of 1000 descriptors take (docs/fds.md quotes it).
+#[test]
+#[ignore]
+fn measure_capture_and_restore_of_1000_descriptors() {
+    let a = Child::spawn();
+    let mut at = 3;
+    for _ in 0..300 {
+        let (r, w) = pipe();
+        write_all(w.as_fd(), b"x");
+        a.give(r, at);
+        a.give(w, at + 1);
+        at += 2;
+    }
+    for _ in 0..200 {
+        a.give(eventfd(1, 0), at);
+        at += 1;
+    }
+    for _ in 0..100 {
+        let (s1, s2) = socketpair(libc::SOCK_STREAM);
+        send(s1.as_fd(), b"y");
+        a.give(s1, at);
+        a.give(s2, at + 1);
+        at += 2;
+    }
+    let t0 = std::time::Instant::now();
+    let t = fds::capture(&refs(&[&a]), &mut NoCtx).unwrap();
+    let capture = t0.elapsed();
+    let json = serde_json::to_vec(&t).unwrap();
+    drop(a);
+    let t1 = std::time::Instant::now();
+    let k = restore(&t, 1);
+    let restore = t1.elapsed();
+    assert_eq!(
+        t.procs[&100].len(),
+        1002,
+        "1000 and the two standard streams"
+    );
+    assert_eq!(read_some(k[0].take(3).as_fd(), 8).unwrap(), b"x");
+    println!(
+        "1000 descriptors: capture {:.1} ms, restore {:.1} ms (with spawning the process), image {} bytes",
+        capture.as_secs_f64() * 1e3,
+        restore.as_secs_f64() * 1e3,
+        json.len()
+    );
 }

@@ -55,25 +55,57 @@ fn process_and_thread_state_come_back() {
         rlim_max: 2000,
     };
     // SAFETY: the kernel reads one rlimit64.
-    assert_eq!(unsafe { libc::prlimit64(pid, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) }, 0);
-    let itv: Vec<u8> = [1u64, 0, 50, 0].iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let (r, _) = a.sys_mem(libc::SYS_setitimer, &[libc::ITIMER_REAL as u64, u64::MAX, 0], &itv);
+    assert_eq!(
+        unsafe { libc::prlimit64(pid, libc::RLIMIT_NOFILE, &lim, std::ptr::null_mut()) },
+        0
+    );
+    let itv: Vec<u8> = [1u64, 0, 50, 0]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect();
+    let (r, _) = a.sys_mem(
+        libc::SYS_setitimer,
+        &[libc::ITIMER_REAL as u64, u64::MAX, 0],
+        &itv,
+    );
     assert_eq!(r, 0);
-    assert_eq!(timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, 0x1234, 0), 0);
-    assert_eq!(timer(&a, libc::CLOCK_REALTIME, 4, libc::SIGUSR2, 0x55, pid), 1);
-    assert_eq!(timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, 0x99, 0), 2);
-    assert_eq!(timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, 0xabc, 0), 3);
+    assert_eq!(
+        timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, 0x1234, 0),
+        0
+    );
+    assert_eq!(
+        timer(&a, libc::CLOCK_REALTIME, 4, libc::SIGUSR2, 0x55, pid),
+        1
+    );
+    assert_eq!(
+        timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, 0x99, 0),
+        2
+    );
+    assert_eq!(
+        timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, 0xabc, 0),
+        3
+    );
     a.sys(libc::SYS_timer_delete, &[2]);
     arm(&a, 0, 20_000_000_000, 1_000_000_000);
     arm(&a, 3, 100_000_000, 0);
     a.sys(libc::SYS_umask, &[0o027]);
     a.sys(libc::SYS_prctl, &[libc::PR_SET_CHILD_SUBREAPER as u64, 1]);
     a.sys(libc::SYS_personality, &[0x0040000]); // ADDR_NO_RANDOMIZE
-    a.sys_mem(libc::SYS_prctl, &[libc::PR_SET_NAME as u64, u64::MAX], b"worker-x\0");
-    let ss: Vec<u8> = [0x7000_0000u64, 0, 65536].iter().flat_map(|w| w.to_ne_bytes()).collect();
+    a.sys_mem(
+        libc::SYS_prctl,
+        &[libc::PR_SET_NAME as u64, u64::MAX],
+        b"worker-x\0",
+    );
+    let ss: Vec<u8> = [0x7000_0000u64, 0, 65536]
+        .iter()
+        .flat_map(|w| w.to_ne_bytes())
+        .collect();
     let (r, _) = a.sys_mem(libc::SYS_sigaltstack, &[u64::MAX, 0], &ss);
     assert_eq!(r, 0);
-    a.sys(libc::SYS_prctl, &[libc::PR_SET_PDEATHSIG as u64, libc::SIGTERM as u64]);
+    a.sys(
+        libc::SYS_prctl,
+        &[libc::PR_SET_PDEATHSIG as u64, libc::SIGTERM as u64],
+    );
     a.sys(libc::SYS_prctl, &[libc::PR_SET_TIMERSLACK as u64, 123_000]);
     let one_cpu = 1u64;
     // SAFETY: the kernel reads 8 bytes of CPU mask.
@@ -90,9 +122,11 @@ fn process_and_thread_state_come_back() {
     );
     assert_eq!(ts.name, "worker-x");
     assert_eq!(ts.altstack.map(|s| (s.0, s.2)), Some((0x7000_0000, 65536)));
-    assert_eq!((ts.nice, ts.pdeathsig, ts.timerslack_ns), (5, libc::SIGTERM, 123_000));
+    assert_eq!(
+        (ts.nice, ts.pdeathsig, ts.timerslack_ns),
+        (5, libc::SIGTERM, 123_000)
+    );
     let json = serde_json::to_string(&(&ps, &ts)).unwrap();
-    drop(r);
     drop(a);
 
     let b = Child::spawn();
@@ -100,7 +134,11 @@ fn process_and_thread_state_come_back() {
     // The program blocks SIGUSR1 and reads it from a signalfd (its mask is restored with its
     // threads, before the timers).
     let mask = (1u64 << (libc::SIGUSR1 - 1)).to_ne_bytes();
-    b.sys_mem(libc::SYS_rt_sigprocmask, &[libc::SIG_BLOCK as u64, u64::MAX, 0, 8], &mask);
+    b.sys_mem(
+        libc::SYS_rt_sigprocmask,
+        &[libc::SIG_BLOCK as u64, u64::MAX, 0, 8],
+        &mask,
+    );
     let (ps, ts): (procstate::ProcessState, procstate::ThreadState) =
         serde_json::from_str(&json).unwrap();
     let tids = BTreeMap::from([(pid, b.pid())]);
@@ -110,7 +148,10 @@ fn process_and_thread_state_come_back() {
     let ps2 = procstate::capture_process(&r).unwrap();
     let ts2 = procstate::capture_thread(&r, b.pid()).unwrap();
     assert_eq!(ps2.rlimits, ps.rlimits);
-    assert_eq!((ps2.umask, ps2.child_subreaper, ps2.personality), (0o027, true, 0x0040000));
+    assert_eq!(
+        (ps2.umask, ps2.child_subreaper, ps2.personality),
+        (0o027, true, 0x0040000)
+    );
     assert_eq!(ps2.itimers.len(), 1);
     assert!(ps2.itimers[0].2 <= 50_000_000 && ps2.itimers[0].2 > 40_000_000);
     let shape = |t: &PosixTimer| (t.id, t.clock, t.notify, t.signal, t.value, t.interval_ns);
@@ -118,7 +159,11 @@ fn process_and_thread_state_come_back() {
         ps2.posix_timers.iter().map(shape).collect::<Vec<_>>(),
         ps.posix_timers.iter().map(shape).collect::<Vec<_>>()
     );
-    assert_eq!(ps2.posix_timers[1].thread, Some(b.pid()), "the thread timer signals the new thread");
+    assert_eq!(
+        ps2.posix_timers[1].thread,
+        Some(b.pid()),
+        "the thread timer signals the new thread"
+    );
     assert!(ps2.posix_timers[0].remaining_ns > 15_000_000_000);
     assert_eq!(ts2, ts);
 
@@ -126,7 +171,15 @@ fn process_and_thread_state_come_back() {
     // (A signalfd reads the signals of the process that reads it.)
     let m = u64::from_ne_bytes(mask);
     // SAFETY: the kernel reads 8 bytes of signal set.
-    let sfd = unsafe { libc::syscall(libc::SYS_signalfd4, -1, &m as *const u64, 8, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC) };
+    let sfd = unsafe {
+        libc::syscall(
+            libc::SYS_signalfd4,
+            -1,
+            &m as *const u64,
+            8,
+            libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
+        )
+    };
     b.give(common::owned(sfd as i32), 7);
     let sfd = 7;
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -144,17 +197,28 @@ fn posix_timers_keep_their_ids_on_kernels_without_restore_ids() {
     // A test process of its own: the variable is read by this restore only.
     if std::env::var_os("KIOKU_TIMER_IDS_IN_ORDER").is_none() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "posix_timers_keep_their_ids_on_kernels_without_restore_ids", "--nocapture"])
+            .args([
+                "--exact",
+                "posix_timers_keep_their_ids_on_kernels_without_restore_ids",
+                "--nocapture",
+            ])
             .env("KIOKU_TIMER_IDS_IN_ORDER", "1")
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success() && text.contains("1 passed"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         return;
     }
     let a = Child::spawn();
     for want in 0..5 {
-        assert_eq!(timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, want as u64, 0), want);
+        assert_eq!(
+            timer(&a, libc::CLOCK_MONOTONIC, 0, libc::SIGUSR1, want as u64, 0),
+            want
+        );
     }
     a.sys(libc::SYS_timer_delete, &[0]);
     a.sys(libc::SYS_timer_delete, &[2]);
@@ -163,7 +227,12 @@ fn posix_timers_keep_their_ids_on_kernels_without_restore_ids() {
     let b = Child::spawn();
     procstate::restore_process(&b.remote(), &ps, &BTreeMap::new()).unwrap();
     let ps2 = procstate::capture_process(&b.remote()).unwrap();
-    let ids = |p: &procstate::ProcessState| p.posix_timers.iter().map(|t| (t.id, t.value)).collect::<Vec<_>>();
+    let ids = |p: &procstate::ProcessState| {
+        p.posix_timers
+            .iter()
+            .map(|t| (t.id, t.value))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ids(&ps2), vec![(1, 1), (3, 3), (4, 4)]);
     assert!(ps2.posix_timers[2].remaining_ns > 9_000_000_000);
 }

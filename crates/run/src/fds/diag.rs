@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST};
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_DUMP, NLM_F_REQUEST,
+};
 use netlink_packet_sock_diag::inet::{ExtensionFlags, InetRequest, SocketId, StateFlags};
 use netlink_packet_sock_diag::unix::nlas::{Nla, UnixDiagName as DiagName};
 use netlink_packet_sock_diag::unix::{self, ShowFlags, UnixRequest};
@@ -128,9 +130,8 @@ fn dump(req: SockDiagMessage, each: &mut dyn FnMut(SockDiagMessage)) -> Result<(
         let n = sys::cvt(n as i64).map_err(err)? as usize;
         let mut off = 0;
         while off < n {
-            let m = NetlinkMessage::<SockDiagMessage>::deserialize(&rx[off..n]).map_err(|e| {
-                err(io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
-            })?;
+            let m = NetlinkMessage::<SockDiagMessage>::deserialize(&rx[off..n])
+                .map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, e.to_string())))?;
             let len = m.header.length as usize;
             match m.payload {
                 NetlinkPayload::Done(_) => return Ok(()),

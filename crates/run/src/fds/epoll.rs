@@ -64,8 +64,9 @@ pub fn capture(c: &mut Capture<'_>, i: usize) -> Result<ObjectImage> {
     let mut items = Vec::new();
     let mut seen: Vec<i32> = Vec::new();
     for text in d.info.lines_with("tfd:") {
-        let l = parse(text)
-            .ok_or_else(|| c.unsupported(d, &format!("its fdinfo line 'tfd: {text}' does not parse")))?;
+        let l = parse(text).ok_or_else(|| {
+            c.unsupported(d, &format!("its fdinfo line 'tfd: {text}' does not parse"))
+        })?;
         // The how-manieth registration under this number (the kernel's `toff`).
         let toff = seen.iter().filter(|&&n| n == l.tfd).count() as u32;
         seen.push(l.tfd);
@@ -100,15 +101,20 @@ fn target(
     l: &Line,
     toff: u32,
 ) -> Result<Option<usize>> {
-    let err = |e| RunError::io(format!("kcmp(KCMP_EPOLL_TFD) on {}", c.name(&c.descs[i])), e);
+    let err = |e| {
+        RunError::io(
+            format!("kcmp(KCMP_EPOLL_TFD) on {}", c.name(&c.descs[i])),
+            e,
+        )
+    };
     // Mostly the number still names the file in a process that holds the epoll.
     for h in &c.descs[i].holders {
         let pid = c.procs[h.proc].pid;
-        if let Some(j) = c.descs.iter().position(|d| {
-            d.holders
-                .iter()
-                .any(|x| x.proc == h.proc && x.fd == l.tfd)
-        }) {
+        if let Some(j) = c
+            .descs
+            .iter()
+            .position(|d| d.holders.iter().any(|x| x.proc == h.proc && x.fd == l.tfd))
+        {
             if sys::is_epoll_target(pid, l.tfd, epid, efd, l.tfd, toff).map_err(err)? {
                 return Ok(Some(j));
             }
@@ -155,7 +161,12 @@ pub fn register(r: &Restore<'_>, i: usize, e: &EpollImage) -> Result<()> {
                     .syscall(
                         "epoll_ctl(EPOLL_CTL_ADD)",
                         libc::SYS_epoll_ctl,
-                        &[efd as u64, libc::EPOLL_CTL_ADD as u64, item.fd as u64, addr as u64],
+                        &[
+                            efd as u64,
+                            libc::EPOLL_CTL_ADD as u64,
+                            item.fd as u64,
+                            addr as u64,
+                        ],
                     )
                     .map(|_| ())
             })
@@ -172,7 +183,9 @@ pub fn register(r: &Restore<'_>, i: usize, e: &EpollImage) -> Result<()> {
                     .map(|f| f.fd)
                     .collect();
                 let file = r.made(item.object)?;
-                with_fd_at(first.remote, file, item.fd, &used, &mut || add(first, first_efd))?;
+                with_fd_at(first.remote, file, item.fd, &used, &mut || {
+                    add(first, first_efd)
+                })?;
             }
         }
     }

@@ -7,7 +7,7 @@ use super::{sys, Capture, ObjectImage};
 use crate::error::{Result, RunError};
 
 pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
-    // `eventfd-count: %16llx`, `eventfd-semaphore: %d` (Linux 6.7+; before, no field).
+    // `eventfd-count: %16llx`, `eventfd-semaphore: %d` (older kernels lack the second).
     let count = d
         .info
         .get("eventfd-count")
@@ -18,7 +18,7 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
         None => {
             return Err(c.unsupported(
                 d,
-                "this kernel does not show whether an eventfd is a semaphore (Linux 6.7+ does)",
+                "this kernel does not show whether an eventfd is a semaphore (eventfd-semaphore in fdinfo, shown by newer kernels)",
             ))
         }
     };
@@ -61,7 +61,10 @@ mod tests {
         }
         // SAFETY: as above.
         let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-        assert_eq!(n, -1, "a sixth read of a semaphore counted 5 must find it empty");
+        assert_eq!(
+            n, -1,
+            "a sixth read of a semaphore counted 5 must find it empty"
+        );
         let fd = restore(u64::MAX - 1, false, libc::O_RDWR).unwrap();
         // SAFETY: as above.
         unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };

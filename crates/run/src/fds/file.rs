@@ -139,8 +139,7 @@ fn seek(fd: &OwnedFd, flags: i32, pos: u64, what: &Path) -> Result<()> {
     }
     // SAFETY: lseek on a descriptor we own.
     let r = unsafe { libc::lseek(fd.as_raw_fd(), pos as i64, libc::SEEK_SET) };
-    sys::cvt(r)
-        .map_err(|e| RunError::io(format!("seeking {} to {pos}", what.display()), e))?;
+    sys::cvt(r).map_err(|e| RunError::io(format!("seeking {} to {pos}", what.display()), e))?;
     Ok(())
 }
 

@@ -48,7 +48,9 @@ pub enum InetState {
     /// Not bound yet.
     Fresh,
     Bound,
-    Listening { backlog: u32 },
+    Listening {
+        backlog: u32,
+    },
     /// A UDP socket connected to `peer`.
     Connected,
     /// A TCP connection the crash ended: reports a reset.
@@ -79,11 +81,16 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
         .filter(|a| a.port() != 0);
     let peer = sys::sock_addr(fd, true).ok().and_then(|b| parse(&b));
     let state = if tcp {
-        let info = sys::get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_INFO, 8).map_err(io("TCP_INFO"))?;
+        let info =
+            sys::get_bytes(fd, libc::IPPROTO_TCP, libc::TCP_INFO, 8).map_err(io("TCP_INFO"))?;
         match info.first().copied().unwrap_or(TCP_CLOSE) {
             TCP_LISTEN => {
                 let ino = d.ino as u32;
-                let backlog = c.inet_diag()?.get(&ino).copied().unwrap_or(libc::SOMAXCONN as u32);
+                let backlog = c
+                    .inet_diag()?
+                    .get(&ino)
+                    .copied()
+                    .unwrap_or(libc::SOMAXCONN as u32);
                 InetState::Listening { backlog }
             }
             TCP_CLOSE if peer.is_none() => {
@@ -126,7 +133,7 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
     let options = sockopt::capture(fd, &lists);
     if udp {
         let mut queued: i32 = 0;
-        if sys::ioctl_ptr(fd, libc::FIONREAD as u64, &mut queued).is_ok() && queued > 0 {
+        if sys::ioctl_ptr(fd, libc::FIONREAD, &mut queued).is_ok() && queued > 0 {
             tracing::warn!(
                 "{}: datagrams queued for it are not kept (UDP may lose datagrams)",
                 c.name(d)
@@ -211,9 +218,10 @@ pub fn restore(r: &mut Restore<'_>, s: &InetImage) -> Result<OwnedFd> {
             .get_or_insert_with(ResetListener::default)
             .reset_socket(s.family)?
     } else {
-        let fd = sys::socket(s.family, s.kind, s.protocol).map_err(|e| RunError::CannotRecreate {
-            what: format!("{what}: socket(): {e}"),
-        })?;
+        let fd =
+            sys::socket(s.family, s.kind, s.protocol).map_err(|e| RunError::CannotRecreate {
+                what: format!("{what}: socket(): {e}"),
+            })?;
         if let Some(local) = &s.local {
             bind(fd.as_fd(), s, local, &what)?;
         }
@@ -232,10 +240,11 @@ pub fn restore(r: &mut Restore<'_>, s: &InetImage) -> Result<OwnedFd> {
         sockopt::restore(fd.as_fd(), &opts, &what)?;
     }
     match (&s.state, &s.peer) {
-        (InetState::Listening { backlog }, _) => sys::listen(fd.as_fd(), *backlog as i32)
-            .map_err(|e| RunError::CannotRecreate {
+        (InetState::Listening { backlog }, _) => {
+            sys::listen(fd.as_fd(), *backlog as i32).map_err(|e| RunError::CannotRecreate {
                 what: format!("{what}: listen(): {e}"),
-            })?,
+            })?
+        }
         (InetState::Connected, Some(peer)) => {
             sys::connect(fd.as_fd(), &sockaddr(peer)).map_err(|e| RunError::CannotRecreate {
                 what: format!("{what}: connecting to {peer}: {e}"),
@@ -302,10 +311,15 @@ impl ResetListener {
             l_onoff: 1,
             l_linger: 0,
         };
-        sys::set_bytes(a.as_fd(), libc::SOL_SOCKET, libc::SO_LINGER, &as_bytes(&linger))
-            .map_err(err)?;
+        sys::set_bytes(
+            a.as_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &as_bytes(&linger),
+        )
+        .map_err(err)?;
         drop(a); // sends the reset
-        // Loopback delivers it at once; wait until our end has seen it.
+                 // Loopback delivers it at once; wait until our end has seen it.
         let mut p = libc::pollfd {
             fd: s.as_raw_fd(),
             events: libc::POLLIN,

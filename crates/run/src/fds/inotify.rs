@@ -65,7 +65,7 @@ fn parse(line: &str) -> Option<Line> {
 
 pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
     let mut queued: i32 = 0;
-    sys::ioctl_ptr(d.dup.as_fd(), libc::FIONREAD as u64, &mut queued)
+    sys::ioctl_ptr(d.dup.as_fd(), libc::FIONREAD, &mut queued)
         .map_err(|e| RunError::io(format!("FIONREAD on {}", c.name(d)), e))?;
     if queued > 0 {
         return Err(RunError::Unsettled {
@@ -74,12 +74,19 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
     }
     let mut watches = Vec::new();
     for text in d.info.lines_with("inotify") {
-        let l = parse(text)
-            .ok_or_else(|| c.unsupported(d, &format!("its fdinfo line 'inotify {text}' does not parse")))?;
+        let l = parse(text).ok_or_else(|| {
+            c.unsupported(
+                d,
+                &format!("its fdinfo line 'inotify {text}' does not parse"),
+            )
+        })?;
         let path = resolve(&l).map_err(|why| {
             c.unsupported(
                 d,
-                &format!("the file of its watch {} (inode {}) cannot be found again: {why}", l.wd, l.ino),
+                &format!(
+                    "the file of its watch {} (inode {}) cannot be found again: {why}",
+                    l.wd, l.ino
+                ),
             )
         })?;
         watches.push(Watch {
@@ -175,16 +182,22 @@ fn add_watch(fd: BorrowedFd<'_>, path: &Path, mask: u32) -> io::Result<i32> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: `c` is a NUL-terminated path that lives across the call.
-    Ok(sys::cvt(unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } as i64)? as i32)
+    Ok(
+        sys::cvt(unsafe { libc::inotify_add_watch(fd.as_raw_fd(), c.as_ptr(), mask) } as i64)?
+            as i32,
+    )
 }
 
 pub fn restore(n: &InotifyImage) -> Result<OwnedFd> {
-    let err = |what: String| move |e: io::Error| RunError::CannotRecreate {
-        what: format!("{what}: {e}"),
+    let err = |what: String| {
+        move |e: io::Error| RunError::CannotRecreate {
+            what: format!("{what}: {e}"),
+        }
     };
     // SAFETY: plain system call.
-    let fd = sys::owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) } as i64)
-        .map_err(err("an inotify instance".into()))?;
+    let fd =
+        sys::owned(unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) } as i64)
+            .map_err(err("an inotify instance".into()))?;
     // Throw-away watches for the numbers in between, each on an inode of its own (a memfd).
     let mut fillers: Vec<(i32, OwnedFd)> = Vec::new();
     let mut next = 1;

@@ -124,7 +124,11 @@ fn same_inode(c: &Capture<'_>, a: usize, b: usize) -> bool {
 
 /// `struct flock` (x86-64) for a lock.
 fn flock_bytes(l: &LockImage) -> Vec<u8> {
-    let kind = if l.write { libc::F_WRLCK } else { libc::F_RDLCK } as i16;
+    let kind = if l.write {
+        libc::F_WRLCK
+    } else {
+        libc::F_RDLCK
+    } as i16;
     let mut b = Vec::with_capacity(32);
     b.extend_from_slice(&kind.to_ne_bytes());
     b.extend_from_slice(&(libc::SEEK_SET as i16).to_ne_bytes());
@@ -142,14 +146,21 @@ pub fn restore(r: &Restore<'_>) -> Result<()> {
         let what = || format!("a lock of descriptor object {} ({:?})", l.object, l.kind);
         let refused = |e: std::io::Error| RunError::CannotRecreate {
             what: if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EACCES)) {
-                format!("{}: another program holds a conflicting lock on the file now", what())
+                format!(
+                    "{}: another program holds a conflicting lock on the file now",
+                    what()
+                )
             } else {
                 format!("{}: {e}", what())
             },
         };
         match &l.kind {
             LockKind::Flock => {
-                let op = if l.write { libc::LOCK_EX } else { libc::LOCK_SH } | libc::LOCK_NB;
+                let op = if l.write {
+                    libc::LOCK_EX
+                } else {
+                    libc::LOCK_SH
+                } | libc::LOCK_NB;
                 // SAFETY: flock on a descriptor the restore holds.
                 sys::cvt(unsafe { libc::flock(fd.as_raw_fd(), op) } as i64).map_err(refused)?;
             }

@@ -44,11 +44,11 @@ use crate::remote::Remote;
 pub use epoll::{EpollImage, EpollItem};
 pub use file::{FileImage, FileSource};
 pub use inet::{InetImage, InetState};
-pub use sockopt::SockOpt;
 pub use inotify::{InotifyImage, Watch};
 pub use locks::{LockImage, LockKind};
 pub use pipe::PipeImage;
 pub use pty::{ControllingTty, PtyImage, Termios};
+pub use sockopt::SockOpt;
 pub use timerfd::TimerFdImage;
 pub use unix::{UnixImage, UnixName, UnixQueue, UnixRole};
 
@@ -157,11 +157,16 @@ pub struct FdImage {
 pub enum ObjectImage {
     /// Led outside the tree at standard stream `stdio` (a terminal, a pipe or socket to
     /// another program): the restoring command's own stream `stdio`.
-    Inherited { stdio: i32 },
+    Inherited {
+        stdio: i32,
+    },
     /// A regular file or directory.
     File(FileImage),
     /// A character device that holds no state (`/dev/null`, `/dev/zero`, `/dev/urandom`…).
-    Device { path: PathBuf, flags: i32 },
+    Device {
+        path: PathBuf,
+        flags: i32,
+    },
     /// A memfd or shared-memory file whose contents the checkpoint holds as memory.
     SharedMemory {
         id: u32,
@@ -171,7 +176,10 @@ pub enum ObjectImage {
         seals: i32,
     },
     /// An end of `FdTable::pipes[pipe]`.
-    Pipe { pipe: usize, flags: i32 },
+    Pipe {
+        pipe: usize,
+        flags: i32,
+    },
     Unix(UnixImage),
     Inet(InetImage),
     Epoll(EpollImage),
@@ -181,14 +189,26 @@ pub enum ObjectImage {
         flags: i32,
     },
     TimerFd(TimerFdImage),
-    SignalFd { mask: u64, flags: i32 },
+    SignalFd {
+        mask: u64,
+        flags: i32,
+    },
     Inotify(InotifyImage),
     /// The master side of `FdTable::ptys[pty]`.
-    PtyMaster { pty: usize, flags: i32 },
+    PtyMaster {
+        pty: usize,
+        flags: i32,
+    },
     /// The slave side of `FdTable::ptys[pty]` (reopened by its new `/dev/pts` path).
-    PtySlave { pty: usize, flags: i32 },
+    PtySlave {
+        pty: usize,
+        flags: i32,
+    },
     /// A pidfd of a process of the tree.
-    PidFd { image_pid: i32, flags: i32 },
+    PidFd {
+        image_pid: i32,
+        flags: i32,
+    },
 }
 
 /// Captures the descriptors of the stopped processes `procs`.
@@ -384,7 +404,9 @@ pub fn restore(table: &FdTable, procs: &[RestoreRef<'_>], ctx: &mut dyn RestoreC
     // (2) Every descriptor at its number.
     for p in procs {
         for f in table.procs.get(&p.image_pid).into_iter().flatten() {
-            let fd = r.made[f.object].as_ref().ok_or_else(|| bad("object never made"))?;
+            let fd = r.made[f.object]
+                .as_ref()
+                .ok_or_else(|| bad("object never made"))?;
             p.remote.install_fd(fd.as_fd(), f.fd, f.cloexec)?;
         }
     }
@@ -524,11 +546,7 @@ pub(crate) fn with_fd_at(
     match saved {
         Some(s) => {
             let flags = if cloexec_was { libc::O_CLOEXEC } else { 0 };
-            r.syscall(
-                "dup3",
-                libc::SYS_dup3,
-                &[s as u64, at as u64, flags as u64],
-            )?;
+            r.syscall("dup3", libc::SYS_dup3, &[s as u64, at as u64, flags as u64])?;
             r.syscall("close", libc::SYS_close, &[s as u64])?;
         }
         None => {
@@ -578,4 +596,3 @@ pub(crate) mod hexlist {
             .collect()
     }
 }
-

@@ -24,7 +24,9 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
         }),
         None => Err(c.unsupported(
             d,
-            &format!("a pidfd of process {pid}, which is not in the checkpointed tree (or has exited)"),
+            &format!(
+                "a pidfd of process {pid}, which is not in the checkpointed tree (or has exited)"
+            ),
         )),
     }
 }

@@ -133,8 +133,11 @@ pub fn restore(r: &mut Restore<'_>, pipe: usize, flags: i32) -> Result<OwnedFd> 
     };
     let fd = match first {
         Some(fd) => fd,
-        None => sys::reopen(m.anchor.as_fd(), flags & !libc::O_NONBLOCK | libc::O_NONBLOCK)
-            .map_err(|e| RunError::io("opening another end of a restored pipe", e))?,
+        None => sys::reopen(
+            m.anchor.as_fd(),
+            flags & !libc::O_NONBLOCK | libc::O_NONBLOCK,
+        )
+        .map_err(|e| RunError::io("opening another end of a restored pipe", e))?,
     };
     sys::set_fl(fd.as_fd(), sys::settable(flags))
         .map_err(|e| RunError::io("F_SETFL on a restored pipe", e))?;

@@ -75,7 +75,9 @@ pub fn capture(c: &mut Capture<'_>, i: usize) -> Result<Option<ObjectImage>> {
     let master = descs
         .iter()
         .position(|x| is_master(&x.link) && x.info.num("tty-index") == Some(index as u64));
-    let slave = descs.iter().position(|x| slave_index(&x.link) == Some(index));
+    let slave = descs
+        .iter()
+        .position(|x| slave_index(&x.link) == Some(index));
     let (Some(m), Some(s)) = (master, slave) else {
         return c
             .external(
@@ -107,7 +109,7 @@ fn describe_pair(c: &Capture<'_>, m: usize, s: usize, index: u32) -> Result<PtyI
         move |e| RunError::io(format!("{what} on {name}"), e)
     };
     for x in [md, sd] {
-        let n = sys::ioctl_int(x.dup.as_fd(), libc::FIONREAD as u64).map_err(io("FIONREAD"))?;
+        let n = sys::ioctl_int(x.dup.as_fd(), libc::FIONREAD).map_err(io("FIONREAD"))?;
         if n > 0 {
             return Err(RunError::Unsettled {
                 what: format!(
@@ -319,10 +321,7 @@ pub fn finish(r: &mut Restore<'_>) -> Result<()> {
                     &[at as u64, libc::TIOCSCTTY, 0],
                 )
                 .map_err(|e| RunError::CannotRecreate {
-                    what: format!(
-                        "the controlling terminal of session {}: {e}",
-                        ct.session
-                    ),
+                    what: format!("the controlling terminal of session {}: {e}", ct.session),
                 })?;
             if let Some(fg) = foreground {
                 p.remote.with_bytes(&fg.to_ne_bytes(), &mut |addr| {

@@ -107,14 +107,22 @@ impl Desc {
 
     /// The smallest standard-stream number a holder has it at, if any.
     pub fn stdio(&self) -> Option<i32> {
-        self.holders.iter().map(|h| h.fd).filter(|&fd| fd <= 2).min()
+        self.holders
+            .iter()
+            .map(|h| h.fd)
+            .filter(|&fd| fd <= 2)
+            .min()
     }
 }
+
+/// What every holder of one description sees alike: device, inode, link, status flags,
+/// position, eventfd id.
+type Bucket = (u64, u64, String, i32, u64, String);
 
 /// Every descriptor of `procs` (but their `own_fds`), grouped into descriptions.
 pub fn scan(procs: &[ProcRef]) -> Result<Vec<Desc>> {
     let mut descs: Vec<Desc> = Vec::new();
-    let mut buckets: HashMap<(u64, u64, String, i32, u64, String), Vec<usize>> = HashMap::new();
+    let mut buckets: HashMap<Bucket, Vec<usize>> = HashMap::new();
     for (pi, p) in procs.iter().enumerate() {
         for fd in list_fds(p.pid)? {
             if p.own_fds.contains(&fd) {
@@ -125,8 +133,8 @@ pub fn scan(procs: &[ProcRef]) -> Result<Vec<Desc>> {
                 .map_err(|e| RunError::io(format!("reading {path}"), e))?
                 .to_string_lossy()
                 .into_owned();
-            let md = std::fs::metadata(&path)
-                .map_err(|e| RunError::io(format!("stat {path}"), e))?;
+            let md =
+                std::fs::metadata(&path).map_err(|e| RunError::io(format!("stat {path}"), e))?;
             let info = FdInfo::parse(crate::sys::read_proc(format!(
                 "/proc/{}/fdinfo/{fd}",
                 p.pid

@@ -84,10 +84,7 @@ pub fn restore(fd: BorrowedFd<'_>, opts: &[SockOpt], what: &str) -> Result<()> {
             continue;
         }
         sys::set_bytes(fd, o.level, o.name, &o.value).map_err(|e| RunError::CannotRecreate {
-            what: format!(
-                "socket option {}/{} of {what}: {e}",
-                o.level, o.name
-            ),
+            what: format!("socket option {}/{} of {what}: {e}", o.level, o.name),
         })?;
     }
     Ok(())

@@ -75,11 +75,6 @@ pub fn is_epoll_target(
     }
 }
 
-pub fn get_fl(fd: BorrowedFd<'_>) -> io::Result<i32> {
-    // SAFETY: fcntl(F_GETFL) on a live descriptor.
-    Ok(cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } as i64)? as i32)
-}
-
 /// Sets the status flags a description can change (`F_SETFL` ignores the access mode and
 /// creation flags).
 pub fn set_fl(fd: BorrowedFd<'_>, flags: i32) -> io::Result<()> {
@@ -118,15 +113,8 @@ pub fn get_bytes(fd: BorrowedFd<'_>, level: i32, name: i32, max: usize) -> io::R
     let mut v = vec![0u8; max];
     let mut len = max as libc::socklen_t;
     // SAFETY: the kernel writes at most `len` bytes into `v`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            level,
-            name,
-            v.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
+    let r =
+        unsafe { libc::getsockopt(fd.as_raw_fd(), level, name, v.as_mut_ptr().cast(), &mut len) };
     cvt(r as i64)?;
     v.truncate(len as usize);
     Ok(v)

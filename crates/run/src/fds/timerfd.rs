@@ -35,7 +35,11 @@ pub struct TimerFdImage {
 }
 
 fn pair(v: &str) -> Option<u64> {
-    let (s, ns) = v.trim().strip_prefix('(')?.strip_suffix(')')?.split_once(',')?;
+    let (s, ns) = v
+        .trim()
+        .strip_prefix('(')?
+        .strip_suffix(')')?
+        .split_once(',')?;
     Some(s.trim().parse::<u64>().ok()? * 1_000_000_000 + ns.trim().parse::<u64>().ok()?)
 }
 
@@ -92,14 +96,18 @@ pub fn restore(t: &TimerFdImage) -> Result<OwnedFd> {
     if t.remaining_ns > 0 {
         let (flags, value) = match t.deadline_ns {
             Some(deadline) => (t.settime_flags, deadline),
-            None => (t.settime_flags & !TFD_TIMER_ABSTIME & !2, t.remaining_ns as i128),
+            None => (
+                t.settime_flags & !TFD_TIMER_ABSTIME & !2,
+                t.remaining_ns as i128,
+            ),
         };
         let spec = libc::itimerspec {
             it_interval: ts(t.interval_ns as i128),
             it_value: ts(value),
         };
         // SAFETY: the kernel reads one itimerspec.
-        let r = unsafe { libc::timerfd_settime(fd.as_raw_fd(), flags, &spec, std::ptr::null_mut()) };
+        let r =
+            unsafe { libc::timerfd_settime(fd.as_raw_fd(), flags, &spec, std::ptr::null_mut()) };
         sys::cvt(r as i64).map_err(|e| RunError::io("timerfd_settime", e))?;
     }
     if t.ticks > 0 {

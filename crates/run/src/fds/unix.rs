@@ -81,13 +81,21 @@ pub struct UnixImage {
 /// How it is connected.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum UnixRole {
-    Listening { backlog: u32 },
+    Listening {
+        backlog: u32,
+    },
     /// Connected to object `peer`, which is connected back.
-    Pair { peer: usize },
+    Pair {
+        peer: usize,
+    },
     /// A datagram socket connected to object `peer` (a bound socket of the tree).
-    ConnectedTo { peer: usize },
+    ConnectedTo {
+        peer: usize,
+    },
     /// A datagram socket connected to a named socket outside the tree.
-    ConnectedOut { name: UnixName },
+    ConnectedOut {
+        name: UnixName,
+    },
     /// A stream or seqpacket socket whose peer has closed.
     PeerClosed,
     Unconnected,
@@ -176,10 +184,7 @@ pub fn capture(c: &mut Capture<'_>, i: usize) -> Result<ObjectImage> {
         match &role {
             UnixRole::ConnectedOut { .. } => {
                 return Err(RunError::Unsettled {
-                    what: format!(
-                        "{} holds unread datagrams from outside the tree",
-                        c.name(d)
-                    ),
+                    what: format!("{} holds unread datagrams from outside the tree", c.name(d)),
                 })
             }
             UnixRole::ConnectedTo { .. } | UnixRole::Unconnected if name.is_none() => {
@@ -224,11 +229,13 @@ fn role(c: &mut Capture<'_>, i: usize, info: &super::diag::UnixInfo) -> Result<O
         }));
     }
     if info.peer == 0 {
-        return Ok(Some(if kind != libc::SOCK_DGRAM && info.state == TCP_ESTABLISHED {
-            UnixRole::PeerClosed
-        } else {
-            UnixRole::Unconnected
-        }));
+        return Ok(Some(
+            if kind != libc::SOCK_DGRAM && info.state == TCP_ESTABLISHED {
+                UnixRole::PeerClosed
+            } else {
+                UnixRole::Unconnected
+            },
+        ));
     }
     let table = c.unix_diag()?.clone();
     let peer_info = table.get(&info.peer).cloned().unwrap_or_default();
@@ -282,7 +289,14 @@ fn peek(fd: BorrowedFd<'_>, kind: i32) -> std::result::Result<UnixQueue, Peeked>
 }
 
 fn peek_all(fd: BorrowedFd<'_>, kind: i32) -> std::result::Result<UnixQueue, Peeked> {
-    let mut buf = vec![0u8; if kind == libc::SOCK_STREAM { 1 << 16 } else { MAX_DATAGRAM }];
+    let mut buf = vec![
+        0u8;
+        if kind == libc::SOCK_STREAM {
+            1 << 16
+        } else {
+            MAX_DATAGRAM
+        }
+    ];
     let mut ctl = vec![0u8; 4096];
     let mut stream = Vec::new();
     let mut messages = Vec::new();
@@ -461,7 +475,8 @@ fn shut(fd: BorrowedFd<'_>, u: &UnixImage) -> Result<()> {
 fn socketpair(kind: i32) -> Result<(OwnedFd, OwnedFd)> {
     let mut sv = [0i32; 2];
     // SAFETY: socketpair writes two descriptors into `sv`.
-    let r = unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) };
+    let r =
+        unsafe { libc::socketpair(libc::AF_UNIX, kind | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) };
     sys::cvt(r as i64).map_err(cannot("a unix socket pair".into()))?;
     Ok((
         sys::owned(sv[0] as i64).map_err(cannot("socketpair".into()))?,
@@ -565,10 +580,16 @@ fn fill(from: BorrowedFd<'_>, queue: &UnixQueue, to: Option<&UnixName>) -> Resul
 
 /// Options and status flags, on a socket made.
 fn finish(fd: BorrowedFd<'_>, u: &UnixImage) -> Result<()> {
-    sockopt::restore(fd, &u.options, &format!("the unix socket {}", show(&u.name)))?;
+    sockopt::restore(
+        fd,
+        &u.options,
+        &format!("the unix socket {}", show(&u.name)),
+    )?;
     sys::set_fl(fd, sys::settable(u.flags)).map_err(cannot("F_SETFL on a unix socket".into()))
 }
 
 fn show(n: &Option<UnixName>) -> String {
-    n.as_ref().map(|n| n.show()).unwrap_or_else(|| "(unnamed)".into())
+    n.as_ref()
+        .map(|n| n.show())
+        .unwrap_or_else(|| "(unnamed)".into())
 }

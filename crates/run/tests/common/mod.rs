@@ -84,7 +84,6 @@ impl Child {
     pub fn take(&self, fd: i32) -> OwnedFd {
         take_fd(self.pid(), fd).unwrap()
     }
-
 }
 
 /// The procs of a capture: each child as image pid 100, 101, … (its fd 0 is kioku's).
