@@ -556,6 +556,18 @@ fn tcp_listeners_and_udp_sockets_come_back_on_their_ports() {
     let (_accepted, _) = peer.accept().unwrap();
     a.give(OwnedFd::from(c), 5);
 
+    // IPv6: a listener on [::1] and a fresh socket made IPv6-only, not bound yet.
+    let v6 = std::net::TcpListener::bind("[::1]:0").ok();
+    let v6addr = v6.as_ref().map(|l| l.local_addr().unwrap());
+    if let Some(l) = v6 {
+        a.give(OwnedFd::from(l), 6);
+    } else {
+        eprintln!("SKIPPED the IPv6 part: no [::1] here");
+    }
+    let fresh = socket2_like(libc::AF_INET6, libc::SOCK_STREAM);
+    set_int(fresh.as_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1);
+    a.give(fresh, 7);
+
     let t = capture(&[&a]);
     a.tracee.kill().unwrap(); // the process dies: its listener and connection end
     drop(a);
@@ -572,6 +584,15 @@ fn tcp_listeners_and_udp_sockets_come_back_on_their_ports() {
     );
     let u = std::net::UdpSocket::from(k[0].take(4));
     assert_eq!(u.local_addr().unwrap(), uaddr);
+    if let Some(addr) = v6addr {
+        let l = std::net::TcpListener::from(k[0].take(6));
+        assert_eq!(l.local_addr().unwrap(), addr);
+        std::net::TcpStream::connect(addr).unwrap();
+    }
+    assert_eq!(
+        get_int(k[0].take(7).as_fd(), libc::IPPROTO_IPV6, libc::IPV6_V6ONLY),
+        1
+    );
     // The connection reports the reset its peer saw.
     let c = k[0].take(5);
     let e = read_some(c.as_fd(), 10).unwrap_err();

@@ -227,10 +227,12 @@ pub fn restore(r: &mut Restore<'_>, s: &InetImage) -> Result<OwnedFd> {
         }
         fd
     };
+    // IPV6_V6ONLY is fixed once a socket is bound or connected (`bind` set it already).
+    let fixed = s.local.is_some() || s.state == InetState::Reset;
     let opts: Vec<SockOpt> = s
         .options
         .iter()
-        .filter(|o| !(o.level == libc::IPPROTO_IPV6 && o.name == libc::IPV6_V6ONLY))
+        .filter(|o| !(fixed && o.level == libc::IPPROTO_IPV6 && o.name == libc::IPV6_V6ONLY))
         .cloned()
         .collect();
     if s.state == InetState::Reset {

@@ -143,6 +143,58 @@ pub struct FdTable {
     pub controlling: Vec<ControllingTty>,
 }
 
+impl FdTable {
+    /// The highest descriptor number process `image_pid` uses or an epoll registration of it
+    /// names: numbers above it are free for kioku's own use while restoring (its descriptor
+    /// channel) — restore needs every number at or below it.
+    pub fn highest_number(&self, image_pid: i32) -> Option<i32> {
+        let fds = self.procs.get(&image_pid)?;
+        let items = fds.iter().flat_map(|f| match self.objects.get(f.object) {
+            Some(ObjectImage::Epoll(e)) => e.items.iter().map(|i| i.fd).collect(),
+            _ => vec![],
+        });
+        fds.iter().map(|f| f.fd).chain(items).max()
+    }
+
+    /// Every index the table holds points into it (a damaged image is refused, not obeyed).
+    fn validate(&self) -> Result<()> {
+        let n = self.objects.len();
+        let check = |ok: bool, what: &str| if ok { Ok(()) } else { Err(bad(what)) };
+        for fds in self.procs.values() {
+            for f in fds {
+                check(f.object < n && f.fd >= 0, "descriptor names no object")?;
+            }
+        }
+        for o in &self.objects {
+            match o {
+                ObjectImage::Pipe { pipe, .. } => check(*pipe < self.pipes.len(), "pipe index")?,
+                ObjectImage::PtyMaster { pty, .. } | ObjectImage::PtySlave { pty, .. } => {
+                    check(*pty < self.ptys.len(), "pty index")?
+                }
+                ObjectImage::Epoll(e) => {
+                    for i in &e.items {
+                        check(i.object < n && i.fd >= 0, "epoll item names no object")?;
+                    }
+                }
+                ObjectImage::Unix(u) => match u.role {
+                    UnixRole::Pair { peer } | UnixRole::ConnectedTo { peer } => {
+                        check(peer < n, "unix peer index")?
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+        for l in &self.locks {
+            check(l.object < n, "lock names no object")?;
+        }
+        for c in &self.controlling {
+            check(c.pty < self.ptys.len(), "controlling terminal index")?;
+        }
+        Ok(())
+    }
+}
+
 /// One descriptor: its number, the description it names, its close-on-exec flag.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FdImage {
@@ -375,6 +427,7 @@ pub(crate) fn describe(p: &ProcRef, fd: i32, link: &str) -> String {
 /// epoll registrations and file locks. Call it after the processes exist (and their threads,
 /// for POSIX locks' owners) and before they run.
 pub fn restore(table: &FdTable, procs: &[RestoreRef<'_>], ctx: &mut dyn RestoreCtx) -> Result<()> {
+    table.validate()?;
     for pid in table.procs.keys() {
         if !procs.iter().any(|p| p.image_pid == *pid) {
             return Err(RunError::CannotRecreate {
@@ -559,6 +612,60 @@ pub(crate) fn with_fd_at(
 pub(crate) fn bad(detail: &str) -> RunError {
     RunError::NotAProcessCheckpoint {
         detail: format!("descriptor table: {detail}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damaged_tables_are_refused() {
+        let mut t = FdTable::default();
+        t.objects.push(ObjectImage::Pipe { pipe: 0, flags: 0 });
+        t.procs.insert(
+            1,
+            vec![FdImage {
+                fd: 3,
+                object: 0,
+                cloexec: false,
+            }],
+        );
+        assert!(t.validate().is_err(), "a pipe end without its pipe");
+        t.pipes.push(PipeImage {
+            ino: 1,
+            capacity: 4096,
+            path: None,
+            data: vec![],
+        });
+        assert!(t.validate().is_ok());
+        t.procs.get_mut(&1).unwrap()[0].object = 5;
+        let e = restore(&t, &[], &mut NoCtx).unwrap_err();
+        assert!(matches!(e, RunError::NotAProcessCheckpoint { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_highest_number_counts_epoll_registrations() {
+        let mut t = FdTable::default();
+        t.objects.push(ObjectImage::Epoll(EpollImage {
+            flags: 0,
+            items: vec![EpollItem {
+                object: 0,
+                fd: 40,
+                events: 1,
+                data: 0,
+            }],
+        }));
+        t.procs.insert(
+            7,
+            vec![FdImage {
+                fd: 5,
+                object: 0,
+                cloexec: true,
+            }],
+        );
+        assert_eq!(t.highest_number(7), Some(40));
+        assert_eq!(t.highest_number(8), None);
     }
 }
 
