@@ -8,12 +8,11 @@
 //! linear in the number of descriptors for ordinary programs.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
 use super::{describe, sys, ProcRef};
 use crate::error::{Result, RunError};
-use crate::remote::take_fd;
 
 /// `/proc/PID/fdinfo/FD`, parsed into its `key: value` lines.
 #[derive(Clone, Debug, Default)]
@@ -124,6 +123,7 @@ pub fn scan(procs: &[ProcRef]) -> Result<Vec<Desc>> {
     let mut descs: Vec<Desc> = Vec::new();
     let mut buckets: HashMap<Bucket, Vec<usize>> = HashMap::new();
     for (pi, p) in procs.iter().enumerate() {
+        let mut pidfd: Option<OwnedFd> = None;
         for fd in list_fds(p.pid)? {
             if p.own_fds.contains(&fd) {
                 continue;
@@ -168,7 +168,7 @@ pub fn scan(procs: &[ProcRef]) -> Result<Vec<Desc>> {
             match found {
                 Some(di) => descs[di].holders.push(held),
                 None => {
-                    let dup = take_fd(p.pid, fd)?;
+                    let dup = take(p.pid, &mut pidfd, fd)?;
                     bucket.push(descs.len());
                     descs.push(Desc {
                         holders: vec![held],
@@ -186,6 +186,19 @@ pub fn scan(procs: &[ProcRef]) -> Result<Vec<Desc>> {
         }
     }
     Ok(descs)
+}
+
+/// `pidfd_getfd`: the monitor's duplicate of descriptor `fd` of `pid` (one pidfd per process).
+fn take(pid: i32, pidfd: &mut Option<OwnedFd>, fd: i32) -> Result<OwnedFd> {
+    if pidfd.is_none() {
+        // SAFETY: plain system call.
+        let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        *pidfd = Some(sys::owned(r).map_err(|e| RunError::io(format!("pidfd_open({pid})"), e))?);
+    }
+    let p = pidfd.as_ref().expect("just opened");
+    // SAFETY: plain system call.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, p.as_raw_fd(), fd, 0) };
+    sys::owned(r).map_err(|e| RunError::io(format!("pidfd_getfd({pid}, {fd})"), e))
 }
 
 /// The descriptor numbers process `pid` has open, ascending.
