@@ -62,6 +62,12 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
             "a memfd whose contents the checkpoint does not hold (it is not mapped shared by the tree)",
         ));
     }
+    if in_proc_of_a_process(&d.link) {
+        return Err(c.unsupported(
+            d,
+            "a file of a process's /proc directory cannot be opened again (process ids change with a restore)",
+        ));
+    }
     let directory = d.file_type() == libc::S_IFDIR;
     let (path, source) = match d.link.strip_suffix(" (deleted)") {
         None => (PathBuf::from(&d.link), FileSource::Named),
@@ -96,6 +102,13 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
         directory,
         source,
     }))
+}
+
+/// `/proc/<pid>/…` (or `/proc/<pid>` itself).
+fn in_proc_of_a_process(link: &str) -> bool {
+    link.strip_prefix("/proc/")
+        .map(|rest| rest.split('/').next().unwrap_or(""))
+        .is_some_and(|first| !first.is_empty() && first.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// A character device that is not a pseudo-terminal of the tree.
@@ -180,4 +193,18 @@ pub fn restore_shared(
         })?;
     }
     Ok(fd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_of_processes_in_proc_are_told_apart() {
+        assert!(in_proc_of_a_process("/proc/1234/status"));
+        assert!(in_proc_of_a_process("/proc/1234"));
+        assert!(!in_proc_of_a_process("/proc/meminfo"));
+        assert!(!in_proc_of_a_process("/proc"));
+        assert!(!in_proc_of_a_process("/home/proc/12/x"));
+    }
 }

@@ -474,6 +474,25 @@ pub fn restore(table: &FdTable, procs: &[RestoreRef<'_>], ctx: &mut dyn RestoreC
     Ok(())
 }
 
+/// Closes every descriptor of the rebuilt process `r` (image pid `image_pid`) that `table` does
+/// not give it, but `keep` (kioku's own: its descriptor channel): what a placeholder process
+/// inherited must not leak into the restored program. Call it before [`restore`].
+pub fn close_unlisted(table: &FdTable, image_pid: i32, r: &dyn Remote, keep: &[i32]) -> Result<()> {
+    let listed: Vec<i32> = table
+        .procs
+        .get(&image_pid)
+        .into_iter()
+        .flatten()
+        .map(|f| f.fd)
+        .collect();
+    for fd in scan::list_fds(r.pid())? {
+        if !listed.contains(&fd) && !keep.contains(&fd) {
+            r.syscall("close", libc::SYS_close, &[fd as u64])?;
+        }
+    }
+    Ok(())
+}
+
 /// The state of one restore.
 pub(crate) struct Restore<'a> {
     pub table: &'a FdTable,

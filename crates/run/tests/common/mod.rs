@@ -121,6 +121,9 @@ pub fn restore(t: &FdTable, n: usize) -> Vec<Child> {
                 remote: r,
             })
             .collect();
+        for r in &refs {
+            fds::close_unlisted(t, r.image_pid, r.remote, &[0]).unwrap();
+        }
         fds::restore(t, &refs, &mut NoCtx).unwrap();
     }
     kids
