@@ -334,7 +334,7 @@ impl Capture<'_> {
         }
     }
 
-    /// Index of the description with inode `(dev, ino)` for which `pick` holds, if any.
+    /// Indexes of the descriptions of inode `ino` (on device `dev`, when given).
     pub fn find(&self, dev: Option<u64>, ino: u64) -> impl Iterator<Item = usize> + '_ {
         self.descs
             .iter()
