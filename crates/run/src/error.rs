@@ -37,6 +37,15 @@ pub enum RunError {
     KernelChanged { what: String },
     #[error("cannot checkpoint this process: {what}")]
     Unsupported { what: String },
+    /// A state that passes (data in flight no checkpoint can hold exactly): a later checkpoint
+    /// may succeed.
+    #[error(
+        "cannot checkpoint this process at this instant: {what}; a later checkpoint may succeed"
+    )]
+    Unsettled { what: String },
+    /// Something the restore had to recreate could not be (an address in use, a file gone).
+    #[error("cannot bring back {what}; the checkpoint is untouched — remove the cause and restore again")]
+    CannotRecreate { what: String },
     #[error(
         "the program was {how} while being restored; its checkpoint is untouched — restore again"
     )]
