@@ -243,10 +243,16 @@ pub fn run(a: RunArgs) -> Result<i32> {
             None
         }
     };
+    // The file journal's filter: what the tree changes in files is kept, to be undone at a
+    // restore.
     let cmd = TraceeCommand::new(&a.command[0])
         .args(a.command[1..].iter().cloned())
         .inherit_fds(a.inherit_fds)
-        .trace_children(true);
+        .trace_children(true)
+        .seccomp(
+            kioku_run::journal::Journal::filter(),
+            kioku_run::restore::needs_no_new_privs(),
+        );
     // Start the program first: a program that does not exist leaves no pool behind.
     let spawned = match &ns {
         Some(ns) => Tracee::spawn_in(ns, cmd, None),
@@ -271,7 +277,7 @@ pub fn run(a: RunArgs) -> Result<i32> {
     let tree = Tree::new(tracee, ns);
     let pool = Pool::create(&pool_path, &o)?;
     tracing::info!(pool = %pool_path.display(), pid, "kioku run");
-    let capturer = match Capturer::new(pool, &tree) {
+    let capturer = match Capturer::new(pool, &tree, true) {
         Ok(c) => c,
         // Killed before it ran an instruction (while its tracker was being set up).
         Err(e) if kioku_run::monitor::program_gone(pid) => {
@@ -541,7 +547,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         ),
     }
     for p in &i.processes {
-        print_process(p);
+        print_process(p, &i.fds);
     }
     if !i.shared.is_empty() {
         println!("shared memory");
@@ -565,7 +571,7 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_process(p: &kioku_run::ProcessImage) {
+fn print_process(p: &kioku_run::ProcessImage, fds: &kioku_run::fds::FdTable) {
     println!(
         "process     {} (parent {}, group {}, session {}): {}",
         p.pid,
@@ -588,20 +594,12 @@ fn print_process(p: &kioku_run::ProcessImage) {
         captured as f64 / (1 << 20) as f64
     );
     println!("  threads   {}", p.threads.len());
-    for f in &p.fds {
-        let what = match &f.kind {
-            kioku_run::image::FdKind::Inherited => {
-                "inherited from the restoring command".to_string()
-            }
-            kioku_run::image::FdKind::File { path, size } => {
-                format!("{} at offset {} (size {size})", path.display(), f.pos)
-            }
-            kioku_run::image::FdKind::Device { path } => path.display().to_string(),
-            kioku_run::image::FdKind::Pipe { id, write } => format!(
-                "{} end of a pipe within the process (pipe:[{id}] when checkpointed)",
-                if *write { "write" } else { "read" }
-            ),
-        };
+    for f in fds.procs.get(&p.pid).into_iter().flatten() {
+        let what = fds
+            .objects
+            .get(f.object)
+            .map(|o| o.describe())
+            .unwrap_or_default();
         println!("  fd {:>3}    {what}", f.fd);
     }
 }

@@ -48,4 +48,4 @@ pub use ns::{Namespace, NamespaceKind};
 pub use regs::{FpKind, FpState, Regs, ThreadState};
 pub use space::{tracker_for, TracedSpace};
 pub use tracee::{list_threads, Exit, Notice, Tracee, TraceeCommand};
-pub use tree::Tree;
+pub use tree::{TrapHandler, Tree};

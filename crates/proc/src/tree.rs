@@ -14,6 +14,9 @@ use crate::error::{ProcError, Result};
 use crate::ns::Namespace;
 use crate::tracee::{Exit, Notice, Tracee};
 
+/// What the owner does at a seccomp trap: (every process, the trapped process, the thread).
+pub type TrapHandler<'a, E> = dyn FnMut(&[Tracee], &Tracee, i32) -> std::result::Result<(), E> + 'a;
+
 /// A program and its descendants under one monitor.
 #[derive(Debug)]
 pub struct Tree {
@@ -120,6 +123,7 @@ impl Tree {
     /// with [`ProcError::Busy`] (leaving the tree running) while a vfork child shares its
     /// parent's memory: the parent cannot stop until the child execs or exits.
     pub fn stop_all(&mut self) -> Result<()> {
+        let mut none = |_: &[Tracee], _: &Tracee, _: i32| -> Result<()> { Ok(()) };
         if self.in_vfork() {
             return Err(ProcError::Busy {
                 what: "a process is in vfork (its child shares its memory until it execs)",
@@ -139,7 +143,7 @@ impl Tree {
                     Err(e) => return Err(e),
                 }
             }
-            let added = self.take_notices(&mut |_, _| Ok(()))?;
+            let added = self.take_notices(&mut none)?;
             self.drop_ended();
             if self.in_vfork() {
                 // Caught in the middle of a vfork: let it finish.
@@ -167,13 +171,14 @@ impl Tree {
     }
 
     /// Lets the tree run for `d` (resuming it), handling its events: new processes join the
-    /// tree; `on_trap(process, tid)` runs for each seccomp trap before the trapped call is let
-    /// run. Returns the root's exit once every process of the tree has ended.
-    pub fn run_for(
+    /// tree; `on_trap(processes, process, tid)` runs for each seccomp trap before the trapped
+    /// call is let run (an error from it ends the loop, the call not run). Returns the root's
+    /// exit once every process of the tree has ended.
+    pub fn run_for<E: From<ProcError>>(
         &mut self,
         d: Duration,
-        on_trap: &mut dyn FnMut(&Tracee, i32) -> Result<()>,
-    ) -> Result<Option<Exit>> {
+        on_trap: &mut TrapHandler<'_, E>,
+    ) -> std::result::Result<Option<Exit>, E> {
         let deadline = Instant::now() + d;
         self.resume_all()?;
         let _blocked = SigchldBlocked::new();
@@ -184,7 +189,7 @@ impl Tree {
                 match p.poll() {
                     Ok(x) => progressed |= x,
                     Err(ProcError::Exited { .. }) => progressed = true,
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(e.into()),
                 }
             }
             progressed |= self.take_notices(on_trap)?;
@@ -206,10 +211,10 @@ impl Tree {
     }
 
     /// Handles the notices of every process; whether any process was added or resumed.
-    fn take_notices(
+    fn take_notices<E: From<ProcError>>(
         &mut self,
-        on_trap: &mut dyn FnMut(&Tracee, i32) -> Result<()>,
-    ) -> Result<bool> {
+        on_trap: &mut TrapHandler<'_, E>,
+    ) -> std::result::Result<bool, E> {
         let mut any = false;
         let mut i = 0;
         while i < self.procs.len() {
@@ -224,10 +229,11 @@ impl Tree {
                         self.add(Tracee::adopt(pid));
                     }
                     Notice::Trap { tid } => {
-                        on_trap(&p, tid)?;
+                        let procs = self.procs.clone();
+                        on_trap(&procs, &p, tid)?;
                         match p.resume_trapped(tid) {
                             Ok(()) | Err(ProcError::Exited { .. }) => {}
-                            Err(e) => return Err(e),
+                            Err(e) => return Err(e.into()),
                         }
                     }
                 }

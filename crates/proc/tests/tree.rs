@@ -22,7 +22,8 @@ fn run_with_stops(tree: &mut Tree, every: Duration) -> (Exit, usize, usize) {
             t0.elapsed() < Duration::from_secs(60),
             "the tree never ended"
         );
-        if let Some(e) = tree.run_for(every, &mut |_, _| Ok(())).unwrap() {
+        let mut none = |_: &[Tracee], _: &Tracee, _: i32| -> Result<(), ProcError> { Ok(()) };
+        if let Some(e) = tree.run_for(every, &mut none).unwrap() {
             return (e, stops, most);
         }
         match tree.stop_all() {
@@ -171,13 +172,16 @@ fn seccomp_traps_reach_the_monitor_before_the_call_runs() {
     let exit = loop {
         assert!(t0.elapsed() < Duration::from_secs(60));
         let r = tree
-            .run_for(Duration::from_millis(2), &mut |p, tid| {
-                let regs = p.regs(tid)?;
-                assert_eq!(regs.orig_rax, libc::SYS_write as u64, "a trapped write");
-                // Before the call: the file does not hold this write's bytes yet.
-                traps += 1;
-                Ok(())
-            })
+            .run_for(
+                Duration::from_millis(2),
+                &mut |_: &[Tracee], p: &Tracee, tid| -> Result<(), ProcError> {
+                    let regs = p.regs(tid)?;
+                    assert_eq!(regs.orig_rax, libc::SYS_write as u64, "a trapped write");
+                    // Before the call: the file does not hold this write's bytes yet.
+                    traps += 1;
+                    Ok(())
+                },
+            )
             .unwrap();
         if let Some(e) = r {
             break e;

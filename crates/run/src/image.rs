@@ -32,6 +32,11 @@ pub struct TreeImage {
     pub processes: Vec<ProcessImage>,
     /// Shared-memory objects (MAP_SHARED mappings, memfds) and the regions holding them.
     pub shared: Vec<SharedImage>,
+    /// Every descriptor of every process.
+    pub fds: crate::fds::FdTable,
+    /// Whether the file journal kept what the tree changed in files: a restore then returns
+    /// the files to this checkpoint first.
+    pub journal: bool,
     /// Set on the last record of a tree that ended: nothing to restore.
     pub finished: Option<String>,
     /// The most recent checkpoints (this one last): how much each copied and stopped.
@@ -94,11 +99,16 @@ pub struct ProcessImage {
     pub sigactions: Vec<SigAction>,
     /// Signals pending for the whole process (bit n-1 for signal n).
     pub shared_pending: u64,
+    /// The signals queued for the whole process, each a `siginfo_t` (hex), oldest first.
+    #[serde(default)]
+    pub shared_queued: Vec<String>,
     /// CRC-32C of the vdso: a restore needs the same kernel code at the same place.
     pub vdso_crc: Option<u32>,
-    pub fds: Vec<FdImage>,
-    /// Pipes whose both ends the process holds.
-    pub pipes: Vec<PipeImage>,
+    /// Process-wide kernel state (limits, timers, umask…); none for a zombie.
+    pub state: Option<crate::procstate::ProcessState>,
+    /// Whether its seccomp filters include the file journal's escalation (its standard
+    /// streams are watched too).
+    pub escalated: bool,
     /// Identities of mapped files (index = `Backing::File::index`).
     pub files: Vec<FileId>,
 }
@@ -269,11 +279,16 @@ pub struct ThreadImage {
     pub sigmask: u64,
     /// Pending for this thread.
     pub pending: u64,
+    /// The signals queued for this thread, each a `siginfo_t` (hex), oldest first.
+    #[serde(default)]
+    pub queued: Vec<String>,
     /// `set_tid_address` (clear_child_tid).
     pub tid_address: u64,
     pub robust_list: (u64, u64),
     /// rseq area, its length and signature (0 length: none).
     pub rseq: (u64, u32, u32),
+    /// Per-thread kernel state (signal stack, name, timer slack…).
+    pub kernel: crate::procstate::ThreadState,
 }
 
 /// A non-default signal disposition (`struct kernel_sigaction`).
@@ -284,40 +299,6 @@ pub struct SigAction {
     pub flags: u64,
     pub restorer: u64,
     pub mask: u64,
-}
-
-/// How a descriptor comes back.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum FdKind {
-    /// A standard stream that is a terminal, pipe or socket: the restoring command's own.
-    Inherited,
-    /// A regular file or directory, reopened by path at the saved offset; `size` is the
-    /// file's size at the checkpoint (for files open for writing, longer files are cut back).
-    File { path: PathBuf, size: u64 },
-    /// A character device that holds no state (`/dev/null`, `/dev/zero`, `/dev/urandom`…).
-    Device { path: PathBuf },
-    /// One end of a pipe whose both ends the program holds (`ProcessImage::pipes[id]`).
-    Pipe { id: u64, write: bool },
-}
-
-/// A pipe within the program: its capacity and the bytes in it at the checkpoint.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PipeImage {
-    /// The pipe's inode at the checkpoint (names it in `FdKind::Pipe`).
-    pub id: u64,
-    pub capacity: u64,
-    /// Unread bytes, hex.
-    pub data: String,
-}
-
-/// One descriptor.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FdImage {
-    pub fd: i32,
-    /// `open` flags (access mode, O_APPEND, O_NONBLOCK…, O_CLOEXEC).
-    pub flags: i32,
-    pub pos: u64,
-    pub kind: FdKind,
 }
 
 impl TreeImage {

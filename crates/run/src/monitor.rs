@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use kioku_proc::{Exit, ProcError, Tracee, Tree};
 
+use crate::journal::Verdict;
+
 use crate::capture::{Capturer, CheckpointReport};
 use crate::control::{Control, Request};
 use crate::error::{Result, RunError};
@@ -47,8 +49,8 @@ pub struct Summary {
 /// What happened to a checkpoint request.
 enum Outcome {
     Taken(Box<CheckpointReport>),
-    /// Not now (the tree is in a vfork); try again shortly.
-    Postponed,
+    /// Not now (the tree is in a vfork, or data is in flight); try again after this long.
+    Postponed(Duration),
     /// The tree ended, or checkpoints stopped.
     None,
 }
@@ -66,6 +68,8 @@ pub struct Monitor {
 const POLL: Duration = Duration::from_millis(20);
 /// Retry delay of a checkpoint postponed because the tree could not be stopped.
 const RETRY: Duration = Duration::from_millis(2);
+/// Retry delay of a checkpoint postponed because data was in flight (unread inotify events…).
+const UNSETTLED_RETRY: Duration = Duration::from_millis(50);
 
 impl Monitor {
     pub fn new(tree: Tree, capturer: Capturer, opts: MonitorOptions) -> Result<Monitor> {
@@ -109,17 +113,17 @@ impl Monitor {
             match self.checkpoint_once()? {
                 Outcome::Taken(r) => return Ok(Some(*r)),
                 Outcome::None => return Ok(None),
-                Outcome::Postponed if t0.elapsed() < Duration::from_secs(10) => {
-                    if let Some(exit) = self.tree.run_for(RETRY, &mut no_traps)? {
+                Outcome::Postponed(after) if t0.elapsed() < Duration::from_secs(10) => {
+                    if let Some(exit) = self.run_slice(after)? {
                         self.ended(exit)?;
                         return Ok(None);
                     }
                 }
-                Outcome::Postponed => return Err(RunError::Unsupported {
-                    what:
-                        "the process tree could not be stopped for 10 s (a process stays in vfork)"
-                            .into(),
-                }),
+                Outcome::Postponed(_) => {
+                    return Err(RunError::Unsupported {
+                        what: "no checkpoint could be taken for 10 s (a process stays in vfork, or data stays in flight)".into(),
+                    })
+                }
             }
         }
     }
@@ -128,9 +132,15 @@ impl Monitor {
         match self.try_checkpoint() {
             Err(RunError::Proc(ProcError::Busy { .. })) => {
                 let _ = self.tree.resume_all();
-                Ok(Outcome::Postponed)
+                Ok(Outcome::Postponed(RETRY))
             }
             Err(RunError::Proc(ProcError::Exited { .. })) => Ok(Outcome::None),
+            Err(RunError::Unsettled { what }) => {
+                // Data in flight at this instant: the next checkpoint may well succeed.
+                tracing::debug!("checkpoint postponed: {what}");
+                let _ = self.tree.resume_all();
+                Ok(Outcome::Postponed(UNSETTLED_RETRY))
+            }
             Err(e @ RunError::Unsupported { .. }) => Err(e),
             Err(e) if self.tree_changed_under_us() => {
                 tracing::debug!("a process died during a checkpoint: {e}");
@@ -189,7 +199,10 @@ impl Monitor {
         }
         // Resume whatever happened: the program must not stay stopped because of us.
         let resumed = self.tree.resume_all();
-        let refused = matches!(captured, Err(RunError::Unsupported { .. }));
+        let refused = matches!(
+            captured,
+            Err(RunError::Unsupported { .. } | RunError::Unsettled { .. })
+        );
         if !refused && (captured.is_err() || resumed.is_err()) && any_gone(&pids) {
             tracing::debug!("a process died during a checkpoint");
             return Ok(Outcome::None);
@@ -200,6 +213,7 @@ impl Monitor {
         }
         let captured = match captured {
             Ok(c) => c,
+            Err(e @ RunError::Unsettled { .. }) => return Err(e),
             Err(RunError::Unsupported { what }) => {
                 tracing::warn!(
                     "kioku: no more checkpoints: {what}; the program runs on, and the last checkpoint (epoch {}) stays restorable",
@@ -233,10 +247,20 @@ impl Monitor {
 
     /// Lets the tree run for `d` without checkpoints; the root's exit if the tree ended.
     pub fn run_for(&mut self, d: Duration) -> Result<Option<Exit>> {
-        match self.tree.run_for(d, &mut no_traps)? {
+        match self.run_slice(d)? {
             Some(exit) => self.ended(exit).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// One slice of running, traps handled.
+    fn run_slice(&mut self, d: Duration) -> Result<Option<Exit>> {
+        run_tree(
+            &mut self.tree,
+            &mut self.capturer,
+            &mut self.summary.stopped_because,
+            d,
+        )
     }
 
     /// Runs the tree to its end, checkpointing; returns how its root ended.
@@ -247,10 +271,8 @@ impl Monitor {
                 Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
                 None => POLL,
             };
-            match self.tree.run_for(slice, &mut no_traps) {
-                Ok(Some(exit)) => return self.ended(exit),
-                Ok(None) => {}
-                Err(e) => return Err(e.into()),
+            if let Some(exit) = self.run_slice(slice)? {
+                return self.ended(exit);
             }
             if let Some(Exit::Signal { sig, core }) = self.tree.root_exit() {
                 // The program crashed (or was killed): end what it started too, so that nothing
@@ -266,8 +288,8 @@ impl Monitor {
                 let r = if requests.is_empty() {
                     // An interval checkpoint that cannot be taken now is retried shortly.
                     match self.checkpoint_once() {
-                        Ok(Outcome::Postponed) => {
-                            next = Some(Instant::now() + RETRY);
+                        Ok(Outcome::Postponed(after)) => {
+                            next = Some(Instant::now() + after);
                             continue;
                         }
                         Ok(Outcome::Taken(r)) => Ok(Some(*r)),
@@ -318,8 +340,45 @@ impl Monitor {
     }
 }
 
-fn no_traps(_: &Tracee, _: i32) -> std::result::Result<(), ProcError> {
-    Ok(())
+/// Lets `tree` run for `d`, handing its seccomp traps to the journal of `capturer`; when the
+/// journal cannot go on (a full medium), checkpoints stop (`stopped`) and the tree runs on.
+fn run_tree(
+    tree: &mut Tree,
+    capturer: &mut Option<Capturer>,
+    stopped: &mut Option<String>,
+    d: Duration,
+) -> Result<Option<Exit>> {
+    let mut stop_checkpoints = None;
+    let r = tree.run_for(d, &mut |procs: &[Tracee],
+                                  t: &Tracee,
+                                  tid: i32|
+     -> Result<()> {
+        let Some(cap) = capturer.as_mut() else {
+            return Ok(());
+        };
+        match cap.on_trap(procs, t, tid) {
+            Ok(Verdict::Incomplete { why }) => {
+                stop_checkpoints = Some(why);
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            // Nothing could be recorded, so the call must not run: end the tree as a crash
+            // of the monitor would (the last checkpoint stays exact).
+            Err(e) => Err(e),
+        }
+    });
+    if let Some(why) = stop_checkpoints {
+        let why = format!("the file journal cannot record any more: {why}");
+        if let Some(cap) = capturer.as_ref() {
+            tracing::warn!(
+                "kioku: no more checkpoints: {why}; the program runs on, and a restore refuses (files changed since epoch {} could not be kept)",
+                cap.engine().epoch()
+            );
+        }
+        *stopped = Some(why);
+        *capturer = None;
+    }
+    r
 }
 
 /// Whether process `pid` is dead or dying (gone, or a zombie waiting to be reaped). Asked

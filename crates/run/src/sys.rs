@@ -2,7 +2,6 @@
 //! injection): bulk memory copies, per-thread signal state, robust lists, rseq.
 
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 
 use kioku_track::PageRange;
 
@@ -102,53 +101,57 @@ fn advance(v: &mut Vec<libc::iovec>, mut n: usize) {
     v.drain(..skip);
 }
 
-/// The unread bytes of the pipe open as descriptor `fd` (a read end) of process `pid`, without
-/// taking them out (`tee` into a pipe of our own), and the pipe's capacity.
-pub fn pipe_contents(pid: i32, fd: i32) -> Result<(Vec<u8>, u64)> {
-    use std::io::Read;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    let path = format!("/proc/{pid}/fd/{fd}");
-    let src = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|e| RunError::io(format!("opening {path}"), e))?;
-    // SAFETY: fcntl on a descriptor we own.
-    let cap = unsafe { libc::fcntl(src.as_raw_fd(), libc::F_GETPIPE_SZ) };
-    if cap < 0 {
-        return Err(RunError::io("F_GETPIPE_SZ", io::Error::last_os_error()));
+/// `PTRACE_PEEKSIGINFO` (Linux 3.10) and its flag for the process-wide queue.
+const PTRACE_PEEKSIGINFO: libc::c_uint = 0x4209;
+const PTRACE_PEEKSIGINFO_SHARED: u32 = 1;
+/// Bytes of a `siginfo_t`.
+pub const SIGINFO_LEN: usize = 128;
+
+/// The signals queued for stopped tracee thread `tid` (`shared`: for its whole process), each
+/// as the bytes of its `siginfo_t`, without taking them out.
+pub fn queued_signals(tid: i32, shared: bool) -> Result<Vec<Vec<u8>>> {
+    #[repr(C)]
+    struct Args {
+        off: u64,
+        flags: u32,
+        nr: i32,
     }
-    let mut ends = [0i32; 2];
-    // SAFETY: pipe2 writes two descriptors into `ends`.
-    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(RunError::io("pipe2", io::Error::last_os_error()));
-    }
-    // SAFETY: both descriptors were just created and are owned by nobody else.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
-    // SAFETY: fcntl on a descriptor we own; our pipe must hold all the program's can.
-    unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, cap) };
-    // SAFETY: tee between two pipe descriptors we own; nothing is consumed from `src`.
-    let n = unsafe {
-        libc::tee(
-            src.as_raw_fd(),
-            w.as_raw_fd(),
-            cap as usize,
-            libc::SPLICE_F_NONBLOCK,
-        )
-    };
-    let mut data = Vec::new();
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EAGAIN) {
-            return Err(RunError::io("tee (copying a pipe's contents)", e));
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; SIGINFO_LEN * 32];
+    loop {
+        let args = Args {
+            off: out.len() as u64,
+            flags: if shared { PTRACE_PEEKSIGINFO_SHARED } else { 0 },
+            nr: 32,
+        };
+        // SAFETY: the kernel reads `args` and writes at most `nr` siginfo_t into `buf`, which
+        // holds 32 of them.
+        let n = unsafe {
+            libc::ptrace(
+                PTRACE_PEEKSIGINFO,
+                tid,
+                &args as *const Args as *mut libc::c_void,
+                buf.as_mut_ptr() as *mut libc::c_void,
+            )
+        };
+        if n < 0 {
+            return Err(RunError::io(
+                "PTRACE_PEEKSIGINFO",
+                io::Error::last_os_error(),
+            ));
         }
-    } else if n > 0 {
-        drop(w);
-        std::fs::File::from(r)
-            .read_to_end(&mut data)
-            .map_err(|e| RunError::io("reading a pipe's contents", e))?;
+        for i in 0..n as usize {
+            out.push(buf[i * SIGINFO_LEN..(i + 1) * SIGINFO_LEN].to_vec());
+        }
+        if (n as usize) < 32 {
+            return Ok(out);
+        }
     }
-    Ok((data, cap as u64))
+}
+
+/// Writes `data` at `addr` of process `pid` (through /proc/PID/mem).
+pub fn write_remote(pid: i32, addr: usize, data: &[u8]) -> Result<()> {
+    kioku_proc::write_mem(pid, addr, data).map_err(Into::into)
 }
 
 /// Blocked signals of stopped tracee thread `tid`.

@@ -43,12 +43,14 @@ fn start(prog: &Path, out: &Path) -> (Monitor, SimControl) {
     let cmd = TraceeCommand::new(prog)
         .arg(DIGITS)
         .stdout(file)
-        .inherit_fds(false);
+        .inherit_fds(false)
+        .trace_children(true)
+        .seccomp(kioku_run::journal::Journal::filter(), false);
     let t = Tree::new(Tracee::spawn(cmd).unwrap(), None);
     let sim = SimMedium::new(0).unwrap();
     let ctl = sim.control();
     let pool = Pool::create_on(Box::new(sim), &CreateOptions::new(kioku_ckpt::POOL_KIND)).unwrap();
-    let cap = Capturer::new(pool, &t).unwrap();
+    let cap = Capturer::new(pool, &t, true).unwrap();
     (Monitor::new(t, cap, opts()).unwrap(), ctl)
 }
 

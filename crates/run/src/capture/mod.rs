@@ -16,7 +16,10 @@ use kioku_pool::Pool;
 use kioku_proc::{Tracee, Tree};
 
 use crate::error::{Result, RunError};
+use crate::fds::{FdTable, ProcRef};
 use crate::image::{EpochStat, ExitImage, FileId, ProcessImage, TreeImage, IMAGE_VERSION};
+use crate::journal::{Journal, JournalOptions, Verdict};
+use crate::remote::TracedRemote;
 use crate::shadow::{Marks, ShadowSpace};
 
 pub(crate) use process::{vdso_crc, verify_enabled, AreaState, ProcessCapture};
@@ -95,16 +98,52 @@ pub struct Capturer {
     root: i32,
     /// The surveys of this stop are current (no resume since).
     surveyed: bool,
+    /// The descriptors found by this stop's survey.
+    fd_table: Option<FdTable>,
+    /// What the tree changes in files, to undo at a restore; `None`: files are not journaled.
+    journal: Option<Journal>,
+    /// Processes (monitor's pids) whose filters include the journal's escalation.
+    escalated: std::collections::HashSet<i32>,
     last: Option<TreeImage>,
     recent: Vec<EpochStat>,
 }
 
+/// What the capture of descriptors asks of the rest: the journal's stash, shared memory.
+struct FdContext<'a> {
+    journal: Option<&'a mut Journal>,
+    engine: &'a mut Engine<ShadowSpace>,
+    shared: &'a SharedObjects,
+}
+
+impl crate::fds::CaptureCtx for FdContext<'_> {
+    fn stash_path_of(&mut self, dev: u64, ino: u64) -> Option<PathBuf> {
+        self.journal.as_ref()?.stash_path_of(dev, ino)
+    }
+
+    fn adopt_deleted(&mut self, pid: i32, fd: i32) -> Result<Option<PathBuf>> {
+        match self.journal.as_mut() {
+            Some(j) => Ok(Some(j.adopt_deleted(&mut *self.engine, pid, fd)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn shared_object_of(&mut self, dev: u64, ino: u64) -> Option<u32> {
+        self.shared.id_of((libc::major(dev), libc::minor(dev), ino))
+    }
+}
+
 impl Capturer {
-    /// A new checkpoint pool for the stopped tree `tree` (nothing captured yet).
-    pub fn new(pool: Pool, tree: &Tree) -> Result<Capturer> {
+    /// A new checkpoint pool for the stopped tree `tree` (nothing captured yet). `journal`:
+    /// keep what the tree changes in files (its processes run [`Journal::filter`]).
+    pub fn new(pool: Pool, tree: &Tree, journal: bool) -> Result<Capturer> {
         let marks = Marks::default();
         let mut engine = Engine::init(pool, ShadowSpace::new(marks.clone()))?;
         engine.set_adaptive(false)?;
+        let journal = if journal {
+            Some(Journal::create(&mut engine, JournalOptions::default())?)
+        } else {
+            None
+        };
         let namespace = tree.namespace().is_some();
         let root = image_pid(tree.root_pid(), namespace);
         let mut c = Capturer {
@@ -116,6 +155,9 @@ impl Capturer {
             namespace,
             root,
             surveyed: false,
+            fd_table: None,
+            journal,
+            escalated: Default::default(),
             last: None,
             recent: vec![],
         };
@@ -124,11 +166,14 @@ impl Capturer {
     }
 
     /// After a restore: the engine recovered, the processes rebuilt and stopped.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn restored(
         engine: Engine<ShadowSpace>,
         marks: Marks,
         procs: BTreeMap<i32, ProcessCapture>,
         shared: SharedObjects,
+        journal: Option<Journal>,
+        escalated: std::collections::HashSet<i32>,
         image: &TreeImage,
     ) -> Capturer {
         Capturer {
@@ -140,9 +185,79 @@ impl Capturer {
             namespace: image.pid_namespace,
             root: image.root,
             surveyed: false,
+            fd_table: None,
+            journal,
+            escalated,
             last: Some(image.clone()),
             recent: image.recent.clone(),
         }
+    }
+
+    /// Whether the tree's file changes are journaled.
+    pub fn journals_files(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    /// A seccomp trap of thread `tid` of `t`: records, durably, what the trapped call changes
+    /// in files before it runs. Escalations are done here (the trapped process, or every
+    /// process of `tree`).
+    pub fn on_trap(&mut self, tree: &[Tracee], t: &Tracee, tid: i32) -> Result<Verdict> {
+        let Some(j) = self.journal.as_mut() else {
+            return Ok(Verdict::Run);
+        };
+        let regs = t.regs(tid)?;
+        let v = j.on_trap(&mut self.engine, t.pid(), tid, &regs)?;
+        match &v {
+            Verdict::Escalate => self.escalate(t, Some(tid))?,
+            Verdict::EscalateAll => {
+                for p in tree {
+                    if p.pid() == t.pid() {
+                        self.escalate(t, Some(tid))?;
+                    } else if !self.escalated.contains(&p.pid()) {
+                        // Stopped for the injection, and let go again.
+                        match p.stop_all() {
+                            Ok(()) => {}
+                            Err(kioku_proc::ProcError::Exited { .. }) => continue,
+                            Err(e) => return Err(e.into()),
+                        }
+                        let r = self.escalate(p, None);
+                        p.resume_all()?;
+                        r?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(v)
+    }
+
+    /// Stacks the journal's escalation filter in process `t` (acting in thread `tid`, or its
+    /// control thread), once.
+    fn escalate(&mut self, t: &Tracee, tid: Option<i32>) -> Result<()> {
+        if !self.escalated.insert(t.pid()) {
+            return Ok(());
+        }
+        let tid = match tid {
+            Some(t) => t,
+            None => t.control_thread()?,
+        };
+        install_filter(
+            &TracedRemote {
+                tracee: t,
+                tid,
+                channel: None,
+            },
+            &Journal::escalation_filter(),
+        )?;
+        tracing::debug!(pid = t.pid(), "journal escalation filter stacked");
+        Ok(())
+    }
+
+    /// Why the journal stopped recording, if it did: no checkpoint after that is exact.
+    pub fn journal_incomplete(&self) -> Option<String> {
+        self.journal
+            .as_ref()
+            .and_then(|j| j.incomplete().map(|(_, why)| why))
     }
 
     pub fn engine(&self) -> &Engine<ShadowSpace> {
@@ -178,8 +293,18 @@ impl Capturer {
             if !self.procs.contains_key(&t.pid()) {
                 let pc = ProcessCapture::new(t, image_pid(t.pid(), self.namespace), vec![])?;
                 self.procs.insert(t.pid(), pc);
+                // Filters are inherited: a child of an escalated process is escalated.
+                let parent = ppid_of(t.pid());
+                if parent.is_some_and(|p| self.escalated.contains(&p)) {
+                    self.escalated.insert(t.pid());
+                } else if let Some(j) = &self.journal {
+                    if j.escalation_needed(t.pid())? {
+                        self.escalate(t, None)?;
+                    }
+                }
             }
         }
+        self.escalated.retain(|p| live_pids(tree).contains(p));
         Ok(())
     }
 
@@ -200,6 +325,29 @@ impl Capturer {
             pc.survey(t, &mut st)?;
         }
         self.shared.reconcile(&mut self.engine)?;
+        let refs: Vec<ProcRef> = self
+            .procs
+            .values()
+            .map(|pc| ProcRef {
+                image_pid: pc.image_pid,
+                pid: pc.pid,
+                own_fds: vec![],
+            })
+            .collect();
+        let mut ctx = FdContext {
+            journal: self.journal.as_mut(),
+            engine: &mut self.engine,
+            shared: &self.shared,
+        };
+        let table = crate::fds::capture(&refs, &mut ctx)?;
+        for o in &table.objects {
+            if let crate::fds::ObjectImage::SharedMemory { id, flags, .. } = o {
+                if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                    self.shared.force_whole(*id);
+                }
+            }
+        }
+        self.fd_table = Some(table);
         self.surveyed = true;
         Ok(())
     }
@@ -269,13 +417,19 @@ impl Capturer {
         let mut processes = Vec::with_capacity(self.procs.len());
         for (pid, pc) in self.procs.iter_mut() {
             let t = tree.process(*pid).expect("synced with the tree");
-            let (image, ps) = pc.capture(t, &mut st)?;
+            let (mut image, ps) = pc.capture(t, &mut st)?;
+            image.escalated = self.escalated.contains(pid);
             stats.pages += ps.copied / kioku_track::page_size() as u64;
             stats.written += ps.written_pages;
             stats.captured_bytes += ps.captured_bytes;
             stats.areas += ps.areas;
             stats.threads += ps.threads;
             processes.push(image);
+        }
+        if verify_enabled() {
+            for pc in self.procs.values() {
+                pc.verify_shared(&st);
+            }
         }
         stats.copy = t_copy.elapsed();
         stats.retaken = stats.pages.saturating_sub(stats.written);
@@ -296,6 +450,8 @@ impl Capturer {
             root_exit,
             processes,
             shared: self.shared.images(),
+            fds: self.fd_table.take().unwrap_or_default(),
+            journal: self.journal.is_some(),
             finished: None,
             recent: vec![],
         };
@@ -312,6 +468,11 @@ impl Capturer {
             self.recent.remove(0);
         }
         image.recent = self.recent.clone();
+        // Captured: from here (the tree still stopped), what it changes in files undoes back
+        // to this checkpoint.
+        if let Some(j) = self.journal.as_mut() {
+            j.begin_epoch(self.engine.epoch() + 1);
+        }
         Ok(Captured { image, stats })
     }
 
@@ -353,10 +514,11 @@ impl Capturer {
                 threads: vec![],
                 sigactions: vec![],
                 shared_pending: 0,
+                shared_queued: vec![],
                 vdso_crc: None,
-                fds: vec![],
-                pipes: vec![],
                 files: vec![],
+                state: None,
+                escalated: false,
             });
         }
         Ok(out)
@@ -364,7 +526,14 @@ impl Capturer {
 
     /// Makes a capture durable (the tree may run meanwhile: the copy is the monitor's).
     pub fn commit(&mut self, c: Captured) -> Result<CheckpointReport> {
+        if let Some(j) = self.journal.as_mut() {
+            // Files as they were at the capture must survive a power cut with it.
+            j.sync_files()?;
+        }
         let engine = self.engine.checkpoint(&c.image.encode())?;
+        if let Some(j) = self.journal.as_mut() {
+            j.committed(&mut self.engine, engine.epoch)?;
+        }
         if verify_enabled() {
             for (region, page) in self.engine.contexts_differ() {
                 tracing::error!(region, page, "the two contexts differ after a checkpoint");
@@ -394,6 +563,46 @@ fn tree_ended(tree: &Tree) -> Vec<i32> {
     let mut v: Vec<i32> = tree.ended_pids();
     v.sort_unstable();
     v
+}
+
+/// The parent of process `pid` (as the monitor sees it).
+fn ppid_of(pid: i32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn live_pids(tree: &Tree) -> Vec<i32> {
+    tree.processes().iter().map(|p| p.pid()).collect()
+}
+
+/// Stacks seccomp filter `prog` in the stopped process `r` acts in, for all its threads
+/// (SECCOMP_FILTER_FLAG_TSYNC).
+pub(crate) fn install_filter(
+    r: &dyn crate::remote::Remote,
+    prog: &[libc::sock_filter],
+) -> Result<()> {
+    let bytes = crate::journal::filter_bytes(prog);
+    // struct sock_fprog { u16 len; (pad) ; sock_filter *filter } followed by the filter.
+    let mut block = vec![0u8; 16];
+    block[..2].copy_from_slice(&(prog.len() as u16).to_le_bytes());
+    block.extend_from_slice(&bytes);
+    const SECCOMP_SET_MODE_FILTER: u64 = 1;
+    const SECCOMP_FILTER_FLAG_TSYNC: u64 = 1;
+    r.with_bytes(&block, &mut |at| {
+        let ptr = (at + 16) as u64;
+        crate::sys::write_remote(r.pid(), at + 8, &ptr.to_le_bytes())?;
+        r.syscall(
+            "seccomp (the file journal's escalation)",
+            libc::SYS_seccomp,
+            &[
+                SECCOMP_SET_MODE_FILTER,
+                SECCOMP_FILTER_FLAG_TSYNC,
+                at as u64,
+            ],
+        )
+        .map(|_| ())
+    })
 }
 
 /// A process's id in the image.

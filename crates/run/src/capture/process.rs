@@ -33,20 +33,11 @@ use kioku_track::{PageRange, PageTracker, PagemapQuery, Query, Tracker};
 use super::shared::SharedObjects;
 use crate::error::{Result, RunError};
 use crate::image::{
-    hex, Area, Backing, FdImage, FdKind, FileId, MmFields, PipeImage, ProcessImage, SigAction,
-    ThreadImage, Vma,
+    hex, Area, Backing, FileId, MmFields, ProcessImage, SigAction, ThreadImage, Vma,
 };
+use crate::remote::TracedRemote;
 use crate::shadow::{Marks, ShadowSpace};
 use crate::sys::{self, intersect, normalize, subtract};
-
-/// Character devices that hold no state of the program: reopened by path.
-const STATELESS_DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-];
 
 /// One captured area and the region holding it.
 #[derive(Clone, Debug)]
@@ -114,8 +105,6 @@ struct Survey {
     maps_text: String,
     vmas: Vec<Vma>,
     files: Vec<FileId>,
-    fds: Vec<FdImage>,
-    pipes: Vec<PipeImage>,
 }
 
 /// The checkpointing state of one process of the tree.
@@ -229,21 +218,18 @@ impl ProcessCapture {
     }
 
     /// First look at the stopped process in a checkpoint's stop: its mappings (registering the
-    /// shared-memory objects it maps) and descriptors. Fails with `Unsupported`, changing
-    /// nothing, when it holds something a checkpoint cannot bring back.
+    /// shared-memory objects it maps). Fails with `Unsupported`, changing nothing durable, when
+    /// it maps something a checkpoint cannot bring back.
     pub fn survey(&mut self, tracee: &Tracee, st: &mut Store<'_>) -> Result<()> {
         if tracee.execs() != self.execs {
             self.after_exec(tracee, st)?;
         }
         let maps_text = sys::read_proc(format!("/proc/{}/maps", self.pid))?;
-        let (fds, pipes) = self.descriptors()?;
         let (vmas, files) = self.layout(&maps_text, st)?;
         self.survey = Some(Survey {
             maps_text,
             vmas,
             files,
-            fds,
-            pipes,
         });
         Ok(())
     }
@@ -379,8 +365,6 @@ impl ProcessCapture {
             maps_text,
             vmas,
             files,
-            fds,
-            pipes,
         } = self.survey.take().ok_or_else(|| RunError::Unsupported {
             what: "internal: capture without a survey".into(),
         })?;
@@ -441,6 +425,11 @@ impl ProcessCapture {
         let threads = self.threads(tracee)?;
         let status = sys::read_proc(format!("/proc/{pid}/status"))?;
         let sigactions = self.sigactions(tracee, &status)?;
+        let state = crate::procstate::capture_process(&TracedRemote {
+            tracee,
+            tid: tracee.control_thread()?,
+            channel: None,
+        })?;
         let mm = self.mm_fields(tracee, &maps_text)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -491,10 +480,14 @@ impl ProcessCapture {
             threads,
             sigactions,
             shared_pending: sys::status_mask(&status, "ShdPnd"),
+            shared_queued: sys::queued_signals(tracee.control_thread()?, true)?
+                .iter()
+                .map(|b| hex(b))
+                .collect(),
             vdso_crc: self.vdso_crc,
-            fds,
-            pipes,
             files,
+            state: Some(state),
+            escalated: false,
         };
         let written_pages = pages_in(&written) as u64;
         let stats = ProcessStats {
@@ -592,6 +585,14 @@ impl ProcessCapture {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Compares the process's shared mappings with their objects' regions (after every process
+    /// of the tree copied its part: a page another process wrote is copied from that one).
+    pub fn verify_shared(&self, st: &Store<'_>) {
+        let ps = self.page;
+        let mut buf = vec![0u8; ps];
         for v in &self.shared_vmas {
             for page in (v.range.start..v.range.end).step_by(ps) {
                 if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
@@ -612,7 +613,6 @@ impl ProcessCapture {
                 }
             }
         }
-        Ok(())
     }
 
     /// Splits program range `r` (inside the areas) into (remote, shadow, len) chunks.
@@ -800,6 +800,25 @@ impl ProcessCapture {
         Ok((vmas, files))
     }
 
+    /// Whether mapping `m` could ever be made writable (VM_MAYWRITE: `mw` in its smaps
+    /// VmFlags), e.g. a shared file mapping of a file opened for writing.
+    fn may_write(&self, m: &MapEntry) -> Result<bool> {
+        let smaps = sys::read_proc(format!("/proc/{}/smaps", self.pid))?;
+        let head = format!("{:x}-{:x} ", m.start, m.end);
+        let mut inside = false;
+        for line in smaps.lines() {
+            if line.starts_with(&head) {
+                inside = true;
+            } else if inside {
+                if let Some(flags) = line.strip_prefix("VmFlags:") {
+                    return Ok(flags.split_whitespace().any(|f| f == "mw"));
+                }
+            }
+        }
+        // Gone meanwhile, or no flags shown: assume it may be written (it is then captured).
+        Ok(true)
+    }
+
     /// How mapping `m` is checkpointed.
     fn classify(&mut self, m: &MapEntry) -> Result<Class> {
         let any = m.perms.read || m.perms.write || m.perms.exec;
@@ -841,6 +860,15 @@ impl ProcessCapture {
                         m.end,
                         path.display()
                     ));
+                }
+                if m.perms.shared && !m.perms.write && !*deleted && !self.may_write(m)? {
+                    // Opened read-only (no VM_MAYWRITE): nothing can write through it, and
+                    // userfaultfd refuses to watch it; its contents are the file's, which the
+                    // file journal takes care of. Mapped again at restore.
+                    return Ok(Class::Mapped {
+                        path: Some(path.clone()),
+                        captured: false,
+                    });
                 }
                 if m.perms.shared {
                     let kind = if let Some(rest) = name.strip_prefix("/memfd:") {
@@ -894,102 +922,6 @@ impl ProcessCapture {
         }
     }
 
-    fn descriptors(&self) -> Result<(Vec<FdImage>, Vec<PipeImage>)> {
-        let pid = self.pid;
-        let dir = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map_err(|e| RunError::io("listing /proc/PID/fd", e))?;
-        let mut fds: Vec<i32> = dir
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        fds.sort_unstable();
-        let mut out = Vec::with_capacity(fds.len());
-        // Pipes by inode: (read ends, write ends).
-        let mut pipes: HashMap<u64, (Vec<i32>, Vec<i32>)> = HashMap::new();
-        for fd in fds {
-            let link = format!("/proc/{pid}/fd/{fd}");
-            let Ok(target) = std::fs::read_link(&link) else {
-                continue; // closed meanwhile
-            };
-            let info = sys::read_proc(format!("/proc/{pid}/fdinfo/{fd}"))?;
-            let field = |k: &str| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
-                    .map(|v| v.trim().to_string())
-            };
-            let pos: u64 = field("pos").and_then(|v| v.parse().ok()).unwrap_or(0);
-            let flags = field("flags")
-                .and_then(|v| i32::from_str_radix(&v, 8).ok())
-                .unwrap_or(0);
-            let md = std::fs::metadata(&link);
-            let ft = md.as_ref().map(|m| m.file_type());
-            let name = target.to_string_lossy().into_owned();
-            let pipe_ino = name
-                .strip_prefix("pipe:[")
-                .and_then(|x| x.strip_suffix(']'))
-                .and_then(|x| x.parse::<u64>().ok());
-            let kind = match ft {
-                Ok(t) if (t.is_file() || t.is_dir()) && !name.ends_with(" (deleted)") => {
-                    FdKind::File {
-                        path: target.clone(),
-                        size: md.as_ref().map(|m| m.len()).unwrap_or(0),
-                    }
-                }
-                _ if fd <= 2 && !name.ends_with(" (deleted)") => FdKind::Inherited,
-                Ok(t) if std::os::unix::fs::FileTypeExt::is_char_device(&t)
-                    && STATELESS_DEVICES.contains(&name.as_str()) =>
-                {
-                    FdKind::Device { path: target }
-                }
-                _ if pipe_ino.is_some() => {
-                    let id = pipe_ino.expect("checked");
-                    let ends = pipes.entry(id).or_default();
-                    let write = flags & libc::O_ACCMODE == libc::O_WRONLY;
-                    if write {
-                        ends.1.push(fd);
-                    } else {
-                        ends.0.push(fd);
-                    }
-                    FdKind::Pipe { id, write }
-                }
-                _ => {
-                    return Err(RunError::Unsupported {
-                        what: format!(
-                            "descriptor {fd} is {name}; only regular files, directories, stateless devices, pipes within the program and the standard streams can be checkpointed"
-                        ),
-                    })
-                }
-            };
-            out.push(FdImage {
-                fd,
-                flags,
-                pos,
-                kind,
-            });
-        }
-        // A pipe comes back only when the program holds both its ends (a self-pipe): the
-        // other end of any other pipe is a process kioku does not checkpoint.
-        let mut images = Vec::new();
-        let mut ids: Vec<_> = pipes.into_iter().collect();
-        ids.sort_unstable_by_key(|x| x.0);
-        for (id, (readers, writers)) in ids {
-            if readers.is_empty() || writers.is_empty() {
-                let fd = readers.first().or(writers.first()).expect("one end");
-                return Err(RunError::Unsupported {
-                    what: format!(
-                        "descriptor {fd} is pipe:[{id}] whose other end is in another process"
-                    ),
-                });
-            }
-            let (data, size) = sys::pipe_contents(pid, readers[0])?;
-            images.push(PipeImage {
-                id,
-                capacity: size,
-                data: hex(&data),
-            });
-        }
-        Ok((out, images))
-    }
-
     fn threads(&mut self, tracee: &Tracee) -> Result<Vec<ThreadImage>> {
         let pid = self.pid;
         let mut tids = tracee.threads();
@@ -1019,9 +951,21 @@ impl ProcessCapture {
                 state: hex(&state.to_bytes()),
                 sigmask: sys::get_sigmask(tid)?,
                 pending: sys::status_mask(&status, "SigPnd"),
+                queued: sys::queued_signals(tid, false)?
+                    .iter()
+                    .map(|b| hex(b))
+                    .collect(),
                 tid_address,
                 robust_list: sys::robust_list(tid)?,
                 rseq: sys::rseq_config(tid)?,
+                kernel: crate::procstate::capture_thread(
+                    &TracedRemote {
+                        tracee,
+                        tid,
+                        channel: None,
+                    },
+                    tid,
+                )?,
             });
         }
         Ok(out)

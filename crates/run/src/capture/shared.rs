@@ -63,6 +63,11 @@ impl SharedObjects {
         }
     }
 
+    /// The object with kernel identity `key`, if the tree maps it.
+    pub fn id_of(&self, key: ObjectKey) -> Option<u32> {
+        self.objs.iter().find(|o| o.key == key).map(|o| o.id)
+    }
+
     /// Before the surveys of a capture.
     pub fn begin(&mut self) {
         for o in &mut self.objs {
@@ -178,6 +183,14 @@ impl SharedObjects {
         o.hi = hi;
         o.whole = true;
         Ok(())
+    }
+
+    /// Takes object `id` whole in this capture: something changes it besides its mappings'
+    /// stores (a descriptor open for writing: write(2) leaves no trace in page tables).
+    pub fn force_whole(&mut self, id: u32) {
+        if let Some(o) = self.objs.iter_mut().find(|o| o.id == id) {
+            o.whole = true;
+        }
     }
 
     /// Whether every mapping of object `id` is taken whole in this capture.

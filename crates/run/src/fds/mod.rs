@@ -263,6 +263,52 @@ pub enum ObjectImage {
     },
 }
 
+impl ObjectImage {
+    /// One line saying what the descriptor is, for `kioku inspect`.
+    pub fn describe(&self) -> String {
+        match self {
+            ObjectImage::Inherited { stdio } => {
+                format!("standard stream {stdio} of the restoring command")
+            }
+            ObjectImage::File(f) => format!(
+                "{}{} at offset {} (size {})",
+                f.path.display(),
+                match &f.source {
+                    FileSource::Named => String::new(),
+                    FileSource::Stashed { original } =>
+                        format!(" (deleted {}, kept by the journal)", original.display()),
+                },
+                f.pos,
+                f.size
+            ),
+            ObjectImage::Device { path, .. } => path.display().to_string(),
+            ObjectImage::SharedMemory { id, .. } => format!("shared-memory object {id}"),
+            ObjectImage::Pipe { pipe, flags } => format!(
+                "{} end of pipe {pipe} within the tree",
+                if flags & libc::O_ACCMODE == libc::O_WRONLY {
+                    "write"
+                } else {
+                    "read"
+                }
+            ),
+            ObjectImage::Unix(_) => "a Unix socket".into(),
+            ObjectImage::Inet(_) => "a TCP/UDP socket".into(),
+            ObjectImage::Epoll(e) => format!("an epoll set of {} descriptors", e.items.len()),
+            ObjectImage::EventFd { count, .. } => format!("an eventfd (count {count})"),
+            ObjectImage::TimerFd(_) => "a timerfd".into(),
+            ObjectImage::SignalFd { mask, .. } => format!("a signalfd (mask {mask:#x})"),
+            ObjectImage::Inotify(i) => format!("an inotify instance ({} watches)", i.watches.len()),
+            ObjectImage::PtyMaster { pty, .. } => format!("the master of pseudo-terminal {pty}"),
+            ObjectImage::PtySlave { pty, .. } => format!("the slave of pseudo-terminal {pty}"),
+            other => format!("{other:?}")
+                .split(['(', '{', ' '])
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        }
+    }
+}
+
 /// Captures the descriptors of the stopped processes `procs`.
 pub fn capture(procs: &[ProcRef], ctx: &mut dyn CaptureCtx) -> Result<FdTable> {
     let descs = scan::scan(procs)?;

@@ -29,19 +29,25 @@ pub fn capture(c: &mut Capture<'_>, i: usize) -> Result<ObjectImage> {
     let same: Vec<usize> = c.find(Some(d.dev), d.ino).collect();
     let reader = same.iter().copied().find(|&j| c.descs[j].readable());
     let writer = same.iter().any(|&j| c.descs[j].writable());
-    let Some(reader) = reader.filter(|_| writer) else {
+    // One side missing from the tree: closed (a pipeline's writer that exited), or held by a
+    // process outside it.
+    if (reader.is_none() || !writer) && held_outside(c, &d.link) {
         return c.external(
             d,
             "a pipe whose other end is outside the tree (its other end is not checkpointed)",
         );
-    };
+    }
     let flags = d.flags();
     // One image per pipe: made at its first description.
     if let Some(pipe) = c.table.pipes.iter().position(|p| p.ino == d.ino) {
         return Ok(ObjectImage::Pipe { pipe, flags });
     }
-    let (data, capacity) = contents(c.descs[reader].dup.as_fd())
-        .map_err(|e| RunError::io(format!("copying the unread bytes of {}", c.name(d)), e))?;
+    // Unread bytes matter only to a reader; a pipe nobody reads any more keeps none.
+    let (data, capacity) = match reader {
+        Some(r) => contents(c.descs[r].dup.as_fd()),
+        None => contents_capacity(d.dup.as_fd()),
+    }
+    .map_err(|e| RunError::io(format!("copying the unread bytes of {}", c.name(d)), e))?;
     let path = if d.link.starts_with("pipe:[") || d.link.ends_with(" (deleted)") {
         None
     } else {
@@ -57,6 +63,45 @@ pub fn capture(c: &mut Capture<'_>, i: usize) -> Result<ObjectImage> {
         pipe: c.table.pipes.len() - 1,
         flags,
     })
+}
+
+/// Whether a process outside the tree (not the monitor, which holds a duplicate of every
+/// descriptor it captures) holds pipe `link` (`pipe:[ino]`).
+fn held_outside(c: &Capture<'_>, link: &str) -> bool {
+    let me = std::process::id() as i32;
+    // The monitor's duplicates of what it captures are not other holders.
+    let dups: Vec<i32> = c.descs.iter().map(|d| d.dup.as_raw_fd()).collect();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if c.procs.iter().any(|p| p.pid == pid) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for f in fds.flatten() {
+            let fd = f.file_name().to_str().and_then(|s| s.parse::<i32>().ok());
+            if pid == me && fd.is_some_and(|fd| dups.contains(&fd)) {
+                continue;
+            }
+            if std::fs::read_link(f.path()).is_ok_and(|l| l.to_string_lossy() == link) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// A pipe's capacity (for a pipe no one reads: no bytes to keep).
+fn contents_capacity(fd: BorrowedFd<'_>) -> io::Result<(Vec<u8>, u64)> {
+    // SAFETY: fcntl on a live descriptor.
+    let cap = sys::cvt(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPIPE_SZ) } as i64)?;
+    Ok((Vec::new(), cap as u64))
 }
 
 /// The unread bytes of the pipe `fd` reads (without taking them out: `tee` into a pipe of our

@@ -13,7 +13,12 @@
 //! 5. Shared-memory objects are recreated in the monitor from their regions and passed to
 //!    every process mapping them through a descriptor channel (a Unix socket the processes
 //!    inherit while they are placeholders).
-//! 6. Each process is rebuilt (`process`): memory, descriptors, signals, threads, registers.
+//! 6. Each process is rebuilt (`process`): memory and signal dispositions first; then the
+//!    tree's descriptors all at once (`fds`); then threads (with their ids), registers and the
+//!    process-wide kernel state.
+//!
+//! Before any of it, when the tree's file changes were journaled, the journal returns the files
+//! to the checkpoint (and refuses, changing nothing, when it cannot).
 
 mod process;
 
@@ -29,7 +34,10 @@ use kioku_proc::{Namespace, Notice, Tracee, TraceeCommand, Tree};
 use crate::capture::shared::{ObjectKey, SharedObjects};
 use crate::capture::{AreaState, Capturer, ProcessCapture};
 use crate::error::{Result, RunError};
-use crate::image::{ExitImage, FdKind, FileId, ProcessImage, SharedKind, TreeImage};
+use crate::fds::{ObjectImage, RestoreRef};
+use crate::image::{ExitImage, FileId, ProcessImage, SharedKind, TreeImage};
+use crate::journal::Journal;
+use crate::remote::Remote;
 use crate::shadow::{Marks, ShadowSpace};
 use process::Rebuild;
 
@@ -44,9 +52,10 @@ pub struct Restored {
     pub bytes_written: u64,
 }
 
-/// Reads the image of the pool's last checkpoint and decides whether it can be restored,
-/// changing nothing in the pool.
-pub fn read_image(pool: &Pool) -> Result<(TreeImage, u64)> {
+/// Reads the image of the pool's last checkpoint and decides whether it can be restored —
+/// files included: the journal must be able to return them to the checkpoint — changing
+/// nothing in the pool.
+pub fn read_image(pool: &mut Pool) -> Result<(TreeImage, u64, Option<Journal>)> {
     let kind = pool.header().kind.clone();
     if kind != kioku_ckpt::POOL_KIND {
         return Err(RunError::NotAProcessCheckpoint {
@@ -79,12 +88,21 @@ pub fn read_image(pool: &Pool) -> Result<(TreeImage, u64)> {
             detail: "the checkpoint holds no live process".into(),
         });
     }
-    check_files(&image)?;
-    Ok((image, state.epoch))
+    // The journal first: it may be about to put back the very files checked below.
+    let journal = if image.journal {
+        let mut j = Journal::open(pool)?;
+        j.check(pool, state.epoch)?;
+        Some(j)
+    } else {
+        None
+    };
+    check_files(&image, journal.is_some())?;
+    Ok((image, state.epoch, journal))
 }
 
-/// Every file the image maps or has open must be the one it had.
-fn check_files(image: &TreeImage) -> Result<()> {
+/// Every file the image maps or has open must be the one it had (files the tree wrote are the
+/// journal's, when it has one).
+fn check_files(image: &TreeImage, journaled: bool) -> Result<()> {
     for p in image.processes.iter().filter(|p| p.zombie.is_none()) {
         for f in std::iter::once(&p.program).chain(&p.files) {
             let now = match FileId::of(&f.path) {
@@ -103,19 +121,22 @@ fn check_files(image: &TreeImage) -> Result<()> {
                 });
             }
         }
-        for fd in &p.fds {
-            if let FdKind::File { path, size } = &fd.kind {
-                let md = std::fs::metadata(path).map_err(|_| RunError::FileChanged {
-                    path: path.clone(),
-                    what: format!("descriptor {} refers to it and it no longer exists", fd.fd),
-                })?;
-                if md.is_file() && md.len() < *size {
+    }
+    if !journaled {
+        for o in &image.fds.objects {
+            if let ObjectImage::File(f) = o {
+                let Ok(md) = std::fs::metadata(&f.path) else {
                     return Err(RunError::FileChanged {
-                        path: path.clone(),
+                        path: f.path.clone(),
+                        what: "a descriptor refers to it and it no longer exists".into(),
+                    });
+                };
+                if md.is_file() && md.len() < f.size {
+                    return Err(RunError::FileChanged {
+                        path: f.path.clone(),
                         what: format!(
-                            "descriptor {}: {} bytes at the checkpoint, {} now (cut by someone else)",
-                            fd.fd,
-                            size,
+                            "{} bytes at the checkpoint, {} now (cut by someone else)",
+                            f.size,
                             md.len()
                         ),
                     });
@@ -141,11 +162,10 @@ fn check_files(image: &TreeImage) -> Result<()> {
 }
 
 /// Restores the last checkpoint of `pool` into a new process tree, left stopped.
-pub fn restore(pool: Pool) -> Result<Restored> {
+pub fn restore(mut pool: Pool) -> Result<Restored> {
     let t0 = std::time::Instant::now();
-    let (image, epoch) = read_image(&pool)?;
+    let (image, epoch, mut journal) = read_image(&mut pool)?;
     // From here on the pool changes (the recovery syncs its contexts), to the same checkpoint.
-    cut_back_written_files(&image)?;
     let marks = Marks::default();
     let (mut engine, rec) = Engine::recover_in(pool, ShadowSpace::new(marks.clone()))?;
     engine.set_adaptive(false)?;
@@ -161,8 +181,14 @@ pub fn restore(pool: Pool) -> Result<Restored> {
         ms = t0.elapsed().as_secs_f64() * 1e3,
         "pool recovered (verified, contexts synced)"
     );
-    let built = build(&image, engine, marks);
-    match built {
+    // The files back to the checkpoint; records from now on undo back to it.
+    if let Some(j) = journal.as_mut() {
+        let st = j.apply(&mut engine, epoch)?;
+        tracing::debug!(?st, "files returned to the checkpoint");
+        j.reset(&mut engine, epoch)?;
+    }
+    cut_back_standard_streams(&image)?;
+    match build(&image, engine, marks, journal) {
         Ok((tree, capturer, written)) => Ok(Restored {
             tree,
             capturer,
@@ -170,33 +196,39 @@ pub fn restore(pool: Pool) -> Result<Restored> {
             epoch,
             bytes_written: written,
         }),
-        Err((e, died)) if died => {
+        Err((e, true)) => {
             tracing::debug!("restore interrupted: {e}");
             Err(RunError::DiedDuringRestore {
                 how: "killed by signal 9".into(),
             })
         }
-        Err((e, _)) => Err(e),
+        Err((e, false)) => Err(e),
     }
 }
 
-/// Files the processes were writing: what they wrote after the checkpoint is written again
-/// when they run on, so cut them back to their size at the checkpoint.
-fn cut_back_written_files(image: &TreeImage) -> Result<()> {
-    for p in &image.processes {
-        for fd in &p.fds {
-            if let FdKind::File { path, size } = &fd.kind {
-                let writing = fd.flags & libc::O_ACCMODE != libc::O_RDONLY;
-                let md = std::fs::metadata(path)
-                    .map_err(|e| RunError::io(format!("stat {}", path.display()), e))?;
-                if writing && md.is_file() && md.len() > *size {
-                    tracing::info!(path = %path.display(), from = md.len(), to = size, "cutting a file the program writes back to its size at the checkpoint");
-                    std::fs::OpenOptions::new()
-                        .write(true)
-                        .open(path)
-                        .and_then(|f| f.set_len(*size))
-                        .map_err(|e| RunError::io(format!("truncating {}", path.display()), e))?;
-                }
+/// Regular files the tree writes through its standard streams (whose appends the journal does
+/// not watch): what was written after the checkpoint is written again when the tree runs on,
+/// so cut them back to their size at the checkpoint.
+fn cut_back_standard_streams(image: &TreeImage) -> Result<()> {
+    let mut done = std::collections::HashSet::new();
+    for fds in image.fds.procs.values() {
+        for f in fds.iter().filter(|f| f.fd <= 2) {
+            let Some(ObjectImage::File(file)) = image.fds.objects.get(f.object) else {
+                continue;
+            };
+            let writing = file.flags & libc::O_ACCMODE != libc::O_RDONLY;
+            if !writing || file.directory || !done.insert(f.object) {
+                continue;
+            }
+            let md = std::fs::metadata(&file.path)
+                .map_err(|e| RunError::io(format!("stat {}", file.path.display()), e))?;
+            if md.is_file() && md.len() > file.size {
+                tracing::info!(path = %file.path.display(), from = md.len(), to = file.size, "cutting a file the program writes back to its size at the checkpoint");
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&file.path)
+                    .and_then(|h| h.set_len(file.size))
+                    .map_err(|e| RunError::io(format!("truncating {}", file.path.display()), e))?;
             }
         }
     }
@@ -209,6 +241,7 @@ fn build(
     image: &TreeImage,
     engine: Engine<ShadowSpace>,
     marks: Marks,
+    journal: Option<Journal>,
 ) -> std::result::Result<(Tree, Capturer, u64), (RunError, bool)> {
     // The channel first: its remote end, inheritable, reaches the namespace's init and from
     // there every placeholder.
@@ -226,24 +259,54 @@ fn build(
         None
     };
     let mut made: BTreeMap<i32, Tracee> = BTreeMap::new();
+    let filter = journal.as_ref().map(|_| Journal::filter());
     let result = (|| -> Result<(Tree, Capturer, u64)> {
-        create_processes(image, ns.as_ref(), &mut made)?;
+        let escalated = create_processes(image, ns.as_ref(), filter, &mut made)?;
         drop(chan_remote);
         let shared = shared_objects(image, &engine)?;
+        let live: Vec<&ProcessImage> = image
+            .processes
+            .iter()
+            .filter(|p| p.zombie.is_none())
+            .collect();
+        // (1) Memory and what comes before descriptors, process by process.
+        let mut rebuilds = Vec::with_capacity(live.len());
         let mut written = 0;
-        let mut procs = BTreeMap::new();
-        for p in image.processes.iter().filter(|p| p.zombie.is_none()) {
+        for p in &live {
             let t = &made[&p.pid];
-            let tid = t.control_thread()?;
             let mut r = Rebuild {
                 t,
-                tid,
+                tid: t.control_thread()?,
                 image: p,
                 shared_fds: &shared.fds,
                 channel: Some((channel_fd(t, chan_ino)?, &chan_mon)),
                 ns: ns.as_ref(),
+                fds: &image.fds,
+                tids: vec![],
             };
-            written += process::rebuild(&mut r, &engine)?;
+            written += process::rebuild_memory(&mut r, &engine)?;
+            rebuilds.push(r);
+        }
+        // (2) The tree's descriptors, all at once (shared descriptions, pipes between
+        // processes, epoll sets naming descriptors of their own process).
+        {
+            let remotes: Vec<_> = rebuilds.iter().map(|r| r.remote()).collect();
+            let refs: Vec<RestoreRef<'_>> = rebuilds
+                .iter()
+                .zip(&remotes)
+                .map(|(r, remote)| RestoreRef {
+                    image_pid: r.image.pid,
+                    remote: remote as &dyn Remote,
+                })
+                .collect();
+            let mut ctx = SharedCtx { fds: &shared.fds };
+            crate::fds::restore(&image.fds, &refs, &mut ctx)?;
+        }
+        // (3) Threads, their state and registers; process-wide kernel state.
+        let mut procs = BTreeMap::new();
+        for mut r in rebuilds {
+            process::rebuild_threads(&mut r)?;
+            let (t, p) = (r.t, r.image);
             let areas = p
                 .areas
                 .iter()
@@ -261,13 +324,7 @@ fn build(
         let root = image
             .root_process()
             .map(|p| made[&p.pid].clone())
-            .or_else(|| {
-                image
-                    .processes
-                    .iter()
-                    .find(|p| p.zombie.is_none())
-                    .map(|p| made[&p.pid].clone())
-            })
+            .or_else(|| live.first().map(|p| made[&p.pid].clone()))
             .expect("a live process (checked)");
         let mut tree = Tree::new(root, None);
         if image.root_process().is_none() {
@@ -276,7 +333,7 @@ fn build(
         for t in made.values() {
             tree.add(t.clone());
         }
-        let capturer = Capturer::restored(engine, marks, procs, objects, image);
+        let capturer = Capturer::restored(engine, marks, procs, objects, journal, escalated, image);
         Ok((tree, capturer, written))
     })();
     match result {
@@ -297,18 +354,37 @@ fn build(
     }
 }
 
-/// Creates every process of the image, stopped (parents first, with their ids).
+/// The restore's answers to the descriptor restore: shared-memory objects as recreated.
+struct SharedCtx<'a> {
+    fds: &'a HashMap<u32, OwnedFd>,
+}
+
+impl crate::fds::RestoreCtx for SharedCtx<'_> {
+    fn open_shared_object(&mut self, id: u32) -> Result<OwnedFd> {
+        let fd = self.fds.get(&id).ok_or_else(|| RunError::CannotRecreate {
+            what: format!("shared-memory object {id} (the checkpoint does not hold it)"),
+        })?;
+        fd.try_clone()
+            .map_err(|e| RunError::io("duplicating a shared-memory object", e))
+    }
+}
+
+/// Creates every process of the image, stopped (parents first, with their ids, under the
+/// journal's `filter` when files are journaled); returns the processes (monitor's pids) whose
+/// filters include the escalation.
 fn create_processes(
     image: &TreeImage,
     ns: Option<&Namespace>,
+    filter: Option<Vec<libc::sock_filter>>,
     made: &mut BTreeMap<i32, Tracee>,
-) -> Result<()> {
+) -> Result<std::collections::HashSet<i32>> {
+    let mut escalated = std::collections::HashSet::new();
     for p in &image.processes {
         let parent = image
             .process(p.ppid)
             .filter(|pp| pp.zombie.is_none() && made.contains_key(&pp.pid));
         let t = match parent {
-            None => spawn_placeholder(p, ns)?,
+            None => spawn_placeholder(p, ns, filter.clone())?,
             Some(pp) => fork_placeholder(&made[&pp.pid], pp, p, ns)?,
         };
         if ns.is_some() {
@@ -320,21 +396,44 @@ fn create_processes(
             }
         }
         join_group(&t, p, image)?;
+        // Filters are inherited: an escalated parent's children are escalated already.
+        let inherited = parent.is_some_and(|pp| pp.escalated);
+        if p.escalated && p.zombie.is_none() {
+            if !inherited {
+                let tid = t.control_thread()?;
+                crate::capture::install_filter(
+                    &crate::remote::TracedRemote {
+                        tracee: &t,
+                        tid,
+                        channel: None,
+                    },
+                    &Journal::escalation_filter(),
+                )?;
+            }
+            escalated.insert(t.pid());
+        }
         if let Some(z) = p.zombie {
             end_as(&t, z)?;
         }
         made.insert(p.pid, t);
     }
-    Ok(())
+    Ok(escalated)
 }
 
 /// A process whose parent is not in the tree: the executable, started (as a child of the
 /// namespace's init, with its id) and stopped at its entry.
-fn spawn_placeholder(p: &ProcessImage, ns: Option<&Namespace>) -> Result<Tracee> {
-    let cmd = TraceeCommand::new(&p.program.path)
+fn spawn_placeholder(
+    p: &ProcessImage,
+    ns: Option<&Namespace>,
+    filter: Option<Vec<libc::sock_filter>>,
+) -> Result<Tracee> {
+    let mut cmd = TraceeCommand::new(&p.program.path)
         .args(p.argv.iter().skip(1).cloned())
         .inherit_fds(true)
         .trace_children(true);
+    if let Some(f) = filter {
+        cmd = cmd.seccomp(f, needs_no_new_privs());
+    }
     let t = match ns {
         Some(ns) => Tracee::spawn_in(ns, cmd, Some(p.pid)),
         None => Tracee::spawn(cmd),
@@ -560,4 +659,12 @@ fn channel_fd(t: &Tracee, ino: u64) -> Result<i32> {
     Err(RunError::Unsupported {
         what: "the restored process lacks the descriptor channel".into(),
     })
+}
+
+/// Whether processes under the journal's seccomp filter need PR_SET_NO_NEW_PRIVS: when they
+/// lack CAP_SYS_ADMIN (not root), which also stacking the escalation filter later needs. (In
+/// a user namespace of kioku's, setuid programs gain nothing anyway.)
+pub fn needs_no_new_privs() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() != 0 }
 }

@@ -9,14 +9,14 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 
 use kioku_ckpt::Engine;
 use kioku_proc::{MapKind, Namespace, ThreadState, Tracee};
 
 use crate::capture::vdso_crc;
 use crate::error::{Result, RunError};
-use crate::image::{unhex, Backing, FdKind, ProcessImage, Vma};
+use crate::fds::FdTable;
+use crate::image::{unhex, Backing, ProcessImage, Vma};
 use crate::remote::{Remote, TracedRemote};
 use crate::shadow::ShadowSpace;
 use crate::sys;
@@ -36,10 +36,15 @@ pub(crate) struct Rebuild<'a> {
     /// The descriptor channel: its number in the process and the monitor's end.
     pub channel: Option<(i32, &'a OwnedFd)>,
     pub ns: Option<&'a Namespace>,
+    /// The tree's descriptors (which numbers this process uses).
+    pub fds: &'a FdTable,
+    /// The threads as created (monitor's ids, in image order).
+    pub tids: Vec<i32>,
 }
 
-/// Rebuilds the process (left stopped, every thread created); the bytes written into it.
-pub(crate) fn rebuild(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Result<u64> {
+/// Rebuilds the process's memory and what comes before its descriptors (left stopped, its
+/// inherited descriptors closed); the bytes written into it.
+pub(crate) fn rebuild_memory(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Result<u64> {
     let t0 = std::time::Instant::now();
     r.move_channel()?;
     r.specials()?;
@@ -56,10 +61,21 @@ pub(crate) fn rebuild(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Resu
     r.protections()?;
     r.mm()?;
     r.cwd()?;
-    r.descriptors()?;
+    let keep: Vec<i32> = r.channel.map(|(c, _)| c).into_iter().collect();
+    crate::fds::close_unlisted(r.fds, r.image.pid, &r.remote(), &keep)?;
     r.sigactions()?;
-    r.close_channel()?;
+    Ok(written)
+}
+
+/// After the tree's descriptors are in place: the threads (with their ids), their kernel state
+/// and registers, the process-wide kernel state; the channel closed.
+pub(crate) fn rebuild_threads(r: &mut Rebuild<'_>) -> Result<()> {
     r.threads()?;
+    if let Some(state) = &r.image.state {
+        crate::procstate::restore_process(&r.remote(), state, &Default::default())?;
+    }
+    r.close_channel()?;
+    r.pending_signals()?;
     if crate::capture::verify_enabled() {
         // (Contents are compared at the next capture; the kernel may already have written
         // some, e.g. the rseq area's cpu number.)
@@ -77,7 +93,7 @@ pub(crate) fn rebuild(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Resu
             }
         }
     }
-    Ok(written)
+    Ok(())
 }
 
 fn is_special(v: &Vma) -> bool {
@@ -85,9 +101,9 @@ fn is_special(v: &Vma) -> bool {
 }
 
 impl Rebuild<'_> {
-    /// Highest descriptor number the image uses.
+    /// Highest descriptor number the process uses (or an epoll registration of it names).
     fn max_fd(&self) -> i32 {
-        self.image.fds.iter().map(|f| f.fd).max().unwrap_or(2)
+        self.fds.highest_number(self.image.pid).unwrap_or(2).max(2)
     }
 
     /// Puts the channel above every descriptor the image uses, so that placing them cannot
@@ -117,7 +133,7 @@ impl Rebuild<'_> {
         Ok(())
     }
 
-    fn remote(&self) -> TracedRemote<'_> {
+    pub(crate) fn remote(&self) -> TracedRemote<'_> {
         TracedRemote {
             tracee: self.t,
             tid: self.tid,
@@ -452,129 +468,6 @@ impl Rebuild<'_> {
         })
     }
 
-    /// Every descriptor of the image at its number: first each is made at a number above all
-    /// of them (so none can clobber another), then moved into place.
-    fn descriptors(&mut self) -> Result<()> {
-        let (t, tid) = (self.t, self.tid);
-        let fds = &self.image.fds;
-        let keep: Vec<i32> = fds
-            .iter()
-            .filter(|f| f.kind == FdKind::Inherited)
-            .map(|f| f.fd)
-            .collect();
-        let open: Vec<i32> = std::fs::read_dir(format!("/proc/{}/fd", t.pid()))
-            .map_err(|e| RunError::io("listing /proc/PID/fd", e))?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        let channel = self.channel.map(|(c, _)| c);
-        for fd in open
-            .into_iter()
-            .filter(|fd| !keep.contains(fd) && Some(*fd) != channel)
-        {
-            t.close(tid, fd)?;
-        }
-        let above = fds.iter().map(|f| f.fd).chain(channel).max().unwrap_or(2) + 1;
-        // Descriptor made for each entry (temporary number), by index.
-        let mut made: Vec<Option<i32>> = vec![None; fds.len()];
-        let high = |fd: i32| -> Result<i32> {
-            let h = t.syscall(
-                tid,
-                libc::SYS_fcntl,
-                &[fd as u64, libc::F_DUPFD_CLOEXEC as u64, above as u64],
-            )? as i32;
-            t.close(tid, fd)?;
-            Ok(h)
-        };
-        for (i, f) in fds.iter().enumerate() {
-            let path = match &f.kind {
-                FdKind::File { path, .. } | FdKind::Device { path } => path,
-                _ => continue,
-            };
-            let flags = f.flags & !(libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL);
-            let got = t.openat(
-                tid,
-                libc::AT_FDCWD,
-                Path::new(path),
-                flags | libc::O_CLOEXEC,
-                0,
-            )?;
-            let got = if got >= above { got } else { high(got)? };
-            if matches!(f.kind, FdKind::File { .. }) && f.pos > 0 {
-                t.syscall(
-                    tid,
-                    libc::SYS_lseek,
-                    &[got as u64, f.pos, libc::SEEK_SET as u64],
-                )?;
-            }
-            made[i] = Some(got);
-        }
-        for p in &self.image.pipes {
-            let mut ends = [0u8; 8];
-            t.with_remote_bytes(tid, &ends.clone(), |at| {
-                t.syscall(tid, libc::SYS_pipe2, &[at as u64, libc::O_CLOEXEC as u64])?;
-                t.read_mem(at, &mut ends)
-            })?;
-            let r = i32::from_le_bytes(ends[..4].try_into().expect("4"));
-            let w = i32::from_le_bytes(ends[4..].try_into().expect("4"));
-            let (r, w) = (high(r)?, high(w)?);
-            t.syscall(
-                tid,
-                libc::SYS_fcntl,
-                &[w as u64, libc::F_SETPIPE_SZ as u64, p.capacity],
-            )?;
-            let data = unhex(&p.data).ok_or_else(|| RunError::NotAProcessCheckpoint {
-                detail: "pipe contents are not hex".into(),
-            })?;
-            if !data.is_empty() {
-                use std::io::Write;
-                let path = format!("/proc/{}/fd/{w}", t.pid());
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .and_then(|mut f| f.write_all(&data))
-                    .map_err(|e| RunError::io(format!("refilling a pipe through {path}"), e))?;
-            }
-            for (i, f) in fds.iter().enumerate() {
-                if let FdKind::Pipe { id, write } = f.kind {
-                    if id == p.id {
-                        let end = if write { w } else { r };
-                        made[i] = Some(t.syscall(
-                            tid,
-                            libc::SYS_fcntl,
-                            &[end as u64, libc::F_DUPFD_CLOEXEC as u64, above as u64],
-                        )? as i32);
-                    }
-                }
-            }
-            t.close(tid, r)?;
-            t.close(tid, w)?;
-        }
-        for (f, m) in fds.iter().zip(made) {
-            let Some(temp) = m else { continue };
-            let cloexec = f.flags & libc::O_CLOEXEC != 0;
-            t.syscall(
-                tid,
-                libc::SYS_dup3,
-                &[
-                    temp as u64,
-                    f.fd as u64,
-                    if cloexec { libc::O_CLOEXEC as u64 } else { 0 },
-                ],
-            )?;
-            t.close(tid, temp)?;
-            if matches!(f.kind, FdKind::Pipe { .. }) {
-                // Status flags (O_NONBLOCK…) are per open file description.
-                let status = f.flags & (libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT);
-                t.syscall(
-                    tid,
-                    libc::SYS_fcntl,
-                    &[f.fd as u64, libc::F_SETFL as u64, status as u64],
-                )?;
-            }
-        }
-        Ok(())
-    }
-
     fn sigactions(&mut self) -> Result<()> {
         let (t, tid) = (self.t, self.tid);
         for a in &self.image.sigactions {
@@ -599,7 +492,7 @@ impl Rebuild<'_> {
     fn threads(&mut self) -> Result<()> {
         let (t, leader) = (self.t, self.tid);
         let mut tids = vec![leader];
-        for ti in &self.image.threads[1..] {
+        for ti in self.image.threads.iter().skip(1) {
             if let Some(ns) = self.ns {
                 ns.next_pid(ti.tid)?;
             }
@@ -653,20 +546,81 @@ impl Rebuild<'_> {
             })?;
             let mut state = ThreadState::from_bytes(&bytes)?;
             restart_fixup(&mut state.regs);
+            // The signal stack and the like first: the kernel refuses a sigaltstack change
+            // while the stack pointer is on it.
+            crate::procstate::restore_thread(
+                &TracedRemote {
+                    tracee: t,
+                    tid,
+                    channel: None,
+                },
+                tid,
+                &ti.kernel,
+            )?;
             t.set_thread_state(tid, &state)?;
             sys::set_sigmask(tid, ti.sigmask)?;
         }
-        for (ti, &tid) in self.image.threads.iter().zip(&tids) {
-            for sig in pending(ti.pending) {
-                // SAFETY: plain syscall with integer arguments.
-                unsafe { libc::syscall(libc::SYS_tgkill, t.pid(), tid, sig) };
+        self.tids = tids;
+        Ok(())
+    }
+
+    /// Signals queued at the checkpoint, queued again with their `siginfo_t` (a timer's id,
+    /// a sender's pid…) by the process itself, per thread then process-wide; a checkpoint
+    /// without them (older images) raises the pending set instead.
+    fn pending_signals(&self) -> Result<()> {
+        let t = self.t;
+        // Ids as the process knows them (its namespace's).
+        let pid = self.image.pid;
+        for (ti, &tid) in self.image.threads.iter().zip(&self.tids) {
+            if ti.queued.is_empty() {
+                for sig in pending(ti.pending) {
+                    // SAFETY: plain syscall with integer arguments.
+                    unsafe { libc::syscall(libc::SYS_tgkill, t.pid(), tid, sig) };
+                }
+                continue;
+            }
+            // From the leader: the kernel lets a process queue any siginfo to itself only
+            // when the caller's id is the process id.
+            for q in &ti.queued {
+                self.queue(
+                    self.tid,
+                    libc::SYS_rt_tgsigqueueinfo,
+                    &[pid as u64, ti.tid as u64],
+                    q,
+                )?;
             }
         }
-        for sig in pending(self.image.shared_pending) {
-            // SAFETY: plain syscall with integer arguments.
-            unsafe { libc::kill(t.pid(), sig) };
+        if self.image.shared_queued.is_empty() {
+            for sig in pending(self.image.shared_pending) {
+                // SAFETY: plain syscall with integer arguments.
+                unsafe { libc::kill(t.pid(), sig) };
+            }
+        }
+        for q in &self.image.shared_queued {
+            self.queue(self.tid, libc::SYS_rt_sigqueueinfo, &[pid as u64], q)?;
         }
         Ok(())
+    }
+
+    /// Queues one signal (`info`: its siginfo_t, hex) with `nr` injected in thread `tid`;
+    /// `ids`: the call's pid (and tid) arguments.
+    fn queue(&self, tid: i32, nr: i64, ids: &[u64], info: &str) -> Result<()> {
+        let bytes = unhex(info).ok_or_else(|| RunError::NotAProcessCheckpoint {
+            detail: "a queued signal is not hex".into(),
+        })?;
+        let sig = i32::from_le_bytes(bytes[..4].try_into().expect("siginfo"));
+        let r = TracedRemote {
+            tracee: self.t,
+            tid,
+            channel: None,
+        };
+        r.with_bytes(&bytes, &mut |at| {
+            let mut args = ids.to_vec();
+            args.push(sig as u64);
+            args.push(at as u64);
+            r.syscall("queueing a pending signal", nr, &args)
+                .map(|_| ())
+        })
     }
 }
 
