@@ -362,6 +362,8 @@ fn run_tree(
                 Ok(())
             }
             Ok(_) => Ok(()),
+            // Killed meanwhile: its call will never run.
+            Err(_) if program_gone(t.pid()) => Ok(()),
             // Nothing could be recorded, so the call must not run: end the tree as a crash
             // of the monitor would (the last checkpoint stays exact).
             Err(e) => Err(e),

@@ -284,6 +284,9 @@ pub fn restore_process(r: &dyn Remote, s: &ProcessState, tids: &BTreeMap<i32, i3
         )?;
     }
     for &(which, interval, value) in &s.itimers {
+        // A periodic timer whose signal is still pending shows no time left (the kernel
+        // re-arms it when the signal is taken): armed again for its next period.
+        let value = if value == 0 { interval } else { value };
         let tv = |us: u64| [us / 1_000_000, us % 1_000_000];
         let b = words(&[tv(interval), tv(value)].concat());
         call_in(
@@ -381,9 +384,18 @@ fn restore_timers(r: &dyn Remote, timers: &[PosixTimer], tids: &BTreeMap<i32, i3
         r.syscall("timer_delete", libc::SYS_timer_delete, &[id as u64])?;
     }
     made?;
-    for t in timers.iter().filter(|t| t.remaining_ns > 0) {
+    for t in timers
+        .iter()
+        .filter(|t| t.remaining_ns > 0 || t.interval_ns > 0)
+    {
+        // (As for interval timers: periodic and waiting for its signal to be taken.)
+        let remaining = if t.remaining_ns > 0 {
+            t.remaining_ns
+        } else {
+            t.interval_ns
+        };
         let ts = |ns: u64| [ns / 1_000_000_000, ns % 1_000_000_000];
-        let b = words(&[ts(t.interval_ns), ts(t.remaining_ns)].concat());
+        let b = words(&[ts(t.interval_ns), ts(remaining)].concat());
         call_in(
             r,
             "timer_settime",

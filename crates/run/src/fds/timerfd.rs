@@ -93,12 +93,18 @@ pub fn restore(t: &TimerFdImage) -> Result<OwnedFd> {
             what: format!("a timerfd on clock {}: {e}", t.clock),
         }
     })?;
-    if t.remaining_ns > 0 {
+    // A periodic timer with unread expirations shows no time left: the kernel re-arms it only
+    // when they are read. It is armed again for its next period.
+    if t.remaining_ns > 0 || t.interval_ns > 0 {
         let (flags, value) = match t.deadline_ns {
-            Some(deadline) => (t.settime_flags, deadline),
-            None => (
+            Some(deadline) if t.remaining_ns > 0 => (t.settime_flags, deadline),
+            _ => (
                 t.settime_flags & !TFD_TIMER_ABSTIME & !2,
-                t.remaining_ns as i128,
+                if t.remaining_ns > 0 {
+                    t.remaining_ns
+                } else {
+                    t.interval_ns
+                } as i128,
             ),
         };
         let spec = libc::itimerspec {
@@ -133,6 +139,35 @@ mod tests {
         assert_eq!(pair("(99, 999958113)"), Some(99_999_958_113));
         assert_eq!(pair("(0, 0)"), Some(0));
         assert_eq!(pair("99, 1"), None);
+    }
+
+    #[test]
+    fn a_periodic_timer_with_unread_expirations_stays_periodic() {
+        // What fdinfo shows of a periodic timer whose expirations were not read yet.
+        let t = TimerFdImage {
+            clock: libc::CLOCK_MONOTONIC,
+            flags: libc::O_RDWR,
+            settime_flags: 0,
+            remaining_ns: 0,
+            interval_ns: 1_000_000,
+            deadline_ns: None,
+            ticks: 2,
+        };
+        let fd = restore(&t).unwrap();
+        let mut cur: libc::itimerspec = unsafe { std::mem::zeroed() };
+        // SAFETY: timerfd_gettime into a local.
+        unsafe { libc::timerfd_gettime(fd.as_raw_fd(), &mut cur) };
+        assert_eq!(cur.it_interval.tv_nsec, 1_000_000, "still periodic");
+        let mut v = 0u64;
+        // SAFETY: reading 8 bytes into a local.
+        let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        assert_eq!(n, 8);
+        assert!(v >= 2, "the unread expirations first: {v}");
+        // And it fires again.
+        // SAFETY: as above.
+        let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        assert_eq!(n, 8);
+        assert!(v >= 1);
     }
 
     #[test]
