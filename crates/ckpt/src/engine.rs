@@ -566,12 +566,28 @@ impl<S: AddressSpace> Engine<S> {
         &mut self.pool
     }
 
-    /// Commits the pool's current section table with the engine's roots unchanged: sections
-    /// the caller created or resized since the last commit become durable without a
-    /// checkpoint. Their contents must be flushed first (as for [`Pool::commit`]).
+    /// Commits the caller's own sections (those not starting with `ckpt.`) as they are now,
+    /// with the engine's roots and sections as of its last commit: sections the caller created
+    /// or resized become durable without a checkpoint, while regions created, moved or deleted
+    /// since the engine's last checkpoint stay unpublished (the valid checkpoint still needs
+    /// the old ones). The caller's contents must be flushed first (as for [`Pool::commit`]).
     pub fn commit_sections(&mut self) -> Result<()> {
         let roots = self.pool.roots().to_vec();
-        self.pool.commit(&roots)?;
+        let mut table: Vec<kioku_pool::Section> = self
+            .pool
+            .committed_sections()
+            .iter()
+            .filter(|s| s.name.starts_with("ckpt."))
+            .cloned()
+            .collect();
+        table.extend(
+            self.pool
+                .sections()
+                .iter()
+                .filter(|s| !s.name.starts_with("ckpt."))
+                .cloned(),
+        );
+        self.pool.commit_table(&roots, table)?;
         Ok(())
     }
 

@@ -322,3 +322,46 @@ fn a_prepared_checkpoint_rolls_forward_or_back() {
     drop(e);
     assert!(!kioku_ckpt::commit_state(&copy, &opts()).unwrap().prepared);
 }
+
+/// A caller's own sections published mid-epoch (`commit_sections`) do not publish the engine's
+/// region changes of that epoch: a crash then recovers the checkpoint with the regions it had.
+#[test]
+fn caller_sections_committed_mid_epoch_keep_the_valid_checkpoint_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.pool");
+    {
+        let mut e = Engine::create(&path, &opts()).unwrap();
+        e.create_region("kept", 4 * 4096, at(20, 1)).unwrap();
+        e.create_region("gone", 4 * 4096, at(20, 2)).unwrap();
+        mem(&e, "kept")[7] = 7;
+        mem(&e, "gone")[9] = 9;
+        e.checkpoint(b"one").unwrap();
+        // An epoch that changes regions (deletes one, creates another, grows one) …
+        e.delete_region("gone").unwrap();
+        e.create_region("new", 8 * 4096, at(20, 3)).unwrap();
+        e.resize_region("kept", 64 * 4096).unwrap();
+        // … while the caller publishes a section of its own, which takes pool space.
+        let pool = e.pool_mut();
+        let s = pool.create_section("caller.log", 64 * 4096, 0).unwrap();
+        pool.bytes_mut(s.offset, 4).copy_from_slice(b"note");
+        pool.persist(s.offset, 4).unwrap();
+        e.commit_sections().unwrap();
+        // Crash: no checkpoint of that epoch (dropping checkpoints nothing).
+        drop(e);
+    }
+    let (e, rec) = Engine::recover(&path, &opts()).unwrap();
+    assert_eq!(rec.metadata, b"one");
+    assert_eq!(mem(&e, "kept")[7], 7);
+    assert_eq!(
+        mem(&e, "gone")[9],
+        9,
+        "the deleted region is the checkpoint's still"
+    );
+    assert_eq!(e.region("kept").unwrap().len, 4 * 4096);
+    assert!(e.region("new").is_none());
+    let s = e
+        .pool()
+        .section("caller.log")
+        .expect("the caller's section is durable");
+    assert_eq!(e.pool().bytes(s.offset, 4), b"note");
+}

@@ -503,12 +503,14 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         Some([]) | None => None,
         Some(m) => Some(TreeImage::decode(m)?),
     };
+    let stopped = stopped_note(&a.pool, &report);
     if a.json {
         let v = serde_json::json!({
             "pool": a.pool,
             "epoch": ck.epoch,
             "checkpoint_unix_ns": ck.checkpoint_unix_ns,
             "holder_pid": report.held_by,
+            "checkpoints_stopped": stopped,
             "image": image,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -517,6 +519,9 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
     println!("pool        {}", a.pool.display());
     let Some(i) = image else {
         println!("no checkpoint yet");
+        if let Some(why) = &stopped {
+            println!("checkpoints stopped before the first one: {why}");
+        }
         return Ok(());
     };
     let when = std::time::UNIX_EPOCH + Duration::from_nanos(ck.checkpoint_unix_ns);
@@ -546,6 +551,9 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
             a.pool.display()
         ),
     }
+    if let Some(why) = &stopped {
+        println!("checkpoints stopped after this one: {why}");
+    }
     for p in &i.processes {
         print_process(p, &i.fds);
     }
@@ -569,6 +577,26 @@ pub fn inspect(a: InspectArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Why the run of the pool stopped taking checkpoints, as the monitor noted it in the pool.
+fn stopped_note(path: &Path, report: &kioku_pool::inspect::Report) -> Option<String> {
+    use kioku_pool::examine::SlotState;
+    use std::os::unix::fs::FileExt;
+    let live = report.slots.iter().find(|s| s.role == "live")?;
+    let SlotState::Intact { sections, .. } = &live.state else {
+        return None;
+    };
+    let sec = sections
+        .iter()
+        .find(|s| s.name == kioku_run::capture::NOTE_SECTION)?;
+    let f = std::fs::File::open(path).ok()?;
+    let mut len = [0u8; 8];
+    f.read_exact_at(&mut len, sec.offset).ok()?;
+    let n = (u64::from_le_bytes(len)).min(sec.len.saturating_sub(8)) as usize;
+    let mut text = vec![0u8; n];
+    f.read_exact_at(&mut text, sec.offset + 8).ok()?;
+    Some(String::from_utf8_lossy(&text).into_owned())
 }
 
 fn print_process(p: &kioku_run::ProcessImage, fds: &kioku_run::fds::FdTable) {

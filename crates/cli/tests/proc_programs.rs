@@ -643,7 +643,10 @@ impl<'a> Session<'a> {
     /// Kioku's log must not say it stopped taking checkpoints, nor log an error.
     fn check_log(&mut self) {
         let log = self.space.stderr_text();
-        if let Some(l) = log.lines().find(|l| l.contains("no more checkpoints")) {
+        if let Some(l) = log
+            .lines()
+            .find(|l| l.contains("no more checkpoints") || l.contains("kioku: no checkpoints"))
+        {
             let l = l.to_string();
             self.fail(format_args!("kioku stopped taking checkpoints: {l}"));
         }

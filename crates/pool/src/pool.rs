@@ -647,6 +647,15 @@ impl Pool {
     /// flush slot, drain; then the 8-byte index store, flush, drain.
     /// A crash before the index store's drain leaves the previous commit live; after it, this one.
     pub fn commit(&mut self, roots: &[u64]) -> Result<u64> {
+        let table = self.sections.clone();
+        self.commit_table(roots, table)
+    }
+
+    /// Commits `roots` with section table `table` instead of the current one: for an owner
+    /// that publishes its own new sections while another owner's changes since the last commit
+    /// (whose data the live commit still needs) must not be published yet. The current
+    /// sections stay as they are; space either table names stays reserved.
+    pub fn commit_table(&mut self, roots: &[u64], table: Vec<Section>) -> Result<u64> {
         if roots.len() > format::MAX_ROOTS {
             return Err(PoolError::TooManyRoots {
                 max: format::MAX_ROOTS,
@@ -654,12 +663,13 @@ impl Pool {
             });
         }
         let next = 1 - self.live;
-        let table = format::encode_table(&self.sections);
+        let sections = table;
+        let table = format::encode_table(&sections);
         let slot = Slot {
             epoch: self.committed.epoch + 1,
             committed_unix_ns: now_ns(self.fixed_time_ns),
             pool_len: self.len(),
-            table_entries: self.sections.len() as u32,
+            table_entries: sections.len() as u32,
             table_crc: format::crc(&table),
             roots: roots.to_vec(),
         };
@@ -676,7 +686,7 @@ impl Pool {
         self.medium.persist(format::INDEX_OFF, 8)?;
         self.live = next;
         self.committed = slot;
-        self.committed_sections = self.sections.clone();
+        self.committed_sections = sections;
         self.rolled_back_from = None;
         Ok(self.committed.epoch)
     }

@@ -159,6 +159,9 @@ impl Monitor {
     }
 
     fn try_checkpoint(&mut self) -> Result<Outcome> {
+        if self.summary.stopped_because.is_some() {
+            return Ok(Outcome::None);
+        }
         let Some(cap) = self.capturer.as_mut() else {
             return Ok(Outcome::None);
         };
@@ -199,11 +202,14 @@ impl Monitor {
         }
         // Resume whatever happened: the program must not stay stopped because of us.
         let resumed = self.tree.resume_all();
-        let refused = matches!(
-            captured,
-            Err(RunError::Unsupported { .. } | RunError::Unsettled { .. })
-        );
-        if !refused && (captured.is_err() || resumed.is_err()) && any_gone(&pids) {
+        // Refusals and failures of the pool's medium are decided by the error itself; other
+        // failures may come from a process killed while stopped (SIGKILL does not wait).
+        let decided = match &captured {
+            Err(RunError::Unsupported { .. } | RunError::Unsettled { .. }) => true,
+            Err(e) => medium_failure(e),
+            Ok(_) => false,
+        };
+        if !decided && (captured.is_err() || resumed.is_err()) && any_gone(&pids) {
             tracing::debug!("a process died during a checkpoint");
             return Ok(Outcome::None);
         }
@@ -215,17 +221,24 @@ impl Monitor {
             Ok(c) => c,
             Err(e @ RunError::Unsettled { .. }) => return Err(e),
             Err(RunError::Unsupported { what }) => {
-                tracing::warn!(
-                    "kioku: no more checkpoints: {what}; the program runs on, and the last checkpoint (epoch {}) stays restorable",
-                    cap.engine().epoch()
-                );
-                self.summary.stopped_because = Some(what);
-                self.capturer = None;
+                self.stop_checkpoints(what);
+                return Ok(Outcome::None);
+            }
+            Err(e) if medium_failure(&e) => {
+                self.stop_checkpoints(format!("the pool's medium failed: {e}"));
                 return Ok(Outcome::None);
             }
             Err(e) => return Err(e),
         };
-        let report = cap.commit(captured)?;
+        let report = match cap.commit(captured) {
+            Ok(r) => r,
+            // The commit did not happen: the checkpoint before stays the pool's.
+            Err(e) if medium_failure(&e) => {
+                self.stop_checkpoints(format!("the pool's medium failed: {e}"));
+                return Ok(Outcome::None);
+            }
+            Err(e) => return Err(e),
+        };
         let s = &mut self.summary;
         s.checkpoints += 1;
         s.last_epoch = report.epoch;
@@ -322,12 +335,24 @@ impl Monitor {
         }
     }
 
+    /// Takes no more checkpoints (`why`, said once, and noted in the pool where `kioku
+    /// inspect` shows it); the tree runs on, its file journal too, so the last checkpoint stays
+    /// restorable.
+    fn stop_checkpoints(&mut self, why: String) {
+        stop_checkpoints(&mut self.capturer, &mut self.summary.stopped_because, why);
+    }
+
     /// A tree whose root exited is finished; one whose root was killed by a signal crashed,
     /// and its last checkpoint is what a restore resumes.
     fn ended(&mut self, exit: Exit) -> Result<Exit> {
         if let Some(cap) = self.capturer.as_mut() {
             match exit {
-                Exit::Code(_) => cap.finish(exit.to_string())?,
+                Exit::Code(_) => {
+                    if let Err(e) = cap.finish(exit.to_string()) {
+                        // The pool's medium failed: said, not the program's failure.
+                        tracing::warn!("kioku: the pool could not record that the program ended: {e}");
+                    }
+                }
                 Exit::Signal { .. } => tracing::warn!(
                     "kioku: the program was {exit}; `kioku restore --pool {}` resumes it from its last checkpoint (epoch {})",
                     cap.pool_path().display(),
@@ -370,17 +395,43 @@ fn run_tree(
         }
     });
     if let Some(why) = stop_checkpoints {
-        let why = format!("the file journal cannot record any more: {why}");
-        if let Some(cap) = capturer.as_ref() {
-            tracing::warn!(
-                "kioku: no more checkpoints: {why}; the program runs on, and a restore refuses (files changed since epoch {} could not be kept)",
-                cap.engine().epoch()
-            );
-        }
-        *stopped = Some(why);
-        *capturer = None;
+        self::stop_checkpoints(
+            capturer,
+            stopped,
+            format!("the file journal cannot record any more ({why}); a restore refuses: files changed since the last checkpoint could not be kept"),
+        );
     }
     r
+}
+
+/// See [`Monitor::stop_checkpoints`].
+fn stop_checkpoints(capturer: &mut Option<Capturer>, stopped: &mut Option<String>, why: String) {
+    if stopped.is_some() {
+        return;
+    }
+    if let Some(cap) = capturer.as_mut() {
+        match cap.engine().epoch() {
+            0 => tracing::warn!(
+                "kioku: no checkpoints: {why}; the program runs on without them"
+            ),
+            e => tracing::warn!(
+                "kioku: no more checkpoints: {why}; the program runs on, and the last checkpoint (epoch {e}) is what a restore resumes"
+            ),
+        }
+        if let Err(e) = cap.note(&why) {
+            tracing::warn!("kioku: could not note that in the pool: {e}");
+        }
+    }
+    *stopped = Some(why);
+}
+
+/// Whether `e` is a failure of the pool's medium (full, I/O error) rather than of the program
+/// or of kioku's control of it: such a failure stops checkpoints, it never ends the program.
+fn medium_failure(e: &RunError) -> bool {
+    matches!(
+        e,
+        RunError::Pool(_) | RunError::Ckpt(_) | RunError::Journal(_)
+    )
 }
 
 /// Whether process `pid` is dead or dying (gone, or a zombie waiting to be reaped). Asked

@@ -84,6 +84,9 @@ pub struct CheckpointReport {
 /// Checkpoints whose cost the image keeps.
 const RECENT: usize = 16;
 
+/// The pool section noting why checkpoints stopped (`[len u64][text]`).
+pub const NOTE_SECTION: &str = "run.note";
+
 /// The checkpointing state for one process tree.
 pub struct Capturer {
     engine: Engine<ShadowSpace>,
@@ -250,6 +253,25 @@ impl Capturer {
             &Journal::escalation_filter(),
         )?;
         tracing::debug!(pid = t.pid(), "journal escalation filter stacked");
+        Ok(())
+    }
+
+    /// Notes, durably, why checkpoints stopped (a pool section `kioku inspect` shows; best
+    /// effort on a failing medium).
+    pub fn note(&mut self, why: &str) -> Result<()> {
+        let text = why.as_bytes();
+        let len = (8 + text.len()) as u64;
+        let pool = self.engine.pool_mut();
+        let sec = match pool.section(NOTE_SECTION).cloned() {
+            Some(s) if s.len >= len => s,
+            Some(_) => pool.resize_section(NOTE_SECTION, len)?,
+            None => pool.create_section(NOTE_SECTION, len, 0)?,
+        };
+        let b = pool.bytes_mut(sec.offset, len);
+        b[..8].copy_from_slice(&(text.len() as u64).to_le_bytes());
+        b[8..].copy_from_slice(text);
+        pool.persist(sec.offset, len)?;
+        self.engine.commit_sections()?;
         Ok(())
     }
 
