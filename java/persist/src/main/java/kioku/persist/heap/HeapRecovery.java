@@ -67,6 +67,11 @@ final class HeapRecovery {
     Resolved r = resolved[classId];
     if (r != null) return r;
     ClassTable.Descriptor d = heap.classes().get(classId);
+    if (d.kind() == Layout.Kind.CANONICAL) {
+      r = new Resolved(d, null, null, null, null);
+      resolved[classId] = r;
+      return r;
+    }
     Class<?> c = load(d.name());
     Layout layout = Layout.of(c);
     if (layout.kind != d.kind()) {
@@ -75,7 +80,7 @@ final class HeapRecovery {
     if (layout.refusal != null) throw incompatible(layout.refusal);
     int[] slotMap = null;
     Object[] constants = null;
-    if (d.kind() == Layout.Kind.OBJECT) {
+    if (d.kind() == Layout.Kind.OBJECT || d.kind() == Layout.Kind.ENUM) {
       Map<String, Integer> now = new HashMap<>();
       Map<String, String> nowType = new HashMap<>();
       for (int i = 0; i < layout.slots.length; i++) {
@@ -83,9 +88,9 @@ final class HeapRecovery {
         now.put(key, i);
         nowType.put(key.substring(0, key.lastIndexOf(':')), key);
       }
-      slotMap = new int[d.entries().size()];
+      slotMap = new int[d.slots().size()];
       for (int j = 0; j < slotMap.length; j++) {
-        String key = d.entries().get(j);
+        String key = d.slots().get(j);
         Integer i = now.get(key);
         if (i == null) {
           String field = key.substring(0, key.lastIndexOf(':'));
@@ -100,8 +105,9 @@ final class HeapRecovery {
         }
         slotMap[j] = i;
       }
-    } else if (d.kind() == Layout.Kind.ENUM) {
-      List<String> names = d.entries();
+    }
+    if (d.kind() == Layout.Kind.ENUM) {
+      List<String> names = d.constants();
       constants = new Object[names.size()];
       Object[] current = c.getEnumConstants();
       for (int j = 0; j < names.size(); j++) {
@@ -169,8 +175,16 @@ final class HeapRecovery {
           Object c = r.constants[(int) ordinal];
           if (c == null) {
             throw incompatible(
-                "enum constant " + r.type.getName() + "." + r.d.entries().get((int) ordinal)
+                "enum constant " + r.type.getName() + "." + r.d.constants().get((int) ordinal)
                     + " no longer exists");
+          }
+          return c;
+        }
+      case CANONICAL:
+        {
+          Object c = Canonicals.resolve(r.d.name(), count > 0 ? space.getLong(body) : 0);
+          if (c == null) {
+            throw incompatible("this JVM has no shared instance " + r.d.name());
           }
           return c;
         }
@@ -187,10 +201,10 @@ final class HeapRecovery {
   private void fill(long addr, Object o, Resolved r, Object[] objects) {
     long body = addr + HeapFormat.HEADER;
     switch (r.d.kind()) {
-      case OBJECT -> {
+      case OBJECT, ENUM -> {
         Layout.Slot[] slots = r.layout.slots;
         int[] map = r.slotMap;
-        long at = space.off(body);
+        long at = space.off(body) + (r.d.kind() == Layout.Kind.ENUM ? 8 : 0);
         for (int j = 0; j < map.length; j++) {
           Layout.Slot s = slots[map[j]];
           long v = medium.getLong(at + 8L * j);
@@ -226,7 +240,7 @@ final class HeapRecovery {
         }
       }
       default -> {
-        // strings and enum constants are complete when created
+        // strings and canonical instances are complete when created
       }
     }
   }

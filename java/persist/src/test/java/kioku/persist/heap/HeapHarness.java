@@ -29,8 +29,9 @@ final class HeapHarness {
 
   /** What Holder.root = v does under the agent. */
   static void setRoot(PersistentHeap h, Object v) {
+    Object old = Holder.root;
     Holder.root = v;
-    h.putRoot(v, ROOT);
+    h.putRoot(v, old, ROOT);
   }
 
   static Object recoveredRoot(PersistentHeap h) throws Exception {

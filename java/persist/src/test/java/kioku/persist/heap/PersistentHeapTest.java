@@ -78,12 +78,13 @@ class PersistentHeapTest {
     h.putPrimitive(a, Double.doubleToRawLongBits(-0.5), HeapHarness.field("ratio", "D"));
     Node c = new Node();
     c.name = "new";
+    Node b0 = a.next;
     a.next = c;
-    h.putReference(a, c, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    h.putReference(a, c, b0, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
     a.numbers[2] = -30;
     h.storePrimitive(a.numbers, 2, -30 & 0xffffffffL);
     a.things[0] = "y";
-    h.storeReference(a.things, 0, "y");
+    h.storeReference(a.things, 0, "y", "x");
     Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
     assertEquals(99, a2.value);
     assertEquals(-0.5, a2.ratio);
@@ -126,13 +127,14 @@ class PersistentHeapTest {
     Node old = a.next;
     Node fresh = new Node();
     a.next = fresh;
-    h.putReference(a, fresh, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    h.putReference(a, fresh, old, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
     long before = h.stats().usedBytes();
     h.collect();
     // old was reachable only through a.next and a.things[3]: a.things still holds it.
     assertTrue(h.word(old) != 0);
+    Object[] things = a.things;
     a.things = null;
-    h.putReference(a, null, HeapHarness.field("things", "[Ljava/lang/Object;"));
+    h.putReference(a, null, things, HeapHarness.field("things", "[Ljava/lang/Object;"));
     h.collect();
     assertEquals(0, h.word(old), "a replica the roots no longer reach dies and its object turns white");
     assertTrue(h.stats().usedBytes() < before);
