@@ -394,16 +394,18 @@ final class Sections {
     }
   }
 
-  /** All members ended: commit them with the leader's seq. Group lock held. */
+  /**
+   * All members ended: commit them with the leader's seq, then move each member's own seq on
+   * (which also voids its link: a link's check is tied to the seq it was written under). The
+   * leader goes first; a member that moved on before it would be a member committed alone.
+   * Group lock held.
+   */
   private void commitGroup(Group g) {
     medium.drain();
     logs.advance(g.leader);
     for (int i = 0; i < g.count; i++) {
       Section m = g.members[i];
-      if (m.head >= 0 && m.head != g.leader) {
-        logs.unlink(m.head);
-        logs.advance(m.head);
-      }
+      if (m.head >= 0 && m.head != g.leader) logs.advance(m.head);
     }
     for (int i = 0; i < g.count; i++) {
       Section m = g.members[i];
