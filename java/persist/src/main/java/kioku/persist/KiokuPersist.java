@@ -83,10 +83,12 @@ public final class KiokuPersist {
       try {
         h.recoverEagerly(ClassLoader.getSystemClassLoader());
       } catch (HeapException | RuntimeException e) {
-        // A heap that cannot be recovered is not left open (nor its pool locked).
+        // A heap that cannot be recovered is not left open (nor its pool locked), and the
+        // barrier is off again (recovery may have turned it on).
         heap = null;
-        kioku.persist.rt.Barrier.hooks = null;
         h.close();
+        kioku.persist.rt.Barrier.active = false;
+        kioku.persist.rt.Barrier.hooks = null;
         throw e;
       }
       return h.hasData();

@@ -23,9 +23,19 @@ final class HeapRecovery {
   private Resolved[] resolved = new Resolved[16]; // by class id
   private final Progress progress;
 
-  /** A descriptor bound to the class of this JVM. */
+  /**
+   * A descriptor bound to the class of this JVM. {@code stale}: the class gained or reordered
+   * fields since, so its objects move to replicas of the current layout ({@code added}: the
+   * fields their replicas lack).
+   */
   private record Resolved(
-      ClassTable.Descriptor d, Class<?> type, Layout layout, int[] slotMap, Object[] constants) {}
+      ClassTable.Descriptor d,
+      Class<?> type,
+      Layout layout,
+      int[] slotMap,
+      Object[] constants,
+      boolean stale,
+      List<Layout.Slot> added) {}
 
   HeapRecovery(PersistentHeap heap, ClassLoader first, Marks live) {
     this.heap = heap;
@@ -52,13 +62,25 @@ final class HeapRecovery {
           progress.tick(total + (long) i, 2L * total);
         });
     heap.beginAdoption(total);
-    live.forEach((i, addr) -> heap.adopt(objects[i], addr));
+    java.util.IdentityHashMap<Object, Boolean> stale = new java.util.IdentityHashMap<>();
+    live.forEach(
+        (i, addr) -> {
+          Resolved r = resolved[(int) space.getLong(addr)];
+          if (r.stale) {
+            stale.put(objects[i], Boolean.TRUE);
+            // An enum constant is the running one: its added fields are initialized already.
+            if (!r.type.isEnum()) FieldInitializers.run(objects[i], r.type, r.added);
+          } else {
+            heap.adopt(objects[i], addr);
+          }
+        });
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
       long v = r.getValue();
       roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
     }
+    if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
     return roots;
   }
 
@@ -68,7 +90,7 @@ final class HeapRecovery {
     if (r != null) return r;
     ClassTable.Descriptor d = heap.classes().get(classId);
     if (d.kind() == Layout.Kind.CANONICAL) {
-      r = new Resolved(d, null, null, null, null);
+      r = new Resolved(d, null, null, null, null, false, List.of());
       resolved[classId] = r;
       return r;
     }
@@ -115,7 +137,18 @@ final class HeapRecovery {
         // A removed constant fails only if a replica uses it (see create).
       }
     }
-    r = new Resolved(d, c, layout, slotMap, constants);
+    boolean stale = false;
+    List<Layout.Slot> added = new java.util.ArrayList<>();
+    if (slotMap != null) {
+      boolean[] kept = new boolean[layout.slots.length];
+      for (int j = 0; j < slotMap.length; j++) {
+        kept[slotMap[j]] = true;
+        if (slotMap[j] != j) stale = true;
+      }
+      for (int i = 0; i < kept.length; i++) if (!kept[i]) added.add(layout.slots[i]);
+      stale |= !added.isEmpty();
+    }
+    r = new Resolved(d, c, layout, slotMap, constants, stale, List.copyOf(added));
     resolved[classId] = r;
     return r;
   }

@@ -99,6 +99,8 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private Marks marksAtOpen;
 
   private boolean recoveredBuilt;
+  /** Recovery is running (or moving objects to new replicas): no second recovery, no GC. */
+  private boolean recovering;
   private Map<String, Object> recoveredRoots = Map.of();
   private long gcRuns;
   private long liveAtLastGc;
@@ -1235,18 +1237,65 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * graph a second set of objects. Lock held.
    */
   private void ensureRecovered(ClassLoader first) {
-    if (recoveredBuilt) return;
+    if (recoveredBuilt || recovering) return;
     if (marksAtOpen == null) {
       recoveredBuilt = true;
       return;
     }
+    recovering = true;
     try {
       recoveredRoots = new HeapRecovery(this, first, marksAtOpen).run();
     } catch (HeapException e) {
       throw new PersistenceException(e.getMessage(), e);
+    } finally {
+      recovering = false;
     }
     marksAtOpen = null;
     recoveredBuilt = true;
+  }
+
+  /**
+   * Moves recovered objects whose class gained or reordered fields (left white by recovery) to
+   * replicas of the current layout, and points every replica and root that referred to their
+   * old replicas at the new ones — one failure-atomic section, so a crash in the middle leaves
+   * the old heap, which the next start moves again. The old replicas become garbage. Lock held.
+   */
+  void migrate(Object[] objects, java.util.IdentityHashMap<Object, Boolean> stale,
+      Map<String, Object> rootGraphs) throws HeapException {
+    sections.enter(false);
+    try {
+      for (Object o : stale.keySet()) persist(o);
+      for (Object o : objects) {
+        if (stale.containsKey(o)) continue;
+        long w = word(o);
+        if (w == 0) continue;
+        long replica = addressOf(w);
+        Layout layout = Layout.of(o);
+        if (layout.kind == Layout.Kind.OBJECT || layout.kind == Layout.Kind.ENUM) {
+          for (int i = 0; i < layout.slots.length; i++) {
+            Layout.Slot sl = layout.slots[i];
+            if (sl.code() != 'L') continue;
+            Object v = Unsafes.U.getObject(o, sl.offset());
+            if (v == null || !stale.containsKey(v)) continue;
+            store(replica, replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(i),
+                addressOf(word(v)), -1L, true, o, v);
+          }
+        } else if (layout.kind == Layout.Kind.ARRAY && layout.elementCode == 'L') {
+          Object[] a = (Object[]) o;
+          for (int i = 0; i < a.length; i++) {
+            if (a[i] == null || !stale.containsKey(a[i])) continue;
+            store(replica, replica + HeapFormat.HEADER + 8L * i, addressOf(word(a[i])), -1L, true, o, a[i]);
+          }
+        }
+      }
+      for (Map.Entry<String, Object> r : rootGraphs.entrySet()) {
+        if (r.getValue() != null && stale.containsKey(r.getValue())) {
+          setRoot(r.getKey(), r.getValue(), null, r.getValue());
+        }
+      }
+    } finally {
+      sections.exit();
+    }
   }
 
   /**
@@ -1486,6 +1535,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   /** GC when the heap is mostly full and has grown since the last one. Lock held. */
   private void maybeCollect() {
+    if (recovering) return; // objects being moved are reachable only from memory meanwhile
     long cap = alloc.capacityBytes();
     long used = alloc.usedBytes();
     if (used > cap * 0.9 && used > liveAtLastGc * 1.25) {
