@@ -206,7 +206,6 @@ final class Sections {
     synchronized (groupLock) {
       if (s.group == null) {
         commitAlone(s);
-        unregister(s);
       } else {
         medium.drain(); // this member's stores, before it counts as ended
         s.ended = true;
@@ -217,12 +216,17 @@ final class Sections {
     closed(s);
   }
 
-  /** Drains and commits a section nobody joined; frees its log. Lock of s held. */
+  /**
+   * Drains and commits a section nobody joined; frees its log. Its words stop being owned only
+   * once the commit is durable: a store by another thread before that would be undone with it.
+   * Lock of s held.
+   */
   private void commitAlone(Section s) {
     if (s.entries > 0) {
       medium.drain();
       logs.advance(s.head);
     }
+    unregister(s);
     reset(s);
     releaseBlocks(s);
   }
@@ -479,11 +483,15 @@ final class Sections {
       if (m.ended) continue;
       if (!m.thread.isAlive()) return true;
       long t = m.thread.getId();
+      int groupLockId = System.identityHashCode(groupLock);
       for (int hop = 0; hop < 32; hop++) {
         ThreadInfo info = threads.getThreadInfo(t);
         if (info == null) break;
         long owner = info.getLockOwnerId();
         if (owner < 0) break;
+        // The group lock is held only for moments (by whoever checks, this thread included):
+        // a thread waiting for it is not stuck behind a member.
+        if (info.getLockInfo() != null && info.getLockInfo().getIdentityHashCode() == groupLockId) break;
         for (int k = 0; k < n; k++) if (waiting[k] == owner) return true;
         t = owner;
       }
