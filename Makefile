@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-java bench clean
 
 all: build
 
@@ -33,6 +33,19 @@ java: deps
 
 # Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
 test: lint unit java
+
+# Long runs (not part of `make test`; hours on 2 cores).
+soak: soak-java
+
+# The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
+# 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the
+# heap flipped, jcstress's default preset, and all four transparency runs.
+soak-java: deps
+	$(CARGO) build --release -p kioku-cli
+	cd java && mvn -B -q -ntp verify -Dkioku.kills=15000 -Dkioku.bankKills=2000 \
+	  -Dkioku.programCuts=30 -Dkioku.powerCutSeeds=16 -Dkioku.flips=all \
+	  -Djcstress.mode=default -Djcstress.args="-sc false" -Djcstress.budget=0 \
+	  -Dkioku.transparency.runs=plain,agent,agent-pool,persistent
 
 # Benchmarks (not part of `make test`); each writes its section of docs/perf.md.
 bench:

@@ -20,8 +20,10 @@ import kioku.persist.KiokuPersist;
  * A transfer locks its two accounts (in id order), moves the money, lets go of them, then locks
  * the journal to append to it and count — all in one atomic block that does not hold one lock
  * for its whole length, so blocks of different threads overlap on the same data (the case
- * issue 13 lost transfers in). Arguments: threads, accounts. Output: "recovered counter=N", then
- * "ack N" lines; "INCONSISTENT ..." and exit 3 if a check fails.
+ * issue 13 lost transfers in). Arguments: threads, accounts, and optionally how many more
+ * transfers to make before stopping (default: until killed or the bank's end). Output:
+ * "recovered counter=N", then "ack N" lines, "done ..." at a stop; "INCONSISTENT ..." and
+ * exit 3 if a check fails.
  */
 public class Bank {
   static final long OPENING = 1_000;
@@ -68,10 +70,11 @@ public class Bank {
     }
     System.out.println("recovered counter=" + s.counter);
     System.out.flush();
+    long stopAt = args.length > 2 ? s.counter + Long.parseLong(args[2]) : MAX_TRANSFERS;
     Thread[] workers = new Thread[threads];
     for (int t = 0; t < threads; t++) {
       long seed = System.nanoTime() + t;
-      workers[t] = new Thread(() -> work(s, new SplittableRandom(seed)), "teller-" + t);
+      workers[t] = new Thread(() -> work(s, new SplittableRandom(seed), stopAt), "teller-" + t);
       workers[t].start();
     }
     for (Thread w : workers) w.join();
@@ -79,7 +82,7 @@ public class Bank {
     System.out.flush();
   }
 
-  private static void work(State s, SplittableRandom rnd) {
+  private static void work(State s, SplittableRandom rnd, long stopAt) {
     int n = s.accounts.size();
     for (int i = 0; ; i++) {
       int from = rnd.nextInt(n);
@@ -92,7 +95,7 @@ public class Bank {
       int f = from;
       int t = to;
       synchronized (s.journal) {
-        if (s.counter >= MAX_TRANSFERS) return;
+        if (s.counter >= Math.min(stopAt, MAX_TRANSFERS)) return;
       }
       KiokuPersist.atomic(() -> {
         synchronized (a) {

@@ -658,8 +658,12 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         long s2 = replica + ReplicaCheck.S2;
         space.putLong(s1, space.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu));
         space.putLong(s2, space.getLong(s2) + ReplicaCheck.s2Delta(p, old, neu));
-        space.flush(at, 8);
-        space.flush(s1, 16);
+        if (at + 8 - s1 <= 64) {
+          space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        } else {
+          space.flush(at, 8);
+          space.flush(s1, 16);
+        }
       }
       if (drain) space.drain();
     } finally {
