@@ -441,4 +441,67 @@ class SectionsTest {
     for (int v : r.numbers) assertEquals(0, v);
     assertTrue(h.verify(a).isEmpty(), h.verify(a).toString());
   }
+
+  /** A block that throws, cut at every ordering point of it and of its rollback: never partial. */
+  @Test
+  void aRollbackCutAnywhereLeavesTheStateBefore() throws Exception {
+    long points = -1;
+    for (long n = 0; points < 0 || n < points; n++) {
+      SimMedium m = SimMedium.create(0);
+      PersistentHeap h = HeapHarness.create(m);
+      Node a = graph();
+      HeapHarness.setRoot(h, a);
+      long start = m.orderingPoints();
+      if (points >= 0) m.cutPowerAt(start + n);
+      assertThrows(IllegalStateException.class, () -> h.atomically(() -> {
+        set(h, a, 1);
+        setBig(h, a, 2);
+        set(h, a.next, 3);
+        a.numbers[0] = 9;
+        h.storePrimitive(a.numbers, 0, 9);
+        throw new IllegalStateException();
+      }));
+      if (points < 0) {
+        points = m.orderingPoints() - start;
+        n = -1;
+        continue;
+      }
+      for (CrashMode mode : new CrashMode[] {CrashMode.ALL_FLUSHED, CrashMode.random(n, true, true)}) {
+        Node r = (Node) HeapHarness.recoveredRoot(HeapHarness.open(SimMedium.fromImage(m.crash(mode))));
+        String got = r.value + "," + r.big + "," + r.next.value + "," + r.numbers[0];
+        assertEquals("-7,11,100,1", got, "cut at " + n + " of " + points + " (" + mode + ")");
+      }
+    }
+  }
+
+  /** A root moved by the roots= option when the pool opens, cut anywhere: in one place or the other. */
+  @Test
+  void aRootMoveCutAnywhereKeepsTheRootInOnePlace() throws Exception {
+    SimMedium first = SimMedium.create(0);
+    PersistentHeap h0 = HeapHarness.create(first);
+    HeapHarness.setRoot(h0, graph());
+    byte[] base = first.crash(CrashMode.DRAINED_ONLY);
+    String from = "kioku.persist.heap.Holder#root";
+    String to = "kioku.persist.heap.Holder#renamed";
+    RootNames move = RootNames.parse(from + ">" + to);
+    long points = -1;
+    for (long n = 0; points < 0 || n < points; n++) {
+      SimMedium m = SimMedium.fromImage(base);
+      long start = m.orderingPoints();
+      if (points >= 0) m.cutPowerAt(start + n);
+      PersistentHeap.open(kioku.persist.pool.Pool.open(m), 1000, move);
+      if (points < 0) {
+        points = m.orderingPoints() - start;
+        n = -1;
+        continue;
+      }
+      for (CrashMode mode : new CrashMode[] {CrashMode.ALL_FLUSHED, CrashMode.random(n, true, true)}) {
+        java.util.Map<String, Long> roots = HeapHarness.open(SimMedium.fromImage(m.crash(mode))).roots();
+        long a = roots.getOrDefault(from, 0L);
+        long b = roots.getOrDefault(to, 0L);
+        assertTrue((a != 0) != (b != 0), "cut at " + n + " (" + mode + "): " + roots);
+      }
+    }
+    assertTrue(points > 0);
+  }
 }
