@@ -54,8 +54,10 @@ final class LogSpace {
   private final Object poolLock;
   private final long blockBytes;
   private final int firstAreaBlocks;
-  private long[] areaOff = new long[0];
-  private int[] areaBlocks = new int[0];
+  /** The areas, replaced whole when one is added (readers on other threads see one or the other). */
+  private record Areas(long[] off, int[] blocks) {}
+
+  private volatile Areas areas = new Areas(new long[0], new int[0]);
   private int[] free = new int[16];
   private int freeCount;
 
@@ -85,7 +87,7 @@ final class LogSpace {
       }
       addArea(s.get().offset(), (int) Math.min(len / blockBytes, 1 << 24));
     }
-    if (areaOff.length == 0) {
+    if (areas.off().length == 0) {
       throw new HeapException(
           HeapException.Reason.DAMAGED,
           "pool " + pool.path() + " has no section " + HeapFormat.LOG
@@ -94,11 +96,13 @@ final class LogSpace {
   }
 
   private synchronized void addArea(long off, int blocks) {
-    int a = areaOff.length;
-    areaOff = Arrays.copyOf(areaOff, a + 1);
-    areaBlocks = Arrays.copyOf(areaBlocks, a + 1);
-    areaOff[a] = off;
-    areaBlocks[a] = blocks;
+    Areas old = areas;
+    int a = old.off().length;
+    long[] o = Arrays.copyOf(old.off(), a + 1);
+    int[] b = Arrays.copyOf(old.blocks(), a + 1);
+    o[a] = off;
+    b[a] = blocks;
+    areas = new Areas(o, b);
     for (int i = blocks - 1; i >= 0; i--) pushFree(id(a, i));
   }
 
@@ -112,8 +116,7 @@ final class LogSpace {
   }
 
   long blockOff(int block) {
-    int a = block >>> 24;
-    return areaOff[a] + (long) (block & 0xffffff) * blockBytes;
+    return areas.off()[block >>> 24] + (long) (block & 0xffffff) * blockBytes;
   }
 
   /** Entries one block holds. */
@@ -126,9 +129,9 @@ final class LogSpace {
   }
 
   /** Blocks in every area (for tests and statistics). */
-  synchronized int blocks() {
+  int blocks() {
     int n = 0;
-    for (int b : areaBlocks) n += b;
+    for (int b : areas.blocks()) n += b;
     return n;
   }
 
@@ -146,7 +149,7 @@ final class LogSpace {
       synchronized (this) {
         if (freeCount > 0) return free[--freeCount];
       }
-      int index = areaOff.length;
+      int index = areas.off().length;
       int blocks = Math.max(firstAreaBlocks, blocks());
       try {
         Section s = pool.addSection(areaName(index), blocks * blockBytes, 0);
@@ -237,8 +240,9 @@ final class LogSpace {
   }
 
   private boolean exists(int block) {
+    Areas now = areas;
     int a = block >>> 24;
-    return a < areaOff.length && (block & 0xffffff) < areaBlocks[a];
+    return a < now.off().length && (block & 0xffffff) < now.blocks()[a];
   }
 
   /** Durably links the log headed by {@code head} (seq {@code seq}) to a group leader. */
@@ -296,7 +300,8 @@ final class LogSpace {
    * the open: without it, what to roll back is unknown).
    */
   List<OpenLog> uncommitted() throws HeapException {
-    int n = areaOff.length;
+    int[] areaBlocks = areas.blocks();
+    int n = areaBlocks.length;
     List<OpenLog> open = new ArrayList<>();
     long[][] seqs = new long[n][];
     for (int a = 0; a < n; a++) {

@@ -73,10 +73,6 @@ final class RootTable {
     return i == null ? 0 : medium.getLong(entry(i) + HeapFormat.ROOT_VALUE);
   }
 
-  boolean has(String name) {
-    return index.containsKey(name);
-  }
-
   /** Every root and its value, in entry order. */
   Map<String, Long> all() {
     Map<String, Long> out = new LinkedHashMap<>();

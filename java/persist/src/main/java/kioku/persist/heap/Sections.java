@@ -219,7 +219,7 @@ final class Sections {
   /**
    * Drains and commits a section nobody joined; frees its log. Its words stop being owned only
    * once the commit is durable: a store by another thread before that would be undone with it.
-   * Lock of s held.
+   * The lock of s held, or (a section others could join) the group lock.
    */
   private void commitAlone(Section s) {
     if (s.entries > 0) {
