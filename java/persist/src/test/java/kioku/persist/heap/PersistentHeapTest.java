@@ -116,6 +116,18 @@ class PersistentHeapTest {
     assertTrue(e.getMessage().contains("java.util.concurrent.ConcurrentHashMap"), e.getMessage());
     assertEquals(0, h.word(a), "a refused graph stays white");
     assertEquals(0, h.stats().usedBytes(), "and its replicas are freed");
+    assertNull(Holder.root, "the refused store did not happen, in memory either");
+    // A store into a persistent object: refused, the field keeps its old value.
+    Node ok = graph();
+    HeapHarness.setRoot(h, ok);
+    Node old = ok.next;
+    Node bad = new Node();
+    bad.things = new Object[] {new Thread()};
+    ok.next = bad;
+    int next = HeapHarness.field("next", "Lkioku/persist/heap/Node;");
+    assertThrows(NotPersistableException.class, () -> h.putReference(ok, bad, old, next));
+    assertSame(old, ok.next);
+    assertTrue(h.verify(ok).isEmpty(), h.verify(ok).toString());
   }
 
   @Test
