@@ -4,8 +4,6 @@ import java.lang.invoke.VarHandle;
 import java.lang.reflect.Array;
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
-import java.util.ArrayDeque;
-import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -1372,7 +1370,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   /** Every replica reachable from the roots and the open undo logs, checked as it goes. */
   Marks markLive() throws HeapException {
-    return mark(null);
+    return new HeapMarking(this).mark(null);
   }
 
   /**
@@ -1381,144 +1379,17 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * instead.
    */
   private Marks markLive(long[] touched) throws HeapException {
-    return mark(touched);
-  }
-
-  private Marks mark(long[] touched) throws HeapException {
-    Marks live = new Marks(space);
-    long[] stack = new long[1024];
-    int sp = 0;
-    List<Long> starts = new ArrayList<>(roots.all().values());
-    sections.forEachLoggedReference(starts::add);
-    for (long v : starts) {
-      if (v == 0) continue;
-      if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
-      stack[sp++] = v;
-    }
-    boolean[][] refWords = new boolean[classes.size() + 1][];
-    while (sp > 0) {
-      long addr = stack[--sp];
-      if (!space.valid(addr, HeapFormat.HEADER)) throw damagedAt(addr, "points outside the heap");
-      if (live.contains(addr)) continue;
-      long size = checkedSize(addr, touched);
-      long header = space.getLong(addr);
-      int cid = (int) header;
-      long count = header >>> 32;
-      ClassTable.Descriptor d = classes.get(cid);
-      live.mark(addr);
-      long body = addr + HeapFormat.HEADER;
-      boolean scan = d.kind() == Layout.Kind.OBJECT || d.kind() == Layout.Kind.ENUM;
-      if (scan) {
-        boolean[] refs = refWords[cid];
-        if (refs == null) refs = refWords[cid] = d.referenceWords();
-        if (refs.length != count) throw damagedAt(addr, "has " + count + " words, its class " + refs.length);
-        for (int i = 0; i < count; i++) {
-          if (!refs[i]) continue;
-          long v = space.getLong(body + 8L * i);
-          if (v == 0) continue;
-          if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
-          stack[sp++] = v;
-        }
-      } else if (d.kind() == Layout.Kind.ARRAY && d.elementCode() == 'L') {
-        for (long i = 0; i < count; i++) {
-          long v = space.getLong(body + 8L * i);
-          if (v == 0) continue;
-          if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
-          stack[sp++] = v;
-        }
-      }
-    }
-    live.rank();
+    HeapMarking m = new HeapMarking(this);
+    Marks live = m.mark(touched);
+    repairedAtOpen += m.repaired();
     return live;
   }
 
-  /**
-   * The size of the replica at {@code addr} from its header, checked against the class table
-   * and the heap space; at open ({@code touched} non-null) its check words are verified too,
-   * and one wrong word (a store a crash tore, or a flipped bit) repaired.
-   */
-  private long checkedSize(long addr, long[] touched) throws HeapException {
-    for (int attempt = 0; ; attempt++) {
-      long header = space.getLong(addr);
-      int cid = (int) header;
-      long count = header >>> 32;
-      ClassTable.Descriptor d = classes.get(cid);
-      long size = d == null ? -1 : d.replicaSize(count);
-      boolean fits = d != null && space.valid(addr, size)
-          && (d.bodyWords() < 0 || d.bodyWords() == count);
-      if (touched == null) {
-        if (d == null) throw damagedAt(addr, "names class " + cid + " which the class table lacks");
-        if (!fits) throw damagedAt(addr, "runs past its heap space");
-        return size;
-      }
-      if (!fits) {
-        // The header itself may be the one wrong word: the checks over the smallest replica
-        // cannot tell, so try what S1 says it was if that makes a valid header.
-        if (attempt == 0 && repairHeader(addr)) continue;
-        if (d == null) throw damagedAt(addr, "names class " + cid + " which the class table lacks");
-        throw damagedAt(addr, "runs past its heap space");
-      }
-      if (touchedIn(touched, addr, size)) {
-        ReplicaCheck.recompute(space, addr, size);
-        space.flush(addr + ReplicaCheck.S1, 16);
-        return size;
-      }
-      switch (ReplicaCheck.verify(space, addr, size)) {
-        case INTACT:
-          return size;
-        case REPAIRED:
-          repairedAtOpen++;
-          if (space.getLong(addr) != header) {
-            long again = space.getLong(addr);
-            ClassTable.Descriptor d2 = classes.get((int) again);
-            if (d2 == null || d2.replicaSize(again >>> 32) != size) {
-              throw damagedAt(addr, "has a damaged header");
-            }
-          }
-          space.drain();
-          return size;
-        default:
-          throw damagedAt(addr, "fails its check words (more than one word differs)");
-      }
-    }
+  Sections sections() {
+    return sections;
   }
 
-  /**
-   * A header that names no class or does not fit: if flipping it to what S1 implies (the XOR of
-   * everything else) gives a header whose replica then checks whole, that was the wrong word.
-   */
-  private boolean repairHeader(long addr) {
-    long header = space.getLong(addr);
-    long s1 = space.getLong(addr + ReplicaCheck.S1);
-    for (int cid = 1; cid <= classes.size(); cid++) {
-      ClassTable.Descriptor d = classes.get(cid);
-      long words = d.bodyWords();
-      if (words < 0) continue; // arrays and strings: the count is unknown, do not guess
-      long size = d.replicaSize(words);
-      if (!space.valid(addr, size)) continue;
-      long candidate = (words << 32) | cid;
-      long x = 0;
-      for (long p = 3; p < size / 8; p++) x ^= space.getLong(addr + 8 * p);
-      if ((x ^ candidate) != s1) continue;
-      space.putLong(addr, candidate);
-      if (ReplicaCheck.verify(space, addr, size) == ReplicaCheck.Outcome.INTACT) {
-        space.flush(addr, 8);
-        space.drain();
-        repairedAtOpen++;
-        return true;
-      }
-      space.putLong(addr, header);
-    }
-    return false;
-  }
-
-  private static boolean touchedIn(long[] touched, long addr, long size) {
-    int i = java.util.Arrays.binarySearch(touched, addr);
-    if (i < 0) i = -i - 1;
-    return i < touched.length && touched[i] < addr + size;
-  }
-
-  private static HeapException damagedAt(long addr, String what) {
+  static HeapException damagedAt(long addr, String what) {
     return new HeapException(
         HeapException.Reason.DAMAGED,
         "persistent heap damaged: the replica at 0x" + Long.toHexString(addr) + " " + what
@@ -1581,76 +1452,11 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * tests and diagnostics; the program should not be writing the graph meanwhile.
    */
   public List<String> verify(Object root) {
-    List<String> bad = new ArrayList<>();
-    java.util.IdentityHashMap<Object, Boolean> seen = new java.util.IdentityHashMap<>();
-    ArrayDeque<Object> work = new ArrayDeque<>();
-    if (root != null) work.add(root);
-    VarHandle.fullFence();
-    while (!work.isEmpty() && bad.size() < 100) {
-      Object o = work.pollFirst();
-      if (seen.put(o, Boolean.TRUE) != null) continue;
-      long w = word(o);
-      if (w == 0) {
-        bad.add(describe(o) + " is reachable but has no replica");
-        continue;
-      }
-      long addr = addressOf(w);
-      long header = space.getLong(addr);
-      ClassTable.Descriptor d = classes.get((int) header);
-      if (d == null) {
-        bad.add(describe(o) + ": replica names no class");
-        continue;
-      }
-      long size = d.replicaSize(header >>> 32);
-      long[] checks = ReplicaCheck.compute(space, addr, size);
-      if (checks[0] != space.getLong(addr + ReplicaCheck.S1) || checks[1] != space.getLong(addr + ReplicaCheck.S2)) {
-        bad.add(describe(o) + ": replica check words do not match its contents");
-      }
-      if (d.kind() == Layout.Kind.CANONICAL) continue;
-      Layout layout = Layout.of(o);
-      long body = addr + HeapFormat.HEADER;
-      switch (layout.kind) {
-        case OBJECT, ENUM -> {
-          for (int i = 0; i < layout.slots.length; i++) {
-            Layout.Slot sl = layout.slots[i];
-            long got = space.getLong(body + 8L * layout.wordOfSlot(i));
-            if (sl.code() == 'L') {
-              Object v = Unsafes.U.getObject(o, sl.offset());
-              long want = v == null ? 0 : addressOf(word(v));
-              if (got != want) bad.add(describe(o) + "." + sl.field().getName() + ": replica points elsewhere");
-              if (v != null) work.addLast(v);
-            } else if (got != Layout.readBits(o, sl)) {
-              bad.add(describe(o) + "." + sl.field().getName() + ": replica " + got + ", object " + Layout.readBits(o, sl));
-            }
-          }
-        }
-        case ARRAY -> {
-          int n = Array.getLength(o);
-          if ((header >>> 32) != n) bad.add(describe(o) + ": replica length differs");
-          if (layout.elementCode == 'L') {
-            for (int i = 0; i < n; i++) {
-              Object v = ((Object[]) o)[i];
-              long want = v == null ? 0 : addressOf(word(v));
-              if (space.getLong(body + 8L * i) != want) bad.add(describe(o) + "[" + i + "]: replica points elsewhere");
-              if (v != null) work.addLast(v);
-            }
-          } else {
-            byte[] want = ArrayBytes.toBytes(o, layout.elementCode, 0, n);
-            byte[] got = new byte[want.length];
-            medium.get(space.off(body), got, 0, got.length);
-            if (!java.util.Arrays.equals(want, got)) bad.add(describe(o) + ": replica elements differ");
-          }
-        }
-        default -> {
-          // strings do not change
-        }
-      }
-    }
-    return bad;
+    return new GraphVerifier(this).verify(root);
   }
 
-  private static String describe(Object o) {
-    return o.getClass().getName() + "@" + Integer.toHexString(System.identityHashCode(o));
+  Medium medium() {
+    return medium;
   }
 
   public Stats stats() {
