@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java bench clean
 
 all: build
 
@@ -34,15 +34,29 @@ java: deps
 # Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
 test: lint unit java
 
-# Kill-and-restore soak (not part of `make test`): the real programs of
-# crates/cli/tests/proc_programs.rs (sqlite3, a JVM, sh, make -j2, Python, node.js, an event
-# loop, a TCP server, a process tree) and the examples of proc_restore.rs, SIGKILLed and restored
-# SOAK_KILLS times each; every reference run three times over to show it is deterministic.
+# Long runs (not part of `make test`; hours on 2 cores): `make soak` runs both.
+soak: soak-rust soak-java
+
+# Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
+# sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
+# proc_restore.rs, SIGKILLed and restored SOAK_KILLS times each, every reference run three times
+# over to show it is deterministic; power cuts of tree checkpoints with random crash images too.
 # A failure prints KIOKU_SEED, which replays its kill moments.
 SOAK_KILLS ?= 50
-soak: deps
+soak-rust: deps
 	KIOKU_PROC_KILLS=$(SOAK_KILLS) KIOKU_PROC_REFERENCES=3 \
 	  $(CARGO) test -p kioku-cli --test proc_programs --test proc_restore -- --nocapture
+	KIOKU_POWER_CUT_IMAGES=4 $(CARGO) test -p kioku-run --test power_cut -- --nocapture
+
+# The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
+# 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the
+# heap flipped, jcstress's default preset, and all four transparency runs.
+soak-java: deps
+	$(CARGO) build --release -p kioku-cli
+	cd java && mvn -B -q -ntp verify -Dkioku.kills=15000 -Dkioku.bankKills=2000 \
+	  -Dkioku.programCuts=30 -Dkioku.powerCutSeeds=16 -Dkioku.flips=all \
+	  -Djcstress.mode=default -Djcstress.args="-sc false" -Djcstress.budget=0 \
+	  -Dkioku.transparency.runs=plain,agent,agent-pool,persistent
 
 # Benchmarks (not part of `make test`); each writes its section of docs/perf.md.
 bench:

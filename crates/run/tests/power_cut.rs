@@ -178,9 +178,9 @@ fn crash_at_every_ordering_point_of_a_tree_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let prog = pi(dir.path());
     let want = reference(&prog);
-    let (mut images, mut points, mut early) = (0, 0, 0);
+    let (mut images, mut early) = (0, 0);
     let mut k = 0;
-    loop {
+    let points = loop {
         let Some((mut m, ctl)) = start(&prog, dir.path()) else {
             return;
         };
@@ -210,13 +210,12 @@ fn crash_at_every_ordering_point_of_a_tree_checkpoint() {
         }
         drop(m); // kills the tree
         if ctl.power_cut_point().is_none() {
-            points = k;
-            break; // the checkpoint had fewer ordering points than k
+            break k; // the checkpoint had fewer ordering points than k
         }
         let what = format!("cut at point {k} of the third checkpoint");
         images += check_crash_images(&ctl, &what, dir.path(), &want, 2..=3);
         k += 1;
-    }
+    };
     assert!(
         points >= 4,
         "a checkpoint has at least four ordering points, saw {points}"

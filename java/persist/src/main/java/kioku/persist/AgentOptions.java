@@ -4,6 +4,7 @@ import java.nio.file.Path;
 import java.util.LinkedHashMap;
 import java.util.Map;
 import kioku.persist.heap.PersistentHeap;
+import kioku.persist.heap.RootNames;
 
 /**
  * The agent's argument string: {@code key=value} pairs separated by commas, e.g.
@@ -14,7 +15,11 @@ import kioku.persist.heap.PersistentHeap;
  *   <li>{@code pool=PATH}: the pool; created when missing, recovered when present
  *   <li>{@code medium=auto|dax|file|shm|sim}: how stores become durable (default auto)
  *   <li>{@code chunk=SIZE}: bytes per heap space, for a new pool (default 64m)
- *   <li>{@code logSlots=N}, {@code logSlotBytes=SIZE}: undo logs, for a new pool (8, 8m)
+ *   <li>{@code logSlots=N}, {@code logSlotBytes=SIZE}: undo-log blocks a new pool starts with,
+ *       and their size (8, 1m); logs grow past them on any pool
+ *   <li>{@code isolation.wait=MILLIS}: how long a failure-atomic section waits at its end for
+ *       another thread's section it depends on before both commit as they stand (1000)
+ *   <li>{@code roots=Old#f>New#g;Gone#h>-}: roots renamed or dropped since the pool was written
  *   <li>{@code sim.cutAt=N}, {@code sim.mode=drained|flushed|random:SEED}: power-cut tests
  * </ul>
  */
@@ -22,6 +27,7 @@ public record AgentOptions(
     Path pool,
     String medium,
     PersistentHeap.Options heap,
+    RootNames roots,
     long simCutAt,
     String simMode) {
 
@@ -40,11 +46,12 @@ public record AgentOptions(
     PersistentHeap.Options d = PersistentHeap.Options.defaults();
     for (String k : kv.keySet()) {
       if (!k.startsWith("instrument.")
-          && !java.util.Set.of("pool", "medium", "chunk", "logSlots", "logSlotBytes", "sim.cutAt", "sim.mode")
+          && !java.util.Set.of("pool", "medium", "chunk", "logSlots", "logSlotBytes",
+                  "isolation.wait", "roots", "sim.cutAt", "sim.mode")
               .contains(k)) {
         throw new IllegalArgumentException(
             "unknown agent option '" + k + "': known are pool, medium, chunk, logSlots,"
-                + " logSlotBytes, sim.cutAt, sim.mode, instrument.*");
+                + " logSlotBytes, isolation.wait, roots, sim.cutAt, sim.mode, instrument.*");
       }
     }
     return new AgentOptions(
@@ -53,7 +60,9 @@ public record AgentOptions(
         new PersistentHeap.Options(
             size(kv, "chunk", d.chunkBytes()),
             (int) size(kv, "logSlots", d.logSlots()),
-            size(kv, "logSlotBytes", d.logSlotBytes())),
+            size(kv, "logSlotBytes", d.logSlotBytes()),
+            size(kv, "isolation.wait", d.isolationWaitMillis())),
+        RootNames.parse(kv.get("roots")),
         kv.containsKey("sim.cutAt") ? size(kv, "sim.cutAt", -1) : -1,
         kv.getOrDefault("sim.mode", "drained"));
   }

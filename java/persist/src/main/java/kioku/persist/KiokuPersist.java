@@ -70,9 +70,12 @@ public final class KiokuPersist {
           // no data to lose; make the heap.
           boolean unfinished = PersistentHeap.POOL_KIND.equals(pool.kind())
               && pool.epoch() == 0 && pool.sections().isEmpty();
-          h = unfinished ? PersistentHeap.create(pool, o.heap()) : PersistentHeap.open(pool);
+          h = unfinished
+              ? PersistentHeap.create(pool, o.heap(), o.roots())
+              : PersistentHeap.open(pool, o.heap().isolationWaitMillis(), o.roots());
         } else {
-          h = PersistentHeap.create(Pool.create(o.pool(), PersistentHeap.POOL_KIND, choice), o.heap());
+          h = PersistentHeap.create(
+              Pool.create(o.pool(), PersistentHeap.POOL_KIND, choice), o.heap(), o.roots());
         }
       }
       heap = h;
@@ -80,10 +83,12 @@ public final class KiokuPersist {
       try {
         h.recoverEagerly(ClassLoader.getSystemClassLoader());
       } catch (HeapException | RuntimeException e) {
-        // A heap that cannot be recovered is not left open (nor its pool locked).
+        // A heap that cannot be recovered is not left open (nor its pool locked), and the
+        // barrier is off again (recovery may have turned it on).
         heap = null;
-        kioku.persist.rt.Barrier.hooks = null;
         h.close();
+        kioku.persist.rt.Barrier.active = false;
+        kioku.persist.rt.Barrier.hooks = null;
         throw e;
       }
       return h.hasData();
@@ -124,8 +129,8 @@ public final class KiokuPersist {
     }
     Runtime.getRuntime().addShutdownHook(new Thread(save, "kioku-sim-image"));
     return exists
-        ? PersistentHeap.open(Pool.open(m))
-        : PersistentHeap.create(Pool.create(m, PersistentHeap.POOL_KIND), o.heap());
+        ? PersistentHeap.open(Pool.open(m), o.heap().isolationWaitMillis(), o.roots())
+        : PersistentHeap.create(Pool.create(m, PersistentHeap.POOL_KIND), o.heap(), o.roots());
   }
 
   private static CrashMode crashMode(String s) {
@@ -180,6 +185,17 @@ public final class KiokuPersist {
    * Runs {@code action} as one failure-atomic section: after a crash, either all of its
    * stores to persistent objects are in the pool or none. (Each operation on a persistent
    * collection already is one.)
+   *
+   * <p>An exception that leaves {@code action} rolls it back: its stores to persistent objects
+   * are undone in the pool and in the objects (stores to objects that are not persistent stay),
+   * then the exception propagates. Nested blocks are part of the outermost one.
+   *
+   * <p>Isolation: hold the lock that protects the data around the block ({@code synchronized
+   * (lock) { KiokuPersist.atomic(...); }}). A block that lets go of its lock before it ends
+   * and whose data another thread then writes is tied to that thread's section: the other
+   * section's end waits for this one, and they commit together; this block then cannot be
+   * rolled back by an exception (its stores are already part of the other thread's). See
+   * docs/persist.md, "Failure-atomic sections and threads".
    */
   public static void atomic(Runnable action) {
     // The heap the barrier writes to (the open one; in tests, whichever they installed).

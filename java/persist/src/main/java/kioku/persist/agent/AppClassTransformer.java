@@ -5,6 +5,7 @@ import org.objectweb.asm.ClassVisitor;
 import org.objectweb.asm.ClassWriter;
 import org.objectweb.asm.Opcodes;
 import org.objectweb.asm.commons.SerialVersionUIDAdder;
+import org.objectweb.asm.tree.ClassNode;
 
 /**
  * Instruments one application class from its class-file bytes. Frames are kept from the
@@ -43,7 +44,13 @@ final class AppClassTransformer {
         && self.field(Names.WORD, "J") == null;
     RewriteContext ctx = new RewriteContext(loader, self, source, filter);
     ClassWriter writer = new ClassWriter(reader, ClassWriter.COMPUTE_MAXS);
-    ClassVisitor cv = new AppClassVisitor(writer, ctx, addWord, mayAddMembers);
+    FieldInitializers.Found inits = FieldInitializers.Found.NONE;
+    if (mayAddMembers && !self.isEnum() && !self.isRecord() && hasInstanceFields(self)) {
+      ClassNode node = new ClassNode();
+      reader.accept(node, ClassReader.SKIP_FRAMES);
+      inits = FieldInitializers.of(node);
+    }
+    ClassVisitor cv = new AppClassVisitor(writer, ctx, addWord, mayAddMembers, inits);
     if (addWord && keepsSerialVersionUid(loader, self)) {
       // The new interface and public methods would change the default serialVersionUID and
       // break deserializing data written without the agent: pin the original one.
@@ -56,6 +63,11 @@ final class AppClassTransformer {
           + ": " + ctx.summary());
     }
     return out;
+  }
+
+  private static boolean hasInstanceFields(ClassInfo self) {
+    for (FieldInfo f : self.fields().values()) if (!f.isStatic()) return true;
+    return false;
   }
 
   private boolean keepsSerialVersionUid(ClassLoader loader, ClassInfo self) {

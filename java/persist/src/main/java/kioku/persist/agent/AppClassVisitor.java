@@ -17,14 +17,17 @@ final class AppClassVisitor extends ClassVisitor {
   private final boolean addWord;
   private final boolean mayAddClinit;
   private final boolean declaresRoots;
+  private final FieldInitializers.Found inits;
   private boolean sawClinit;
 
-  AppClassVisitor(ClassVisitor next, RewriteContext ctx, boolean addWord, boolean mayAddClinit) {
+  AppClassVisitor(ClassVisitor next, RewriteContext ctx, boolean addWord, boolean mayAddClinit,
+      FieldInitializers.Found inits) {
     super(Opcodes.ASM9, next);
     this.ctx = ctx;
     this.addWord = addWord;
     this.mayAddClinit = mayAddClinit;
     this.declaresRoots = ctx.self.declaresRoots();
+    this.inits = inits;
   }
 
   @Override
@@ -60,6 +63,8 @@ final class AppClassVisitor extends ClassVisitor {
   public void visitEnd() {
     if (addWord) addReplicaWord();
     if (declaresRoots && !sawClinit && mayAddClinit) addClinit();
+    // Straight to the writer: their stores run on recovered objects that are not persistent yet.
+    FieldInitializers.emit(cv, inits);
     super.visitEnd();
   }
 

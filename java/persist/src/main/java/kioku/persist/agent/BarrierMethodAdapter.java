@@ -33,7 +33,9 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     LONG(Type.LONG_TYPE),
     FLOAT(Type.FLOAT_TYPE),
     DOUBLE(Type.DOUBLE_TYPE),
-    REFERENCE(OBJECT_TYPE);
+    REFERENCE(OBJECT_TYPE),
+    /** The value a reference store replaces (the runtime puts it back if it refuses). */
+    OLD(OBJECT_TYPE);
 
     final Type type;
 
@@ -85,7 +87,10 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     }
   }
 
-  /** store value; store obj; [pre]; load obj; load value; putfield; load obj; load value; call. */
+  /**
+   * store value; store obj; [pre | old = obj.field]; load obj; load value; putfield; load obj;
+   * load value; [load old]; call.
+   */
   private void putField(String owner, String name, String desc) {
     Type type = Type.getType(desc);
     RewriteContext.FieldWrite w = ctx.fieldWrite(owner, name, desc);
@@ -94,7 +99,15 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     store(type, value);
     store(OBJECT_TYPE, target);
     String suffix = suffix(type);
-    String callDesc = "(Ljava/lang/Object;" + barrierArg(type) + "I)V";
+    boolean ref = suffix.equals("L") && !w.isVolatile();
+    String callDesc = "(Ljava/lang/Object;" + barrierArg(type) + (ref ? "Ljava/lang/Object;" : "") + "I)V";
+    int old = -1;
+    if (ref) {
+      old = scratch(Scratch.OLD);
+      load(OBJECT_TYPE, target);
+      super.visitFieldInsn(GETFIELD, owner, name, desc);
+      store(OBJECT_TYPE, old);
+    }
     if (w.isVolatile()) {
       ctx.volatileWrites++;
       load(OBJECT_TYPE, target);
@@ -111,13 +124,14 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
       invokeBarrier("postVolatile", "(Ljava/lang/Object;I)V");
     } else {
       loadNormalized(type, value);
+      if (ref) load(OBJECT_TYPE, old);
       push(w.id());
       invokeBarrier("put" + suffix, callDesc);
     }
     ctx.fieldWrites++;
   }
 
-  /** dup; putstatic; push rootId; Barrier.putRoot(value, rootId). */
+  /** dup; getstatic; swap; putstatic; push rootId; Barrier.putRoot(value, old, rootId). */
   private void putStatic(String owner, String name, String desc) {
     int root = ctx.rootId(owner, name, desc);
     if (root == 0) {
@@ -125,9 +139,11 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
       return;
     }
     super.visitInsn(DUP);
+    super.visitFieldInsn(GETSTATIC, owner, name, desc);
+    super.visitInsn(SWAP);
     super.visitFieldInsn(PUTSTATIC, owner, name, desc);
     push(root);
-    invokeBarrier("putRoot", "(Ljava/lang/Object;I)V");
+    invokeBarrier("putRoot", "(Ljava/lang/Object;Ljava/lang/Object;I)V");
     ctx.rootStores++;
   }
 
@@ -146,6 +162,15 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     store(element, value);
     store(Type.INT_TYPE, index);
     store(OBJECT_TYPE, array);
+    int old = -1;
+    if (opcode == AASTORE) {
+      // The element it replaces (aaload fails exactly where aastore would, before it).
+      old = scratch(Scratch.OLD);
+      load(OBJECT_TYPE, array);
+      load(Type.INT_TYPE, index);
+      super.visitInsn(AALOAD);
+      store(OBJECT_TYPE, old);
+    }
     load(OBJECT_TYPE, array);
     load(Type.INT_TYPE, index);
     load(element, value);
@@ -155,6 +180,7 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     load(OBJECT_TYPE, array);
     load(Type.INT_TYPE, index);
     loadNormalized(element, value);
+    if (old >= 0) load(OBJECT_TYPE, old);
     invokeBarrier("store" + suffix(element), storeDesc(opcode, element));
     ctx.arrayStores++;
   }
@@ -177,7 +203,7 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
   private static String storeDesc(int opcode, Type element) {
     return switch (opcode) {
       case BASTORE -> "(Ljava/lang/Object;II)V";
-      case AASTORE -> "([Ljava/lang/Object;ILjava/lang/Object;)V";
+      case AASTORE -> "([Ljava/lang/Object;ILjava/lang/Object;Ljava/lang/Object;)V";
       default -> "([" + element.getDescriptor() + "I" + element.getDescriptor() + ")V";
     };
   }

@@ -20,17 +20,32 @@ import kioku.persist.pool.Medium;
  * the first replica that names it.
  */
 final class ClassTable {
-  /** A class as the heap recorded it. {@code entries}: slot keys, or enum constant names. */
-  record Descriptor(int id, Layout.Kind kind, String name, List<String> entries) {
-    /** For an object: which slots hold references. */
-    boolean[] referenceSlots() {
-      boolean[] refs = new boolean[entries.size()];
-      for (int i = 0; i < refs.length; i++) {
-        String e = entries.get(i);
+  /**
+   * A class as the heap recorded it. {@code slots}: the keys of the replicated fields (objects
+   * and enums); {@code constants}: an enum's constant names in ordinal order. A canonical
+   * descriptor's name says which shared instance (see Canonicals).
+   */
+  record Descriptor(int id, Layout.Kind kind, String name, List<String> constants, List<String> slots) {
+    /** Which body words hold references (objects: the slots; enums: after the ordinal). */
+    boolean[] referenceWords() {
+      int first = kind == Layout.Kind.ENUM ? 1 : 0;
+      boolean[] refs = new boolean[first + slots.size()];
+      for (int i = 0; i < slots.size(); i++) {
+        String e = slots.get(i);
         char c = e.charAt(e.lastIndexOf(':') + 1);
-        refs[i] = c == 'L' || c == '[';
+        refs[first + i] = c == 'L' || c == '[';
       }
       return refs;
+    }
+
+    /** Body words a replica of this class has, for objects, enums and canonical boxes. */
+    long bodyWords() {
+      return switch (kind) {
+        case OBJECT -> slots.size();
+        case ENUM -> 1 + slots.size();
+        case CANONICAL -> name.startsWith(Canonicals.BOX) ? 1 : 0;
+        default -> -1;
+      };
     }
 
     /** For an array: the element's descriptor character ('L' for references). */
@@ -42,8 +57,7 @@ final class ClassTable {
     /** The bytes of a replica of this class whose header holds {@code count}. */
     long replicaSize(long count) {
       return switch (kind) {
-        case OBJECT -> HeapFormat.HEADER + 8 * count;
-        case ENUM -> HeapFormat.HEADER + 8;
+        case OBJECT, ENUM, CANONICAL -> HeapFormat.HEADER + 8 * count;
         case ARRAY -> Layout.align8(HeapFormat.HEADER + count * Layout.sizeOf(elementCode()));
         case STRING -> Layout.align8(HeapFormat.HEADER + 1 + count);
       };
@@ -68,7 +82,8 @@ final class ClassTable {
 
   /** Reads the committed descriptors. */
   void load() throws HeapException {
-    long count = medium.getLong(metaOff + HeapFormat.M_CLASS_COUNT);
+    long count = HeapFormat.count(medium.getLong(metaOff + HeapFormat.M_CLASS_COUNT));
+    if (count < 0) throw damaged("the class count does not check");
     long at = 0;
     for (long i = 0; i < count; i++) {
       if (at + HeapFormat.RECORD_HEADER > logLen) throw damaged("descriptor " + (i + 1) + " past the log");
@@ -84,7 +99,7 @@ final class ClassTable {
       if ((int) c.getValue() != crc) throw damaged("descriptor " + (i + 1) + " checksum mismatch");
       Descriptor d = decode((int) i + 1, payload);
       byId.add(d);
-      byKey.putIfAbsent(key(d.kind, d.name, d.entries), d.id);
+      byKey.putIfAbsent(key(d), d.id);
       at += Layout.align8(HeapFormat.RECORD_HEADER + len);
     }
     tail = at;
@@ -114,20 +129,34 @@ final class ClassTable {
       layout.classId = new Layout.ClassId(this, known);
       return known;
     }
-    List<String> entries = new ArrayList<>();
-    if (layout.kind == Layout.Kind.OBJECT) {
-      for (Layout.Slot s : layout.slots) entries.add(s.key());
-    } else if (layout.kind == Layout.Kind.ENUM) {
-      for (Object e : c.getEnumConstants()) entries.add(((Enum<?>) e).name());
+    List<String> slots = new ArrayList<>();
+    List<String> constants = new ArrayList<>();
+    for (Layout.Slot s : layout.slots) slots.add(s.key());
+    if (layout.kind == Layout.Kind.ENUM) {
+      for (Object e : c.getEnumConstants()) constants.add(((Enum<?>) e).name());
     }
-    String k = key(layout.kind, c.getName(), entries);
-    Integer id = byKey.get(k);
-    if (id == null) {
-      id = append(new Descriptor(byId.size() + 1, layout.kind, c.getName(), entries));
-    }
+    int id = idOf(new Descriptor(0, layout.kind, c.getName(), constants, slots));
     ids.put(c, id);
     layout.classId = new Layout.ClassId(this, id);
     return id;
+  }
+
+  private final Map<String, Integer> canonicalIds = new HashMap<>();
+
+  /** The id of a canonical instance's descriptor (named as Canonicals names it). */
+  int idOfCanonical(String name) throws HeapException {
+    Integer known = canonicalIds.get(name);
+    if (known != null) return known;
+    int id = idOf(new Descriptor(0, Layout.Kind.CANONICAL, name, List.of(), List.of()));
+    canonicalIds.put(name, id);
+    return id;
+  }
+
+  private int idOf(Descriptor wanted) throws HeapException {
+    Integer id = byKey.get(key(wanted));
+    if (id != null) return id;
+    return append(
+        new Descriptor(byId.size() + 1, wanted.kind, wanted.name, wanted.constants, wanted.slots));
   }
 
   private int append(Descriptor d) throws HeapException {
@@ -148,16 +177,16 @@ final class ClassTable {
     medium.flush(logOff + tail, need);
     medium.drain();
     // The count is the commit of the record: one 8-byte store.
-    medium.putLong(metaOff + HeapFormat.M_CLASS_COUNT, byId.size() + 1);
+    medium.putLong(metaOff + HeapFormat.M_CLASS_COUNT, HeapFormat.countWord(byId.size() + 1));
     medium.persist(metaOff + HeapFormat.M_CLASS_COUNT, 8);
     tail += need;
     byId.add(d);
-    byKey.put(key(d.kind, d.name, d.entries), d.id);
+    byKey.put(key(d), d.id);
     return d.id;
   }
 
-  private static String key(Layout.Kind kind, String name, List<String> entries) {
-    return kind + " " + name + " " + String.join(",", entries);
+  private static String key(Descriptor d) {
+    return d.kind + " " + d.name + " " + String.join(",", d.constants) + " " + String.join(",", d.slots);
   }
 
   private static byte[] encode(Descriptor d) {
@@ -166,12 +195,22 @@ final class ClassTable {
       DataOutputStream out = new DataOutputStream(bytes);
       out.writeByte(d.kind.ordinal());
       out.writeUTF(d.name);
-      out.writeInt(d.entries.size());
-      for (String e : d.entries) out.writeUTF(e);
+      out.writeInt(d.constants.size());
+      for (String e : d.constants) out.writeUTF(e);
+      out.writeInt(d.slots.size());
+      for (String e : d.slots) out.writeUTF(e);
       return bytes.toByteArray();
     } catch (IOException e) {
       throw new IllegalStateException(e);
     }
+  }
+
+  private static List<String> strings(DataInputStream in) throws IOException {
+    int n = in.readInt();
+    if (n < 0 || n > 1 << 20) throw new IOException("count " + n);
+    List<String> out = new ArrayList<>(Math.min(n, 1024));
+    for (int i = 0; i < n; i++) out.add(in.readUTF());
+    return List.copyOf(out);
   }
 
   private static Descriptor decode(int id, byte[] payload) throws HeapException {
@@ -180,10 +219,7 @@ final class ClassTable {
       int kind = in.readUnsignedByte();
       if (kind >= Layout.Kind.values().length) throw damaged("descriptor " + id + " kind " + kind);
       String name = in.readUTF();
-      int n = in.readInt();
-      List<String> entries = new ArrayList<>(n);
-      for (int i = 0; i < n; i++) entries.add(in.readUTF());
-      return new Descriptor(id, Layout.Kind.values()[kind], name, List.copyOf(entries));
+      return new Descriptor(id, Layout.Kind.values()[kind], name, strings(in), strings(in));
     } catch (IOException e) {
       throw damaged("descriptor " + id + " unreadable");
     }

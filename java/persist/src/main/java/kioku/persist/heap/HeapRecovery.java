@@ -23,9 +23,19 @@ final class HeapRecovery {
   private Resolved[] resolved = new Resolved[16]; // by class id
   private final Progress progress;
 
-  /** A descriptor bound to the class of this JVM. */
+  /**
+   * A descriptor bound to the class of this JVM. {@code stale}: the class gained or reordered
+   * fields since, so its objects move to replicas of the current layout ({@code added}: the
+   * fields their replicas lack).
+   */
   private record Resolved(
-      ClassTable.Descriptor d, Class<?> type, Layout layout, int[] slotMap, Object[] constants) {}
+      ClassTable.Descriptor d,
+      Class<?> type,
+      Layout layout,
+      int[] slotMap,
+      Object[] constants,
+      boolean stale,
+      List<Layout.Slot> added) {}
 
   HeapRecovery(PersistentHeap heap, ClassLoader first, Marks live) {
     this.heap = heap;
@@ -52,13 +62,25 @@ final class HeapRecovery {
           progress.tick(total + (long) i, 2L * total);
         });
     heap.beginAdoption(total);
-    live.forEach((i, addr) -> heap.adopt(objects[i], addr));
+    java.util.IdentityHashMap<Object, Boolean> stale = new java.util.IdentityHashMap<>();
+    live.forEach(
+        (i, addr) -> {
+          Resolved r = resolved[(int) space.getLong(addr)];
+          if (r.stale) {
+            stale.put(objects[i], Boolean.TRUE);
+            // An enum constant is the running one: its added fields are initialized already.
+            if (!r.type.isEnum()) FieldInitializers.run(objects[i], r.type, r.added);
+          } else {
+            heap.adopt(objects[i], addr);
+          }
+        });
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
       long v = r.getValue();
       roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
     }
+    if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
     return roots;
   }
 
@@ -67,6 +89,11 @@ final class HeapRecovery {
     Resolved r = resolved[classId];
     if (r != null) return r;
     ClassTable.Descriptor d = heap.classes().get(classId);
+    if (d.kind() == Layout.Kind.CANONICAL) {
+      r = new Resolved(d, null, null, null, null, false, List.of());
+      resolved[classId] = r;
+      return r;
+    }
     Class<?> c = load(d.name());
     Layout layout = Layout.of(c);
     if (layout.kind != d.kind()) {
@@ -75,7 +102,7 @@ final class HeapRecovery {
     if (layout.refusal != null) throw incompatible(layout.refusal);
     int[] slotMap = null;
     Object[] constants = null;
-    if (d.kind() == Layout.Kind.OBJECT) {
+    if (d.kind() == Layout.Kind.OBJECT || d.kind() == Layout.Kind.ENUM) {
       Map<String, Integer> now = new HashMap<>();
       Map<String, String> nowType = new HashMap<>();
       for (int i = 0; i < layout.slots.length; i++) {
@@ -83,9 +110,9 @@ final class HeapRecovery {
         now.put(key, i);
         nowType.put(key.substring(0, key.lastIndexOf(':')), key);
       }
-      slotMap = new int[d.entries().size()];
+      slotMap = new int[d.slots().size()];
       for (int j = 0; j < slotMap.length; j++) {
-        String key = d.entries().get(j);
+        String key = d.slots().get(j);
         Integer i = now.get(key);
         if (i == null) {
           String field = key.substring(0, key.lastIndexOf(':'));
@@ -100,8 +127,9 @@ final class HeapRecovery {
         }
         slotMap[j] = i;
       }
-    } else if (d.kind() == Layout.Kind.ENUM) {
-      List<String> names = d.entries();
+    }
+    if (d.kind() == Layout.Kind.ENUM) {
+      List<String> names = d.constants();
       constants = new Object[names.size()];
       Object[] current = c.getEnumConstants();
       for (int j = 0; j < names.size(); j++) {
@@ -109,7 +137,18 @@ final class HeapRecovery {
         // A removed constant fails only if a replica uses it (see create).
       }
     }
-    r = new Resolved(d, c, layout, slotMap, constants);
+    boolean stale = false;
+    List<Layout.Slot> added = new java.util.ArrayList<>();
+    if (slotMap != null) {
+      boolean[] kept = new boolean[layout.slots.length];
+      for (int j = 0; j < slotMap.length; j++) {
+        kept[slotMap[j]] = true;
+        if (slotMap[j] != j) stale = true;
+      }
+      for (int i = 0; i < kept.length; i++) if (!kept[i]) added.add(layout.slots[i]);
+      stale |= !added.isEmpty();
+    }
+    r = new Resolved(d, c, layout, slotMap, constants, stale, List.copyOf(added));
     resolved[classId] = r;
     return r;
   }
@@ -169,8 +208,16 @@ final class HeapRecovery {
           Object c = r.constants[(int) ordinal];
           if (c == null) {
             throw incompatible(
-                "enum constant " + r.type.getName() + "." + r.d.entries().get((int) ordinal)
+                "enum constant " + r.type.getName() + "." + r.d.constants().get((int) ordinal)
                     + " no longer exists");
+          }
+          return c;
+        }
+      case CANONICAL:
+        {
+          Object c = Canonicals.resolve(r.d.name(), count > 0 ? space.getLong(body) : 0);
+          if (c == null) {
+            throw incompatible("this JVM has no shared instance " + r.d.name());
           }
           return c;
         }
@@ -187,10 +234,10 @@ final class HeapRecovery {
   private void fill(long addr, Object o, Resolved r, Object[] objects) {
     long body = addr + HeapFormat.HEADER;
     switch (r.d.kind()) {
-      case OBJECT -> {
+      case OBJECT, ENUM -> {
         Layout.Slot[] slots = r.layout.slots;
         int[] map = r.slotMap;
-        long at = space.off(body);
+        long at = space.off(body) + (r.d.kind() == Layout.Kind.ENUM ? 8 : 0);
         for (int j = 0; j < map.length; j++) {
           Layout.Slot s = slots[map[j]];
           long v = medium.getLong(at + 8L * j);
@@ -226,7 +273,7 @@ final class HeapRecovery {
         }
       }
       default -> {
-        // strings and enum constants are complete when created
+        // strings and canonical instances are complete when created
       }
     }
   }

@@ -27,7 +27,9 @@ final class Layout {
     OBJECT,
     ARRAY,
     STRING,
-    ENUM
+    ENUM,
+    /** Not a class's layout: a descriptor of shared JDK instances (see Canonicals). */
+    CANONICAL
   }
 
   /** One replicated field. {@code code} is its descriptor's first character (L for refs). */
@@ -62,6 +64,16 @@ final class Layout {
 
   static Layout of(Class<?> c) {
     return LAYOUTS.get(c);
+  }
+
+  /** The layout of an object's replica: an enum constant with a body uses its enum's. */
+  static Layout of(Object o) {
+    return o instanceof Enum<?> e ? LAYOUTS.get(e.getDeclaringClass()) : LAYOUTS.get(o.getClass());
+  }
+
+  /** The body word a slot is stored in (an enum's ordinal comes first). */
+  int wordOfSlot(int slot) {
+    return kind == Kind.ENUM ? slot + 1 : slot;
   }
 
   final Class<?> type;
@@ -105,9 +117,29 @@ final class Layout {
       return;
     }
     if (c.isEnum()) {
+      // Its constants come back as themselves; their mutable fields (not final, not
+      // transient) are persisted like an object's. Final ones come from the running class.
       kind = Kind.ENUM;
-      slots = new Slot[0];
-      refusal = null;
+      List<Slot> list = new ArrayList<>();
+      boolean jdk = isJdk(c);
+      for (Field f : c.getDeclaredFields()) {
+        int m = f.getModifiers();
+        if (Modifier.isStatic(m) || Modifier.isFinal(m) || f.getName().startsWith("$kioku$")) continue;
+        if (!jdk && Modifier.isTransient(m)) continue;
+        list.add(
+            new Slot(
+                f,
+                Unsafes.U.objectFieldOffset(f),
+                codeOf(f.getType()),
+                c.getName() + "#" + f.getName() + ":" + descriptorOf(f.getType())));
+      }
+      slots = list.toArray(new Slot[0]);
+      refusal =
+          slots.length > 0
+                  && (jdk || !Persistent.class.isAssignableFrom(c) || Instrumented.skipped(c))
+              ? c.getName() + " is an enum with mutable fields whose writes the agent does not"
+                  + " see (a JDK enum, or not instrumented): it cannot be persistent"
+              : null;
       return;
     }
     kind = Kind.OBJECT;
@@ -141,7 +173,8 @@ final class Layout {
   long replicaSize(Object o) {
     return switch (kind) {
       case OBJECT -> HeapFormat.HEADER + 8L * slots.length;
-      case ENUM -> HeapFormat.HEADER + 8;
+      case ENUM -> HeapFormat.HEADER + 8L * (1 + slots.length);
+      case CANONICAL -> throw new IllegalStateException("not a class layout");
       case ARRAY -> align8(HeapFormat.HEADER + (long) java.lang.reflect.Array.getLength(o) * elementSize);
       case STRING -> align8(HeapFormat.HEADER + 1 + Strings.byteLength((String) o));
     };

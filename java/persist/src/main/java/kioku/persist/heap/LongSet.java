@@ -26,6 +26,26 @@ final class LongSet {
     }
   }
 
+  /** Removes {@code key} (rare: a log that could not take its entry); true if it was there. */
+  boolean remove(long key) {
+    int mask = keys.length - 1;
+    int i = slot(key, mask);
+    while (keys[i] != key) {
+      if (keys[i] == 0) return false;
+      i = (i + 1) & mask;
+    }
+    int n = size;
+    long[] rest = java.util.Arrays.copyOf(added, n);
+    clear();
+    for (int j = 0; j < n; j++) if (rest[j] != key) add(rest[j]);
+    return true;
+  }
+
+  /** The keys, in the order they were added. */
+  long[] toArray() {
+    return java.util.Arrays.copyOf(added, size);
+  }
+
   void clear() {
     if (size * 8 < keys.length && keys.length > 1024) {
       keys = new long[64];

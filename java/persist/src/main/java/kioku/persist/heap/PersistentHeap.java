@@ -1,18 +1,16 @@
 package kioku.persist.heap;
 
+import java.lang.invoke.VarHandle;
 import java.lang.reflect.Array;
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
-import java.lang.invoke.VarHandle;
-import java.util.ArrayDeque;
-import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.locks.ReentrantLock;
+import java.util.zip.CRC32C;
 import kioku.persist.DurableRoot;
 import kioku.persist.NotPersistableException;
 import kioku.persist.PersistenceException;
@@ -31,24 +29,53 @@ import kioku.persist.rt.Persistent;
  * replica here; a replica becomes reachable (from a root or another replica) only after it is
  * durable, so whatever a crash leaves, the roots lead to complete replicas.
  *
- * <p>Locking: making objects persistent, storing a reference into a persistent object,
- * allocation and GC hold {@link #lock}. Primitive stores into replicas are lock-free; the GC
- * waits them out through {@link WriterEpochs} before it frees anything.
+ * <p>Every store into a replica word also updates the replica's two check words
+ * ({@link ReplicaCheck}) under the replica's stripe lock ({@link ReplicaLocks}); stores inside a
+ * failure-atomic section are logged first ({@link Sections}).
+ *
+ * <p>Locking, outermost first: the heap {@link #lock} (making objects persistent, storing a
+ * reference, allocation, GC), a section's own lock, a replica stripe, the section group lock,
+ * the pool lock (growing the pool). Primitive stores take no heap lock; the GC waits them out
+ * through {@link WriterEpochs} before it frees anything. While make_persistent copies an object
+ * its replica word carries {@link #GREY}, and writers of it wait for the heap lock: the copier
+ * sets the check words once the copy is final.
  */
-public final class PersistentHeap implements Hooks, AutoCloseable {
+public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoCloseable {
   /** The pool kind tag of a Java persistent heap. */
   public static final String POOL_KIND = HeapFormat.KIND;
 
-  /** Creation settings. */
-  public record Options(long chunkBytes, int logSlots, long logSlotBytes) {
+  /** Blocks of undo log a new heap starts with, and their size. */
+  static final int DEFAULT_LOG_BLOCKS = 8;
+
+  static final long DEFAULT_LOG_BLOCK_BYTES = 1L << 20;
+
+  /** How long a section waits for others it depends on before they commit as they stand. */
+  static final long DEFAULT_ISOLATION_WAIT_MILLIS = 1000;
+
+  /**
+   * Creation settings ({@code logSlots} blocks of {@code logSlotBytes} to start with; logs grow
+   * past them on any pool) and how long isolation waits.
+   */
+  public record Options(long chunkBytes, int logSlots, long logSlotBytes, long isolationWaitMillis) {
+    public Options(long chunkBytes, int logSlots, long logSlotBytes) {
+      this(chunkBytes, logSlots, logSlotBytes, DEFAULT_ISOLATION_WAIT_MILLIS);
+    }
+
     public static Options defaults() {
-      return new Options(HeapFormat.DEFAULT_CHUNK, UndoLogs.DEFAULT_SLOTS, UndoLogs.DEFAULT_SLOT_BYTES);
+      return new Options(HeapFormat.DEFAULT_CHUNK, DEFAULT_LOG_BLOCKS, DEFAULT_LOG_BLOCK_BYTES);
     }
   }
 
   /** Numbers for tests, benchmarks and {@code KiokuPersist.stats()}. */
   public record Stats(
-      long persistentObjects, long usedBytes, long capacityBytes, int classes, long gcRuns) {}
+      long persistentObjects,
+      long usedBytes,
+      long capacityBytes,
+      int classes,
+      long gcRuns,
+      long repairedAtOpen,
+      int logBlocks,
+      int earlyCommits) {}
 
   private final Pool pool;
   private final Medium medium;
@@ -56,44 +83,65 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
   private final Allocator alloc = new Allocator();
   private final ClassTable classes;
   private final RootTable roots;
-  private final UndoLogs logs;
+  private final LogSpace logSpace;
+  private final Sections sections;
   private final SideTable side = new SideTable();
   private final WriterEpochs epochs = new WriterEpochs();
+  private final ReplicaLocks replicaLocks = new ReplicaLocks();
   private final ReentrantLock lock = new ReentrantLock();
+  private final Object poolLock = new Object();
   private final long chunkBytes;
   private final Set<String> readyRootClasses = new HashSet<>();
+  private final RootNames rootNames;
   /** The heap's live replicas at open while its objects are still to be rebuilt. */
   private Marks marksAtOpen;
 
   private boolean recoveredBuilt;
+  /** Recovery is running (or moving objects to new replicas): no second recovery, no GC. */
+  private boolean recovering;
   private Map<String, Object> recoveredRoots = Map.of();
   private long gcRuns;
   private long liveAtLastGc;
+  private long repairedAtOpen;
   private boolean closed;
 
-  private PersistentHeap(Pool pool, long chunkBytes, Section meta, Section cls, Section log) {
+  private PersistentHeap(Pool pool, long chunkBytes, Section meta, Section cls, long logBlockBytes,
+      int logBlocks, long isolationWaitMillis, RootNames rootNames) {
     this.pool = pool;
     this.medium = pool.medium();
     this.space = new HeapSpace(medium);
     this.chunkBytes = chunkBytes;
     this.classes = new ClassTable(medium, meta.offset(), cls.offset(), cls.length());
     this.roots = new RootTable(medium, meta.offset());
-    this.logs = new UndoLogs(this, medium, meta.offset(), log);
+    this.logSpace = new LogSpace(medium, pool, poolLock, logBlockBytes, logBlocks);
+    this.sections = new Sections(logSpace, space, replicaLocks, this, isolationWaitMillis);
+    this.rootNames = rootNames;
     space.map(0, meta.offset(), meta.length());
   }
 
   /** Makes a new heap in an empty pool of kind {@link HeapFormat#KIND}. */
   public static PersistentHeap create(Pool pool, Options o) throws HeapException {
+    return create(pool, o, RootNames.NONE);
+  }
+
+  /** As {@link #create(Pool, Options)}, with the program's root renames. */
+  public static PersistentHeap create(Pool pool, Options o, RootNames names) throws HeapException {
     checkKind(pool);
     if (!pool.sections().isEmpty()) {
       throw new HeapException(
           HeapException.Reason.WRONG_POOL,
           "pool " + pool.path() + " already holds sections: open it instead of creating a heap");
     }
+    if (o.logSlots < 1 || o.logSlotBytes < LogSpace.HEADER + 16L * LogSpace.ENTRY
+        || o.logSlotBytes > Integer.MAX_VALUE) {
+      throw new IllegalArgumentException(
+          "logSlots=" + o.logSlots + ", logSlotBytes=" + o.logSlotBytes
+              + ": use at least one block of at least 1k (and under 2g)");
+    }
     try {
       Section meta = pool.addSection(HeapFormat.META, HeapFormat.META_LEN, 0);
       Section cls = pool.addSection(HeapFormat.CLASSES, HeapFormat.CLASSES_LEN, 0);
-      Section log = pool.addSection(HeapFormat.LOG, UndoLogs.sectionLength(o.logSlots, o.logSlotBytes), 0);
+      pool.addSection(HeapFormat.LOG, o.logSlots * o.logSlotBytes, 0);
       Section heap0 = pool.addSection(HeapFormat.HEAP_PREFIX + 0, o.chunkBytes, 0);
       Medium m = pool.medium();
       long b = meta.offset();
@@ -101,11 +149,16 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
       m.putInt(b + HeapFormat.M_VERSION, HeapFormat.VERSION);
       m.putInt(b + HeapFormat.M_SEGMENT, SizeClasses.SEGMENT);
       m.putLong(b + HeapFormat.M_CHUNK, o.chunkBytes);
+      m.putLong(b + HeapFormat.M_CLASS_COUNT, HeapFormat.countWord(0));
+      m.putLong(b + HeapFormat.M_ROOT_COUNT, HeapFormat.countWord(0));
       m.putInt(b + HeapFormat.M_LOG_SLOTS, o.logSlots);
       m.putInt(b + HeapFormat.M_LOG_SLOT_BYTES, (int) o.logSlotBytes);
+      m.putInt(b + HeapFormat.M_CRC, metaCrc(m, b));
       m.persist(b, 64);
       pool.commit(new long[] {HeapFormat.VERSION});
-      PersistentHeap h = new PersistentHeap(pool, o.chunkBytes, meta, cls, log);
+      PersistentHeap h = new PersistentHeap(pool, o.chunkBytes, meta, cls, o.logSlotBytes,
+          o.logSlots, o.isolationWaitMillis, names);
+      h.logSpace.mapAreas();
       h.space.map(1, heap0.offset(), heap0.length());
       h.alloc.addChunk(1, heap0.length());
       return h;
@@ -114,12 +167,32 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     }
   }
 
+  /** CRC-32C of the meta fields written once: bytes 0..24 and 40..48. */
+  private static int metaCrc(Medium m, long b) {
+    byte[] bytes = new byte[32];
+    m.get(b, bytes, 0, 24);
+    m.get(b + HeapFormat.M_LOG_SLOTS, bytes, 24, 8);
+    CRC32C c = new CRC32C();
+    c.update(bytes);
+    return (int) c.getValue();
+  }
+
   /** Opens the heap of a pool: checks it, rolls back interrupted failure-atomic sections. */
   public static PersistentHeap open(Pool pool) throws HeapException {
+    return open(pool, Options.defaults().isolationWaitMillis, RootNames.NONE);
+  }
+
+  /**
+   * Opens the heap of a pool: checks its metadata, rolls back the failure-atomic sections a
+   * crash interrupted, then checks (and where one word is wrong, repairs) every replica the
+   * roots reach. Nothing of the program runs before; a damaged heap is refused.
+   */
+  public static PersistentHeap open(Pool pool, long isolationWaitMillis, RootNames names)
+      throws HeapException {
     checkKind(pool);
     Section meta = need(pool, HeapFormat.META);
     Section cls = need(pool, HeapFormat.CLASSES);
-    Section log = need(pool, HeapFormat.LOG);
+    need(pool, HeapFormat.LOG);
     Medium m = pool.medium();
     long b = meta.offset();
     if (m.getLong(b + HeapFormat.M_MAGIC) != HeapFormat.MAGIC) {
@@ -134,8 +207,17 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
           "pool " + pool.path() + " holds a heap of layout version " + version
               + "; this kioku-persist reads version " + HeapFormat.VERSION + ": use a matching release");
     }
+    if (m.getInt(b + HeapFormat.M_CRC) != metaCrc(m, b)) {
+      throw new HeapException(
+          HeapException.Reason.DAMAGED,
+          "persistent heap damaged: the persist.meta header does not check; restore the pool"
+              + " from a backup");
+    }
     long chunk = m.getLong(b + HeapFormat.M_CHUNK);
-    PersistentHeap h = new PersistentHeap(pool, chunk, meta, cls, log);
+    int logBlocks = m.getInt(b + HeapFormat.M_LOG_SLOTS);
+    long logBlockBytes = m.getInt(b + HeapFormat.M_LOG_SLOT_BYTES) & 0xffffffffL;
+    PersistentHeap h = new PersistentHeap(pool, chunk, meta, cls, logBlockBytes, logBlocks,
+        isolationWaitMillis, names);
     for (int i = 0; ; i++) {
       Optional<Section> s = pool.section(HeapFormat.HEAP_PREFIX + i);
       if (s.isEmpty()) break;
@@ -143,11 +225,17 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
       h.alloc.addChunk(i + 1, s.get().length());
     }
     h.classes.load();
+    h.logSpace.mapAreas();
+    // (1) Undo what a crash interrupted; (2) check the roots and every replica they reach,
+    // recomputing the checks of those the undo changed; (3) only then end the undone logs.
+    Sections.Undone undone = Sections.rollBackAtOpen(h.logSpace, h.space);
     h.roots.load();
-    h.logs.recover();
     h.lock.lock();
     try {
-      Marks live = h.markLive();
+      Marks live = h.markLive(undone.touched());
+      Sections.endAtOpen(h.logSpace, h.space, undone);
+      h.rootNames.apply(h);
+      if (h.rootNames.changedRoots()) live = h.markLive();
       h.rebuildAllocator(live);
       // Recovery needs the program's classes, so it waits for the first use of the heap;
       // nothing changes the heap before it (see ensureRecovered).
@@ -185,9 +273,15 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     return space;
   }
 
+  RootTable rootTable() {
+    return roots;
+  }
+
   // ---------------------------------------------------------------- replica words
 
   private static final long LOCK_BIT = 1L;
+  /** The object is being copied by make_persistent; writers wait for the heap lock. */
+  private static final long GREY = 2L;
 
   private static final ClassValue<Long> WORD_OFFSET =
       new ClassValue<>() {
@@ -224,13 +318,13 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
   }
 
   /** Sets the word of a white object (lock held) and lists it for the GC. */
-  private void setWord(Object o, long addr) {
+  private void setWord(Object o, long word) {
     boolean set;
     if (o instanceof Persistent) {
-      set = casWord(o, 0, addr);
+      set = casWord(o, 0, word);
       side.register(o);
     } else {
-      set = SideTable.cas(side.entry(o), 0, addr);
+      set = SideTable.cas(side.entry(o), 0, word);
     }
     if (!set) throw new IllegalStateException("replica word changed under the heap lock");
   }
@@ -243,6 +337,21 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
       if ((w & LOCK_BIT) == 0 && casWord(o, w, 0)) return;
       Thread.onSpinWait();
     }
+  }
+
+  /** Ends an object's copy: its replica is final and durable, writers may go on. */
+  private void clearGrey(Object o) {
+    while (true) {
+      long w = word(o);
+      if ((w & GREY) == 0 || casWord(o, w, w & ~GREY)) return;
+    }
+  }
+
+  /** Waits until make_persistent (which holds the heap lock) has copied o; its new word. */
+  private long awaitCopied(Object o) {
+    lock.lock();
+    lock.unlock();
+    return word(o);
   }
 
   // ---------------------------------------------------------------- make_persistent
@@ -297,8 +406,12 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
         int i = s.next++;
         copy(s.objects[i], s.addrs[i], s);
       }
-      for (int i = 0; i < s.count; i++) space.flush(s.addrs[i], s.sizes[i]);
+      for (int i = 0; i < s.count; i++) {
+        ReplicaCheck.recompute(space, s.addrs[i], s.sizes[i]);
+        space.flush(s.addrs[i], s.sizes[i]);
+      }
       space.drain();
+      for (int i = 0; i < s.count; i++) clearGrey(s.objects[i]);
       return addr;
     } catch (RuntimeException | HeapException e) {
       // Nothing published them: turn the grey objects white again and free their space.
@@ -314,8 +427,19 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
   private long shade(Object v, Shading s) throws HeapException {
     long w = word(v);
     if (w != 0) return addressOf(w);
-    Class<?> c = v.getClass();
-    if (v instanceof Enum<?> e) c = e.getDeclaringClass();
+    String canonical = Canonicals.nameOf(v);
+    if (canonical != null) {
+      long body = canonical.startsWith(Canonicals.BOX) ? 1 : 0;
+      long size = HeapFormat.HEADER + 8 * body;
+      int cid = classes.idOfCanonical(canonical);
+      long addr = allocate(size);
+      space.putLong(addr, (body << 32) | cid);
+      if (body == 1) space.putLong(addr + HeapFormat.HEADER, Canonicals.valueBits(v));
+      setWord(v, addr | GREY);
+      s.add(v, addr, size);
+      return addr;
+    }
+    Class<?> c = v instanceof Enum<?> e ? e.getDeclaringClass() : v.getClass();
     Layout layout = Layout.of(c);
     if (layout.refusal != null) throw new NotPersistableException(layout.refusal);
     long size = layout.replicaSize(v);
@@ -324,22 +448,27 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     long count =
         switch (layout.kind) {
           case OBJECT -> layout.slots.length;
-          case ENUM -> 1;
+          case ENUM -> 1 + layout.slots.length;
           case ARRAY -> Array.getLength(v);
           case STRING -> Strings.byteLength((String) v);
+          case CANONICAL -> throw new IllegalStateException();
         };
     space.putLong(addr, (count << 32) | cid);
-    setWord(v, addr);
+    setWord(v, addr | GREY);
     s.add(v, addr, size);
     return addr;
   }
 
   /** Copies a grey object into its replica, then verifies against concurrent writers. */
   private void copy(Object o, long addr, Shading s) throws HeapException {
-    Class<?> c = o instanceof Enum<?> e ? e.getDeclaringClass() : o.getClass();
-    Layout layout = Layout.of(c);
+    ClassTable.Descriptor d = classes.get((int) space.getLong(addr));
+    if (d.kind() == Layout.Kind.CANONICAL) return; // complete when shaded
+    Layout layout = Layout.of(o);
     switch (layout.kind) {
-      case ENUM -> space.putLong(addr + HeapFormat.HEADER, ((Enum<?>) o).ordinal());
+      case ENUM -> {
+        space.putLong(addr + HeapFormat.HEADER, ((Enum<?>) o).ordinal());
+        copyObject(o, addr + 8, layout, s);
+      }
       case STRING -> {
         String str = (String) o;
         byte[] bytes = Strings.bytes(str);
@@ -349,9 +478,11 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
       }
       case OBJECT -> copyObject(o, addr, layout, s);
       case ARRAY -> copyArray(o, addr, layout, s);
+      case CANONICAL -> throw new IllegalStateException();
     }
   }
 
+  /** Copies the slots of an object (for an enum, {@code addr} is shifted past the ordinal). */
   private void copyObject(Object o, long addr, Layout layout, Shading s) throws HeapException {
     Layout.Slot[] slots = layout.slots;
     long[] copied = new long[slots.length];
@@ -438,28 +569,103 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
 
   private long allocate(long size) throws HeapException {
     long addr = alloc.allocate(size);
-    if (addr != 0) return addr;
+    if (addr != 0) {
+      clearHeader(addr);
+      return addr;
+    }
     grow(Math.max(chunkBytes, (size + SizeClasses.SEGMENT - 1) / SizeClasses.SEGMENT * SizeClasses.SEGMENT));
     addr = alloc.allocate(size);
     if (addr == 0) throw new IllegalStateException("no space after growing the heap");
+    clearHeader(addr);
     return addr;
+  }
+
+  /** A reused slot may hold an old replica's checks; the copier rewrites all but the padding. */
+  private void clearHeader(long addr) {
+    space.putLong(addr + ReplicaCheck.S1, 0);
+    space.putLong(addr + ReplicaCheck.S2, 0);
   }
 
   /** Adds a heap space: a new pool section, committed. */
   private void grow(long bytes) throws HeapException {
-    int index = space.spaces(); // heap.(index-1)
-    String name = HeapFormat.HEAP_PREFIX + (index - 1);
+    synchronized (poolLock) {
+      int index = space.spaces(); // heap.(index-1)
+      String name = HeapFormat.HEAP_PREFIX + (index - 1);
+      try {
+        Section s = pool.addSection(name, bytes, 0);
+        pool.commit(new long[] {HeapFormat.VERSION});
+        space.map(index, s.offset(), s.length());
+        alloc.addChunk(index, s.length());
+      } catch (PoolException e) {
+        throw new HeapException(
+            HeapException.Reason.FULL,
+            "persistent heap full (" + alloc.usedBytes() + " bytes live) and the pool cannot grow: "
+                + e.getMessage(),
+            e);
+      }
+    }
+  }
+
+  // ---------------------------------------------------------------- replica stores
+
+  /**
+   * Stores {@code bits} (under {@code mask}) into the replica word at {@code at} of the replica
+   * at {@code replica}, with its checks. Inside a section the old word is logged first and the
+   * section's end drains; outside, the store is durable on return. A store outside any section
+   * into a word another thread's open section owns becomes a section of its own: then this
+   * returns true, and the caller calls {@code sections.exit()} once it holds no lock (the exit
+   * may wait for that other section).
+   */
+  private boolean store(long replica, long at, long bits, long mask, boolean isRef, Object target,
+      Object oldRef) {
+    Sections.Section s = sections.open();
+    boolean implicit = false;
+    if (s == null && sections.mayBeOwned() && sections.ownedByOther(at)) {
+      s = sections.enterImplicit();
+      implicit = true;
+    }
     try {
-      Section s = pool.addSection(name, bytes, 0);
-      pool.commit(new long[] {HeapFormat.VERSION});
-      space.map(index, s.offset(), s.length());
-      alloc.addChunk(index, s.length());
-    } catch (PoolException e) {
-      throw new HeapException(
-          HeapException.Reason.FULL,
-          "persistent heap full (" + alloc.usedBytes() + " bytes live) and the pool cannot grow: "
-              + e.getMessage(),
-          e);
+      if (s == null) {
+        writeChecked(replica, at, bits, mask, true);
+        return false;
+      }
+      s.lock.lock();
+      try {
+        sections.log(s, at, isRef, target, replica, oldRef);
+        writeChecked(replica, at, bits, mask, false);
+      } finally {
+        s.lock.unlock();
+      }
+      return implicit;
+    } catch (RuntimeException | Error e) {
+      if (implicit) sections.exit();
+      throw e;
+    }
+  }
+
+  private void writeChecked(long replica, long at, long bits, long mask, boolean drain) {
+    ReentrantLock l = replicaLocks.of(replica);
+    l.lock();
+    try {
+      long old = space.getLong(at);
+      long neu = (old & ~mask) | (bits & mask);
+      if (neu != old) {
+        space.putLong(at, neu);
+        long p = (at - replica) >>> 3;
+        long s1 = replica + ReplicaCheck.S1;
+        long s2 = replica + ReplicaCheck.S2;
+        space.putLong(s1, space.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu));
+        space.putLong(s2, space.getLong(s2) + ReplicaCheck.s2Delta(p, old, neu));
+        if (at + 8 - s1 <= 64) {
+          space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        } else {
+          space.flush(at, 8);
+          space.flush(s1, 16);
+        }
+      }
+      if (drain) space.drain();
+    } finally {
+      l.unlock();
     }
   }
 
@@ -469,104 +675,168 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
   public void putPrimitive(Object o, long bits, int fieldId) {
     // Not persistent (the common case for JDK objects): done, before any bookkeeping, which
     // itself uses instrumented JDK classes.
-    if (word(o) == 0) return;
+    long w = word(o);
+    if (w == 0) return;
+    if ((w & GREY) != 0 && awaitCopied(o) == 0) return;
+    Layout layout = Layout.of(o);
+    int slot = layout.slotOf(fieldId);
+    if (slot < 0) return;
+    boolean implicit = false;
     WriterEpochs.State st = epochs.enter();
     try {
-      long w = word(o);
+      w = word(o);
       if (w == 0) return;
-      int slot = Layout.of(o.getClass()).slotOf(fieldId);
-      if (slot < 0) return;
-      writeWord(addressOf(w) + HeapFormat.HEADER + 8L * slot, bits, false);
+      long replica = addressOf(w);
+      long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
+      implicit = store(replica, at, bits, -1L, false, o, null);
     } finally {
       WriterEpochs.exit(st);
     }
+    if (implicit) sections.exit();
+    if (sections.anyRollbacks()) reassert(o, layout.slots[slot], bits, null);
   }
 
   @Override
-  public void putReference(Object o, Object value, int fieldId) {
+  public void putReference(Object o, Object value, Object old, int fieldId) {
     // Most objects a JDK class writes are not persistent: answer those without the lock. The
     // store is fenced before this read, so an object turning persistent now is caught by its
     // copier's verify instead.
     if (word(o) == 0) return;
+    boolean implicit = false;
+    Layout.Slot sl;
     lock.lock();
     try {
       long w = word(o);
       if (w == 0) return;
-      int slot = Layout.of(o.getClass()).slotOf(fieldId);
+      Layout layout = Layout.of(o);
+      int slot = layout.slotOf(fieldId);
       if (slot < 0) return;
-      long target = value == null ? 0 : persist(value);
-      writeWord(addressOf(w) + HeapFormat.HEADER + 8L * slot, target, true);
+      sl = layout.slots[slot];
+      long target;
+      try {
+        target = value == null ? 0 : persist(value);
+      } catch (RuntimeException e) {
+        // Refused (or the heap is full): the store does not happen, in memory either.
+        Unsafes.U.putObject(o, sl.offset(), old);
+        throw e;
+      }
+      long replica = addressOf(w);
+      long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
+      implicit = store(replica, at, target, -1L, true, o, old);
     } finally {
       lock.unlock();
     }
+    if (implicit) sections.exit();
+    if (sections.anyRollbacks()) reassert(o, sl, 0, value);
   }
 
   /**
-   * One 8-byte replica store, durable on return outside a failure-atomic section (inside one,
-   * the undo log holds the old value durably first and the section's end drains).
+   * After a store whose word another thread's section may have rolled back meanwhile (that
+   * section wrote it before this one, let go of its lock, and then threw): puts this store's
+   * value back into the object, which the rollback may have overwritten.
    */
-  private void writeWord(long at, long value, boolean isRef) {
-    boolean inSection = logs.beforeWrite(at, isRef);
-    space.putLong(at, value);
-    space.flush(at, 8);
-    if (!inSection) space.drain();
+  private static void reassert(Object o, Layout.Slot sl, long bits, Object ref) {
+    if (sl.code() == 'L') {
+      if (Unsafes.U.getObjectVolatile(o, sl.offset()) != ref) Unsafes.U.putObjectVolatile(o, sl.offset(), ref);
+    } else if (Layout.readBits(o, sl) != bits) {
+      Layout.writeBits(o, sl, bits);
+    }
   }
+
+  /** The thread's volatile store between pre and post: object, and what to undo after. */
+  private static final class VolatileStore {
+    Object object;
+    boolean heapLocked;
+    boolean implicit;
+  }
+
+  private final ThreadLocal<VolatileStore> volatileStore = ThreadLocal.withInitial(VolatileStore::new);
 
   @Override
   public void preVolatile(Object o, long bits, Object ref, int fieldId) {
     // The per-object lock (bit 0 of the word), then the replica first: a reader that sees
-    // the new DRAM value can rely on it being durable (NVM-first order).
-    long target = 0;
+    // the new DRAM value can rely on it being durable (NVM-first order). A reference store
+    // holds the heap lock until postVolatile (the GC must not run between the replica and the
+    // object), taken before the word lock as everywhere.
+    long w = word(o);
+    if (w == 0) return;
+    if ((w & GREY) != 0 && awaitCopied(o) == 0) return;
     FieldIds.FieldRef f = FieldIds.WRITTEN.get(fieldId);
     boolean isRef = f.desc().startsWith("L") || f.desc().startsWith("[");
-    if (isRef && ref != null) {
-      if (word(o) == 0) return;
-      target = persistLocked(ref);
-    }
-    if (!lockWord(o)) return;
-    volatileLockHeld.set(o);
-    long w = word(o);
-    int slot = Layout.of(o.getClass()).slotOf(fieldId);
-    if (slot >= 0) {
-      writeWord(addressOf(w) + HeapFormat.HEADER + 8L * slot, isRef ? target : bits, isRef);
+    Layout layout = Layout.of(o);
+    int slot = layout.slotOf(fieldId);
+    VolatileStore vs = volatileStore.get();
+    if (isRef) lock.lock();
+    boolean done = false;
+    try {
+      long target = isRef && ref != null ? persist(ref) : 0;
+      if (!lockWord(o)) return;
+      vs.object = o;
+      vs.heapLocked = isRef;
+      done = true;
+      if (slot >= 0) {
+        long replica = addressOf(word(o));
+        long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
+        Object oldRef = isRef ? Unsafes.U.getObjectVolatile(o, layout.slots[slot].offset()) : null;
+        vs.implicit = store(replica, at, isRef ? target : bits, -1L, isRef, o, oldRef);
+      }
+    } catch (RuntimeException | Error e) {
+      if (vs.object == o) {
+        vs.object = null;
+        unlockWord(o);
+      }
+      if (isRef) lock.unlock();
+      throw e;
+    } finally {
+      if (!done && isRef) lock.unlock();
     }
   }
 
   @Override
   public void postVolatile(Object o, int fieldId) {
-    if (volatileLockHeld.get() == o) {
-      volatileLockHeld.set(null);
+    VolatileStore vs = volatileStore.get();
+    if (vs.object == o) {
+      vs.object = null;
       unlockWord(o);
+      if (vs.heapLocked) lock.unlock();
+      if (vs.implicit) {
+        vs.implicit = false;
+        sections.exit();
+      }
       return;
     }
     // preVolatile found the object white, and it turned persistent before this store landed:
     // its copier may have read the old value. Write the replica from the object now.
-    if (word(o) == 0) return;
-    int slot = Layout.of(o.getClass()).slotOf(fieldId);
+    long w = word(o);
+    if (w == 0) return;
+    if ((w & GREY) != 0 && awaitCopied(o) == 0) return;
+    Layout layout = Layout.of(o);
+    int slot = layout.slotOf(fieldId);
     if (slot < 0) return;
-    Layout.Slot sl = Layout.of(o.getClass()).slots[slot];
-    long target = 0;
-    if (sl.code() == 'L') {
-      Object v = Unsafes.U.getObjectVolatile(o, sl.offset());
-      if (v != null) target = persistLocked(v);
-    }
-    if (!lockWord(o)) return;
+    Layout.Slot sl = layout.slots[slot];
+    boolean isRef = sl.code() == 'L';
+    boolean implicit = false;
+    if (isRef) lock.lock();
     try {
-      long bits = sl.code() == 'L' ? target : Layout.readBits(o, sl);
-      writeWord(addressOf(word(o)) + HeapFormat.HEADER + 8L * slot, bits, sl.code() == 'L');
+      long target = 0;
+      if (isRef) {
+        Object v = Unsafes.U.getObjectVolatile(o, sl.offset());
+        if (v != null) target = persist(v);
+      }
+      if (!lockWord(o)) return;
+      try {
+        long bits = isRef ? target : Layout.readBits(o, sl);
+        long replica = addressOf(word(o));
+        // The old reference is gone (this store replaced it before the object was persistent).
+        implicit = store(replica, replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot), bits,
+            -1L, isRef, o, null);
+      } finally {
+        unlockWord(o);
+      }
     } finally {
-      unlockWord(o);
+      if (isRef) lock.unlock();
     }
-  }
-
-  /** make_persistent under the heap lock. */
-  private long persistLocked(Object v) {
-    lock.lock();
-    try {
-      return persist(v);
-    } finally {
-      lock.unlock();
-    }
+    if (implicit) sections.exit();
   }
 
   /** Takes the per-object lock (bit 0 of the word); false if the object is white. */
@@ -574,6 +844,11 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     while (true) {
       long w = word(o);
       if (w == 0) return false;
+      if ((w & GREY) != 0) {
+        if (lock.isHeldByCurrentThread()) throw new IllegalStateException("grey object under the heap lock");
+        awaitCopied(o);
+        continue;
+      }
       if ((w & LOCK_BIT) == 0 && casWord(o, w, w | LOCK_BIT)) return true;
       Thread.onSpinWait();
     }
@@ -586,66 +861,94 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
     }
   }
 
-  /** The object whose volatile-store lock this thread holds (between pre and post). */
-  private final ThreadLocal<Object> volatileLockHeld = new ThreadLocal<>();
-
   @Override
   public void storePrimitive(Object array, int index, long bits) {
-    if (word(array) == 0) return;
+    long w = word(array);
+    if (w == 0) return;
+    if ((w & GREY) != 0 && awaitCopied(array) == 0) return;
+    boolean implicit = false;
     WriterEpochs.State st = epochs.enter();
     try {
-      long w = word(array);
+      w = word(array);
       if (w == 0) return;
       Layout layout = Layout.of(array.getClass());
       int es = layout.elementSize;
-      long at = addressOf(w) + HeapFormat.HEADER + (long) index * es;
-      boolean inSection = logs.beforeWrite(at & ~7L, false);
-      long off = space.off(at);
-      switch (es) {
-        case 1 -> medium.putByte(off, (byte) bits);
-        case 2 -> medium.putShort(off, (short) bits);
-        case 4 -> medium.putInt(off, (int) bits);
-        default -> medium.putLong(off, bits);
-      }
-      medium.flush(off, es);
-      if (!inSection) medium.drain();
+      long replica = addressOf(w);
+      long at = replica + HeapFormat.HEADER + (long) index * es;
+      int shift = (int) (at & 7) * 8;
+      long mask = es == 8 ? -1L : ((1L << (es * 8)) - 1) << shift;
+      implicit = store(replica, at & ~7L, bits << shift, mask, false, array, null);
     } finally {
       WriterEpochs.exit(st);
+    }
+    if (implicit) sections.exit();
+    if (sections.anyRollbacks()) reassertElement(array, index, bits);
+  }
+
+  private static void reassertElement(Object array, int index, long bits) {
+    Layout layout = Layout.of(array.getClass());
+    long off = layout.arrayBase + (long) index * layout.elementSize;
+    long now =
+        switch (layout.elementCode) {
+          case 'Z' -> Unsafes.U.getBoolean(array, off) ? 1 : 0;
+          case 'B' -> Unsafes.U.getByte(array, off) & 0xffL;
+          case 'C', 'S' -> Unsafes.U.getShort(array, off) & 0xffffL;
+          case 'I', 'F' -> Unsafes.U.getInt(array, off) & 0xffffffffL;
+          default -> Unsafes.U.getLong(array, off);
+        };
+    if (now == bits) return;
+    switch (layout.elementCode) {
+      case 'Z' -> Unsafes.U.putBoolean(array, off, bits != 0);
+      case 'B' -> Unsafes.U.putByte(array, off, (byte) bits);
+      case 'C', 'S' -> Unsafes.U.putShort(array, off, (short) bits);
+      case 'I', 'F' -> Unsafes.U.putInt(array, off, (int) bits);
+      default -> Unsafes.U.putLong(array, off, bits);
     }
   }
 
   @Override
-  public void storeReference(Object[] array, int index, Object value) {
+  public void storeReference(Object[] array, int index, Object value, Object old) {
     if (word(array) == 0) return;
+    boolean implicit = false;
     lock.lock();
     try {
       long w = word(array);
       if (w == 0) return;
-      long target = value == null ? 0 : persist(value);
-      writeWord(addressOf(w) + HeapFormat.HEADER + 8L * index, target, true);
+      long target;
+      try {
+        target = value == null ? 0 : persist(value);
+      } catch (RuntimeException e) {
+        array[index] = old; // refused: the store does not happen
+        throw e;
+      }
+      long replica = addressOf(w);
+      implicit = store(replica, replica + HeapFormat.HEADER + 8L * index, target, -1L, true, array, old);
     } finally {
       lock.unlock();
     }
+    if (implicit) sections.exit();
+    if (sections.anyRollbacks() && array[index] != value) array[index] = value;
   }
 
   @Override
-  public void copied(Object dst, int dstPos, int length) {
+  public boolean wantsOldElements(Object dst) {
+    return dst instanceof Object[] && word(dst) != 0;
+  }
+
+  @Override
+  public void copied(Object dst, int dstPos, int length, Object[] oldElements) {
     if (length <= 0) return;
     if (word(dst) == 0) return;
-    if (length == 1) {
-      copiedRange(dst, dstPos, length);
-      return;
-    }
     // One System.arraycopy is one failure-atomic section: all its elements or none.
-    int token = logs.enter();
+    sections.enter(false);
     try {
-      copiedRange(dst, dstPos, length);
+      copiedRange(dst, dstPos, length, oldElements);
     } finally {
-      logs.exit(token);
+      sections.exit();
     }
   }
 
-  private void copiedRange(Object dst, int dstPos, int length) {
+  private void copiedRange(Object dst, int dstPos, int length, Object[] oldElements) {
     Layout layout = Layout.of(dst.getClass());
     if (layout.elementCode == 'L') {
       lock.lock();
@@ -654,36 +957,51 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
         if (w == 0) return;
         Object[] a = (Object[]) dst;
         long body = addressOf(w) + HeapFormat.HEADER;
-        boolean inSection = false;
         for (int i = dstPos; i < dstPos + length; i++) {
           Object v = a[i];
-          long at = body + 8L * i;
-          inSection = logs.beforeWrite(at, true);
-          space.putLong(at, v == null ? 0 : persist(v));
+          Object old = oldElements == null ? null : oldElements[i - dstPos];
+          long target;
+          try {
+            target = v == null ? 0 : persist(v);
+          } catch (RuntimeException e) {
+            // Refused: the elements not yet copied to the replica go back in memory too.
+            if (oldElements != null) System.arraycopy(oldElements, i - dstPos, a, i, dstPos + length - i);
+            throw e;
+          }
+          store(addressOf(w), body + 8L * i, target, -1L, true, dst, old);
         }
-        space.flush(body + 8L * dstPos, 8L * length);
-        if (!inSection) space.drain();
       } finally {
         lock.unlock();
       }
       return;
     }
+    long w = word(dst);
+    if ((w & GREY) != 0 && awaitCopied(dst) == 0) return;
     WriterEpochs.State st = epochs.enter();
     try {
-      long w = word(dst);
+      w = word(dst);
       if (w == 0) return;
       int es = layout.elementSize;
-      long first = addressOf(w) + HeapFormat.HEADER + (long) dstPos * es;
+      long replica = addressOf(w);
+      long first = replica + HeapFormat.HEADER + (long) dstPos * es;
       long end = first + (long) length * es;
-      boolean inSection = false;
-      for (long at = first & ~7L; at < end; at += 8) inSection = logs.beforeWrite(at, false);
       for (int from = dstPos; from < dstPos + length; from += ARRAY_BATCH) {
         int len = Math.min(ARRAY_BATCH, dstPos + length - from);
         byte[] bytes = ArrayBytes.toBytes(dst, layout.elementCode, from, len);
-        medium.put(space.off(addressOf(w) + HeapFormat.HEADER + (long) from * es), bytes, 0, bytes.length);
+        long start = replica + HeapFormat.HEADER + (long) from * es;
+        long stop = start + bytes.length;
+        for (long word = start & ~7L; word < stop; word += 8) {
+          long bits = 0;
+          long mask = 0;
+          for (int k = 0; k < 8; k++) {
+            long at = word + k;
+            if (at < start || at >= stop || at < first || at >= end) continue;
+            bits |= (bytes[(int) (at - start)] & 0xffL) << (8 * k);
+            mask |= 0xffL << (8 * k);
+          }
+          store(replica, word, bits, mask, false, dst, null);
+        }
       }
-      space.flush(first, end - first);
-      if (!inSection) space.drain();
     } finally {
       WriterEpochs.exit(st);
     }
@@ -692,17 +1010,69 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
   @Override
   public int faseEnter(Object receiver) {
     if (receiver == null || word(receiver) == 0) return 0;
-    return logs.enter();
+    sections.enter(false);
+    return 1;
   }
 
   @Override
   public void faseExit(int token) {
-    logs.exit(token);
+    sections.exit();
   }
 
   @Override
   public void cloned(Object copy) {
     // Barrier already cleared the copy's word; nothing else refers to it.
+  }
+
+  // ---------------------------------------------------------------- undoing in memory
+
+  /**
+   * Puts back, in the object, what a rolled-back replica word held: a field, the elements of
+   * an array word, or a root. Called by {@link Sections} under its locks.
+   */
+  @Override
+  public void restore(Object target, long replica, long at, long oldBits, Object oldRef) {
+    if (target == null) return;
+    if (target instanceof Field root) {
+      Unsafes.U.putObjectVolatile(Unsafes.U.staticFieldBase(root), Unsafes.U.staticFieldOffset(root), oldRef);
+      return;
+    }
+    Layout layout = Layout.of(target);
+    long index = (at - replica - HeapFormat.HEADER) / 8;
+    switch (layout.kind) {
+      case OBJECT, ENUM -> {
+        long slot = layout.kind == Layout.Kind.ENUM ? index - 1 : index;
+        if (slot < 0 || slot >= layout.slots.length) return;
+        Layout.Slot sl = layout.slots[(int) slot];
+        if (sl.code() == 'L') Unsafes.U.putObjectVolatile(target, sl.offset(), oldRef);
+        else Layout.writeBits(target, sl, oldBits);
+      }
+      case ARRAY -> {
+        int n = Array.getLength(target);
+        if (layout.elementCode == 'L') {
+          if (index < n) ((Object[]) target)[(int) index] = oldRef;
+          return;
+        }
+        int es = layout.elementSize;
+        long firstByte = at - replica - HeapFormat.HEADER;
+        for (int k = 0; k < 8; k += es) {
+          long e = (firstByte + k) / es;
+          if (e >= n) break;
+          long bits = es == 8 ? oldBits : (oldBits >>> (8 * k)) & ((1L << (8 * es)) - 1);
+          long off = layout.arrayBase + e * es;
+          switch (layout.elementCode) {
+            case 'Z' -> Unsafes.U.putBoolean(target, off, bits != 0);
+            case 'B' -> Unsafes.U.putByte(target, off, (byte) bits);
+            case 'C', 'S' -> Unsafes.U.putShort(target, off, (short) bits);
+            case 'I', 'F' -> Unsafes.U.putInt(target, off, (int) bits);
+            default -> Unsafes.U.putLong(target, off, bits);
+          }
+        }
+      }
+      default -> {
+        // strings and canonical instances never change
+      }
+    }
   }
 
   // ---------------------------------------------------------------- roots
@@ -712,34 +1082,109 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
   }
 
   @Override
-  public void putRoot(Object value, int rootId) {
+  public void putRoot(Object value, Object old, int rootId) {
     FieldIds.FieldRef f = FieldIds.ROOTS.get(rootId);
     String owner = f.owner().replace('/', '.');
+    boolean inSection = false;
     lock.lock();
     try {
       // During <clinit> the class's roots are not declared yet: the end of <clinit> decides
       // between the recovered graph and the value the initializer left.
       if (!readyRootClasses.contains(owner)) return;
       ensureRecovered(Thread.currentThread().getContextClassLoader());
-      setRoot(rootName(owner, f.name()), value);
+      sections.enter(false);
+      inSection = true;
+      setRoot(rootName(owner, f.name()), value, rootField(owner, f.name()), old);
     } catch (HeapException e) {
       throw new PersistenceException(e.getMessage(), e);
     } finally {
       lock.unlock();
+      if (inSection) sections.exit();
     }
   }
 
-  private void setRoot(String name, Object value) throws HeapException {
-    long slot = roots.slot(name);
-    long target = value == null ? 0 : persist(value);
-    logs.beforeWrite(HeapFormat.address(0, slot - space.off(0)), true);
-    medium.putLong(slot, target);
-    medium.persist(slot, 8);
+  private static Field rootField(String owner, String name) {
+    try {
+      Class<?> c = Class.forName(owner, false, Thread.currentThread().getContextClassLoader());
+      return c.getDeclaredField(name);
+    } catch (ReflectiveOperationException | LinkageError e) {
+      return null;
+    }
+  }
+
+  /**
+   * Makes {@code value} persistent and stores it into the root, together with the entry's
+   * check, in the caller's failure-atomic section (the caller enters it, and exits it once it
+   * holds no lock: the exit may wait for another thread's section). Lock held.
+   */
+  private void setRoot(String name, Object value, Field field, Object old) throws HeapException {
+    Sections.Section s = sections.open();
+    long entry = roots.slot(name);
+    long target;
+    try {
+      target = value == null ? 0 : persist(value);
+    } catch (RuntimeException e) {
+      if (field != null && Modifier.isStatic(field.getModifiers())) restore(field, -1, 0, 0, old);
+      throw e;
+    }
+    long valueAt = HeapFormat.address(0, entry - space.off(0)) + HeapFormat.ROOT_VALUE;
+    s.lock.lock();
+    try {
+      sections.log(s, valueAt, true, field, -1, old);
+      sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
+      medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
+      medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
+      medium.flush(entry, 16);
+    } finally {
+      s.lock.unlock();
+    }
+  }
+
+  /**
+   * Moves a root's value to another name (a rename the program declared), in one
+   * failure-atomic section.
+   */
+  void moveRoot(String from, String to) throws HeapException {
+    long value = roots.get(from);
+    if (value == 0) return;
+    rewriteRoots(new String[] {to, from}, new long[] {value, 0});
+  }
+
+  /** Drops a root's data (the program said so). */
+  void clearRoot(String name) throws HeapException {
+    if (roots.get(name) == 0) return;
+    rewriteRoots(new String[] {name}, new long[] {0});
+  }
+
+  private void rewriteRoots(String[] names, long[] values) throws HeapException {
+    Sections.Section s = sections.enter(false);
+    try {
+      long[] entries = new long[names.length];
+      for (int i = 0; i < names.length; i++) entries[i] = roots.slot(names[i]);
+      s.lock.lock();
+      try {
+        for (long entry : entries) {
+          long at = HeapFormat.address(0, entry - space.off(0)) + HeapFormat.ROOT_VALUE;
+          sections.log(s, at, true, null, -1, null);
+          sections.log(s, at + HeapFormat.ROOT_CHECK, false, null, -1, null);
+        }
+        for (int i = 0; i < names.length; i++) {
+          medium.putLong(entries[i] + HeapFormat.ROOT_VALUE, values[i]);
+          medium.putLong(entries[i] + HeapFormat.ROOT_CHECK, roots.check(names[i], values[i]));
+          medium.flush(entries[i], 16);
+        }
+      } finally {
+        s.lock.unlock();
+      }
+    } finally {
+      sections.exit();
+    }
   }
 
   @Override
   public void rootsDeclared(Class<?> c) {
     lock.lock();
+    sections.enter(false); // every root of the class changes in one section
     try {
       if (readyRootClasses.contains(c.getName())) return;
       ensureRecovered(c.getClassLoader());
@@ -749,18 +1194,21 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
         String name = rootName(c.getName(), f.getName());
         long base = Unsafes.U.staticFieldOffset(f);
         Object holder = Unsafes.U.staticFieldBase(f);
-        if (roots.get(name) != 0) {
-          Object graph = recoveredGraphs(c.getClassLoader()).get(name);
+        Object graph = null;
+        String from = roots.get(name) != 0 ? name : rootNames.formerNameWithData(this, c, f);
+        if (from != null) graph = recoveredGraphs(c.getClassLoader()).get(from);
+        if (from != null) {
           if (graph != null && !f.getType().isInstance(graph)) {
             throw new PersistenceException(
-                "durable root " + name + " holds a " + graph.getClass().getName()
-                    + " but is now declared " + f.getType().getName()
+                "durable root " + from + " holds a " + graph.getClass().getName()
+                    + " but " + name + " is declared " + f.getType().getName()
                     + ": restore the declaration or start with a new pool");
           }
+          if (!from.equals(name)) moveRoot(from, name);
           Unsafes.U.putObjectVolatile(holder, base, graph);
         } else {
           Object v = Unsafes.U.getObjectVolatile(holder, base);
-          if (v != null) setRoot(name, v);
+          if (v != null) setRoot(name, v, f, null);
         }
       }
       readyRootClasses.add(c.getName());
@@ -768,6 +1216,7 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
       throw new PersistenceException(e.getMessage(), e);
     } finally {
       lock.unlock();
+      sections.exit();
     }
   }
 
@@ -790,34 +1239,85 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
    * graph a second set of objects. Lock held.
    */
   private void ensureRecovered(ClassLoader first) {
-    if (recoveredBuilt) return;
+    if (recoveredBuilt || recovering) return;
     if (marksAtOpen == null) {
       recoveredBuilt = true;
       return;
     }
+    recovering = true;
     try {
       recoveredRoots = new HeapRecovery(this, first, marksAtOpen).run();
     } catch (HeapException e) {
       throw new PersistenceException(e.getMessage(), e);
+    } finally {
+      recovering = false;
     }
     marksAtOpen = null;
     recoveredBuilt = true;
   }
 
   /**
+   * Moves recovered objects whose class gained or reordered fields (left white by recovery) to
+   * replicas of the current layout, and points every replica and root that referred to their
+   * old replicas at the new ones — one failure-atomic section, so a crash in the middle leaves
+   * the old heap, which the next start moves again. The old replicas become garbage. Lock held.
+   */
+  void migrate(Object[] objects, java.util.IdentityHashMap<Object, Boolean> stale,
+      Map<String, Object> rootGraphs) throws HeapException {
+    sections.enter(false);
+    try {
+      for (Object o : stale.keySet()) persist(o);
+      for (Object o : objects) {
+        if (stale.containsKey(o)) continue;
+        long w = word(o);
+        if (w == 0) continue;
+        long replica = addressOf(w);
+        Layout layout = Layout.of(o);
+        if (layout.kind == Layout.Kind.OBJECT || layout.kind == Layout.Kind.ENUM) {
+          for (int i = 0; i < layout.slots.length; i++) {
+            Layout.Slot sl = layout.slots[i];
+            if (sl.code() != 'L') continue;
+            Object v = Unsafes.U.getObject(o, sl.offset());
+            if (v == null || !stale.containsKey(v)) continue;
+            store(replica, replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(i),
+                addressOf(word(v)), -1L, true, o, v);
+          }
+        } else if (layout.kind == Layout.Kind.ARRAY && layout.elementCode == 'L') {
+          Object[] a = (Object[]) o;
+          for (int i = 0; i < a.length; i++) {
+            if (a[i] == null || !stale.containsKey(a[i])) continue;
+            store(replica, replica + HeapFormat.HEADER + 8L * i, addressOf(word(a[i])), -1L, true, o, a[i]);
+          }
+        }
+      }
+      for (Map.Entry<String, Object> r : rootGraphs.entrySet()) {
+        if (r.getValue() != null && stale.containsKey(r.getValue())) {
+          setRoot(r.getKey(), r.getValue(), null, r.getValue());
+        }
+      }
+    } finally {
+      sections.exit();
+    }
+  }
+
+  /**
    * Rebuilds the heap's objects now if every class it needs can be loaded through
    * {@code loader} (at start-up, so a heap that cannot be recovered stops the program before
    * it runs); leaves it for the first use of the heap if a class is missing there (it may
-   * come from a class loader the program creates later).
+   * come from a class loader the program creates later). Also checks that every root holding
+   * data is still declared (or its rename declared).
    */
   public void recoverEagerly(ClassLoader loader) throws HeapException {
     lock.lock();
     try {
       ensureRecovered(loader);
+      // The program's classes are all there: a root whose class is missing was renamed.
+      rootNames.checkDeclared(this, loader, true);
     } catch (PersistenceException e) {
       if (e.getCause() instanceof HeapException he) {
-        if (he.reason() == HeapException.Reason.MISSING_CLASS) return;
-        throw he;
+        if (he.reason() != HeapException.Reason.MISSING_CLASS) throw he;
+        rootNames.checkDeclared(this, loader, false);
+        return;
       }
       throw e;
     } finally {
@@ -856,11 +1356,11 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
 
   /** Called by recovery for every rebuilt object: it is persistent, with this replica. */
   void adopt(Object o, long addr) {
-    if (o instanceof Persistent p) {
+    if (o instanceof Persistent p && !(o instanceof Enum<?>)) {
       p.$kioku$r(addr); // a new object: nothing else can see it yet
       side.register(o);
-    } else if (o instanceof Enum<?>) {
-      setWord(o, addr); // a constant, not a new object: it may be listed already
+    } else if (o instanceof Enum<?> || Canonicals.nameOf(o) != null) {
+      if (word(o) == 0) setWord(o, addr); // a shared instance, not a new object
     } else {
       side.add(o).word = addr;
     }
@@ -870,54 +1370,26 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
 
   /** Every replica reachable from the roots and the open undo logs, checked as it goes. */
   Marks markLive() throws HeapException {
-    Marks live = new Marks(space);
-    long[] stack = new long[1024];
-    int sp = 0;
-    List<Long> starts = new ArrayList<>(roots.all().values());
-    logs.forEachLoggedReference(starts::add);
-    for (long v : starts) {
-      if (v == 0) continue;
-      if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
-      stack[sp++] = v;
-    }
-    boolean[][] refSlots = new boolean[classes.size() + 1][];
-    while (sp > 0) {
-      long addr = stack[--sp];
-      if (!space.valid(addr, HeapFormat.HEADER)) throw damagedAt(addr, "points outside the heap");
-      if (live.contains(addr)) continue;
-      long header = space.getLong(addr);
-      int cid = (int) header;
-      long count = header >>> 32;
-      ClassTable.Descriptor d = classes.get(cid);
-      if (d == null) throw damagedAt(addr, "names class " + cid + " which the class table lacks");
-      if (!space.valid(addr, d.replicaSize(count))) throw damagedAt(addr, "runs past its heap space");
-      live.mark(addr);
-      long body = addr + HeapFormat.HEADER;
-      if (d.kind() == Layout.Kind.OBJECT) {
-        boolean[] refs = refSlots[cid];
-        if (refs == null) refs = refSlots[cid] = d.referenceSlots();
-        if (refs.length != count) throw damagedAt(addr, "has " + count + " slots, its class " + refs.length);
-        for (int i = 0; i < count; i++) {
-          if (!refs[i]) continue;
-          long v = space.getLong(body + 8L * i);
-          if (v == 0) continue;
-          if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
-          stack[sp++] = v;
-        }
-      } else if (d.kind() == Layout.Kind.ARRAY && d.elementCode() == 'L') {
-        for (long i = 0; i < count; i++) {
-          long v = space.getLong(body + 8L * i);
-          if (v == 0) continue;
-          if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
-          stack[sp++] = v;
-        }
-      }
-    }
-    live.rank();
+    return new HeapMarking(this).mark(null);
+  }
+
+  /**
+   * At open: marks, and checks every replica it reaches (repairing one wrong word); replicas
+   * holding an address of {@code touched} (rolled back just now) get their checks recomputed
+   * instead.
+   */
+  private Marks markLive(long[] touched) throws HeapException {
+    HeapMarking m = new HeapMarking(this);
+    Marks live = m.mark(touched);
+    repairedAtOpen += m.repaired();
     return live;
   }
 
-  private static HeapException damagedAt(long addr, String what) {
+  Sections sections() {
+    return sections;
+  }
+
+  static HeapException damagedAt(long addr, String what) {
     return new HeapException(
         HeapException.Reason.DAMAGED,
         "persistent heap damaged: the replica at 0x" + Long.toHexString(addr) + " " + what
@@ -938,6 +1410,7 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
 
   /** GC when the heap is mostly full and has grown since the last one. Lock held. */
   private void maybeCollect() {
+    if (recovering) return; // objects being moved are reachable only from memory meanwhile
     long cap = alloc.capacityBytes();
     long used = alloc.usedBytes();
     if (used > cap * 0.9 && used > liveAtLastGc * 1.25) {
@@ -974,89 +1447,41 @@ public final class PersistentHeap implements Hooks, AutoCloseable {
 
   /**
    * Compares every persistent object reachable from {@code root} with its replica: each
-   * primitive field and element equal, each reference pointing at the referent's replica.
-   * Returns one line per difference (empty: they agree). For tests and diagnostics; the
-   * program should not be writing the graph meanwhile.
+   * primitive field and element equal, each reference pointing at the referent's replica, and
+   * the replica's check words right. Returns one line per difference (empty: they agree). For
+   * tests and diagnostics; the program should not be writing the graph meanwhile.
    */
   public List<String> verify(Object root) {
-    List<String> bad = new ArrayList<>();
-    java.util.IdentityHashMap<Object, Boolean> seen = new java.util.IdentityHashMap<>();
-    ArrayDeque<Object> work = new ArrayDeque<>();
-    if (root != null) work.add(root);
-    VarHandle.fullFence();
-    while (!work.isEmpty() && bad.size() < 100) {
-      Object o = work.pollFirst();
-      if (seen.put(o, Boolean.TRUE) != null) continue;
-      long w = word(o);
-      if (w == 0) {
-        bad.add(describe(o) + " is reachable but has no replica");
-        continue;
-      }
-      long addr = addressOf(w);
-      Class<?> c = o instanceof Enum<?> e ? e.getDeclaringClass() : o.getClass();
-      Layout layout = Layout.of(c);
-      long body = addr + HeapFormat.HEADER;
-      switch (layout.kind) {
-        case OBJECT -> {
-          for (int i = 0; i < layout.slots.length; i++) {
-            Layout.Slot sl = layout.slots[i];
-            long got = space.getLong(body + 8L * i);
-            if (sl.code() == 'L') {
-              Object v = Unsafes.U.getObject(o, sl.offset());
-              long want = v == null ? 0 : addressOf(word(v));
-              if (got != want) bad.add(describe(o) + "." + sl.field().getName() + ": replica points elsewhere");
-              if (v != null) work.addLast(v);
-            } else if (got != Layout.readBits(o, sl)) {
-              bad.add(describe(o) + "." + sl.field().getName() + ": replica " + got + ", object " + Layout.readBits(o, sl));
-            }
-          }
-        }
-        case ARRAY -> {
-          int n = Array.getLength(o);
-          if ((space.getLong(addr) >>> 32) != n) bad.add(describe(o) + ": replica length differs");
-          if (layout.elementCode == 'L') {
-            for (int i = 0; i < n; i++) {
-              Object v = ((Object[]) o)[i];
-              long want = v == null ? 0 : addressOf(word(v));
-              if (space.getLong(body + 8L * i) != want) bad.add(describe(o) + "[" + i + "]: replica points elsewhere");
-              if (v != null) work.addLast(v);
-            }
-          } else {
-            byte[] want = ArrayBytes.toBytes(o, layout.elementCode, 0, n);
-            byte[] got = new byte[want.length];
-            medium.get(space.off(body), got, 0, got.length);
-            if (!java.util.Arrays.equals(want, got)) bad.add(describe(o) + ": replica elements differ");
-          }
-        }
-        default -> {
-          // strings and enum constants do not change
-        }
-      }
-    }
-    return bad;
+    return new GraphVerifier(this).verify(root);
   }
 
-  private static String describe(Object o) {
-    return o.getClass().getName() + "@" + Integer.toHexString(System.identityHashCode(o));
+  Medium medium() {
+    return medium;
   }
 
   public Stats stats() {
     lock.lock();
     try {
-      return new Stats(side.size(), alloc.usedBytes(), alloc.capacityBytes(), classes.size(), gcRuns);
+      return new Stats(side.size(), alloc.usedBytes(), alloc.capacityBytes(), classes.size(),
+          gcRuns, repairedAtOpen, logSpace.blocks(), sections.earlyCommits());
     } finally {
       lock.unlock();
     }
   }
 
-  /** Runs {@code action} as one failure-atomic section of this thread. */
+  /**
+   * Runs {@code action} as one failure-atomic section of this thread; an exception that leaves
+   * it rolls it back (unless another thread's section depends on it, see {@link Sections}).
+   */
   public void atomically(Runnable action) {
-    int token = logs.enter();
+    sections.enter(true);
     try {
       action.run();
-    } finally {
-      logs.exit(token);
+    } catch (RuntimeException | Error e) {
+      sections.exitByException();
+      throw e;
     }
+    sections.exit();
   }
 
   @Override

@@ -346,14 +346,21 @@ public final class SimMedium implements Medium {
     pending.clear();
   }
 
+  private long maxLength = Integer.MAX_VALUE - 8;
+
+  /** For tests: the medium cannot grow past {@code max} bytes, as on a full disk. */
+  public synchronized void limitLength(long max) {
+    maxLength = Math.min(max, Integer.MAX_VALUE - 8);
+  }
+
   @Override
   public synchronized void grow(long newLength) throws PoolException {
     long old = length();
     if (newLength < old) {
       throw PoolException.shrink("(simulated medium)", old, newLength);
     }
-    if (newLength > Integer.MAX_VALUE - 8) {
-      throw PoolException.tooLong("(simulated medium)", newLength, Integer.MAX_VALUE - 8);
+    if (newLength > maxLength) {
+      throw PoolException.tooLong("(simulated medium)", newLength, maxLength);
     }
     if (newLength == old) {
       return;

@@ -65,8 +65,8 @@ public final class Barrier {
     if (active && maybePersistent(o)) hooks.putPrimitive(o, Double.doubleToRawLongBits(v), id);
   }
 
-  public static void putL(Object o, Object v, int id) {
-    if (active && maybePersistent(o)) hooks.putReference(o, v, id);
+  public static void putL(Object o, Object v, Object old, int id) {
+    if (active && maybePersistent(o)) hooks.putReference(o, v, old, id);
   }
 
   // Volatile fields: the runtime locks the object and writes the replica first (NVM-first
@@ -117,9 +117,9 @@ public final class Barrier {
   }
 
   /** After a putstatic of a {@code @DurableRoot} field (always forwarded: roots are rare). */
-  public static void putRoot(Object v, int rootId) {
+  public static void putRoot(Object v, Object old, int rootId) {
     Hooks h = hooks;
-    if (h != null) h.putRoot(v, rootId);
+    if (h != null) h.putRoot(v, old, rootId);
   }
 
   /** At the end of {@code <clinit>} of a class with durable roots. */
@@ -160,14 +160,25 @@ public final class Barrier {
     if (active && maybePersistent(a)) hooks.storePrimitive(a, i, Double.doubleToRawLongBits(v));
   }
 
-  public static void storeL(Object[] a, int i, Object v) {
-    if (active && maybePersistent(a)) hooks.storeReference(a, i, v);
+  public static void storeL(Object[] a, int i, Object v, Object old) {
+    if (active && maybePersistent(a)) hooks.storeReference(a, i, v, old);
   }
 
   /** Replaces System.arraycopy in instrumented code. */
   public static void arraycopy(Object src, int srcPos, Object dst, int dstPos, int length) {
+    Object[] old = null;
+    if (active
+        && dst instanceof Object[] a
+        && dstPos >= 0
+        && length > 0
+        && dstPos <= a.length - length
+        && maybePersistent(dst)
+        && hooks.wantsOldElements(dst)) {
+      old = new Object[length];
+      System.arraycopy(a, dstPos, old, 0, length);
+    }
     System.arraycopy(src, srcPos, dst, dstPos, length);
-    if (active && maybePersistent(dst)) hooks.copied(dst, dstPos, length);
+    if (active && maybePersistent(dst)) hooks.copied(dst, dstPos, length, old);
   }
 
   /** At the entry of an instance method of a retransformed collection class. */

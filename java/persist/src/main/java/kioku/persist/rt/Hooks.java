@@ -9,8 +9,8 @@ public interface Hooks {
   /** A putfield of a primitive field; {@code bits} is the value zero-extended to 64 bits. */
   void putPrimitive(Object o, long bits, int fieldId);
 
-  /** A putfield of a reference field. */
-  void putReference(Object o, Object value, int fieldId);
+  /** A putfield of a reference field; {@code old} is what the field held before. */
+  void putReference(Object o, Object value, Object old, int fieldId);
 
   /** Before a putfield of a volatile field: lock the object, write the replica first. */
   void preVolatile(Object o, long bits, Object ref, int fieldId);
@@ -18,8 +18,8 @@ public interface Hooks {
   /** After that putfield: unlock. */
   void postVolatile(Object o, int fieldId);
 
-  /** A putstatic of a {@code @DurableRoot} field. */
-  void putRoot(Object value, int rootId);
+  /** A putstatic of a {@code @DurableRoot} field; {@code old} is what it held before. */
+  void putRoot(Object value, Object old, int rootId);
 
   /** The end of {@code <clinit>} of a class that declares durable roots. */
   void rootsDeclared(Class<?> c);
@@ -27,11 +27,17 @@ public interface Hooks {
   /** An element store: {@code bits} is the element zero-extended (references use storeRef). */
   void storePrimitive(Object array, int index, long bits);
 
-  /** A reference element store. */
-  void storeReference(Object[] array, int index, Object value);
+  /** A reference element store; {@code old} is the element it replaced. */
+  void storeReference(Object[] array, int index, Object value, Object old);
 
-  /** After System.arraycopy into {@code dst}. */
-  void copied(Object dst, int dstPos, int length);
+  /** Before System.arraycopy into a reference array: whether to report the elements it replaces. */
+  boolean wantsOldElements(Object dst);
+
+  /**
+   * After System.arraycopy into {@code dst}; {@code oldElements} are the replaced elements when
+   * {@link #wantsOldElements} asked for them, else null.
+   */
+  void copied(Object dst, int dstPos, int length, Object[] oldElements);
 
   /** Entering a method of a persistent collection; returns a token for {@link #faseExit}. */
   int faseEnter(Object receiver);

@@ -10,7 +10,8 @@ import kioku.persist.rt.Hooks;
 final class RecordingHooks implements Hooks {
   /**
    * One call. {@code id} is the field or root id, or the array index; {@code observed} is the
-   * field's DRAM value when the hook ran (volatile hooks only).
+   * field's DRAM value when the hook ran (volatile hooks), or the value a reference store
+   * replaced (the old elements for copied).
    */
   record Call(String kind, Object target, int id, long bits, Object ref, Object observed) {}
 
@@ -39,8 +40,8 @@ final class RecordingHooks implements Hooks {
   }
 
   @Override
-  public void putReference(Object o, Object value, int fieldId) {
-    add("putReference", o, fieldId, 0, value, null);
+  public void putReference(Object o, Object value, Object old, int fieldId) {
+    add("putReference", o, fieldId, 0, value, old);
   }
 
   @Override
@@ -54,8 +55,8 @@ final class RecordingHooks implements Hooks {
   }
 
   @Override
-  public void putRoot(Object value, int rootId) {
-    add("putRoot", null, rootId, 0, value, null);
+  public void putRoot(Object value, Object old, int rootId) {
+    add("putRoot", null, rootId, 0, value, old);
   }
 
   @Override
@@ -69,13 +70,18 @@ final class RecordingHooks implements Hooks {
   }
 
   @Override
-  public void storeReference(Object[] array, int index, Object value) {
-    add("storeReference", array, index, 0, value, null);
+  public void storeReference(Object[] array, int index, Object value, Object old) {
+    add("storeReference", array, index, 0, value, old);
   }
 
   @Override
-  public void copied(Object dst, int dstPos, int length) {
-    add("copied", dst, dstPos, length, null, null);
+  public boolean wantsOldElements(Object dst) {
+    return true;
+  }
+
+  @Override
+  public void copied(Object dst, int dstPos, int length, Object[] oldElements) {
+    add("copied", dst, dstPos, length, null, oldElements);
   }
 
   @Override

@@ -17,7 +17,11 @@ final class HeapHarness {
   }
 
   static PersistentHeap create(SimMedium m) throws Exception {
-    PersistentHeap h = PersistentHeap.create(Pool.create(m, PersistentHeap.POOL_KIND), small());
+    return create(m, small());
+  }
+
+  static PersistentHeap create(SimMedium m, PersistentHeap.Options o) throws Exception {
+    PersistentHeap h = PersistentHeap.create(Pool.create(m, PersistentHeap.POOL_KIND), o);
     Holder.root = null; // as a fresh class would have it
     h.rootsDeclared(Holder.class);
     return h;
@@ -27,10 +31,18 @@ final class HeapHarness {
     return PersistentHeap.open(Pool.open(m));
   }
 
+  /** Opens an existing heap as the program would, its root declared (and recovered). */
+  static PersistentHeap reopen(SimMedium m, long isolationWaitMillis) throws Exception {
+    PersistentHeap h = PersistentHeap.open(Pool.open(m), isolationWaitMillis, RootNames.NONE);
+    h.rootsDeclared(Holder.class);
+    return h;
+  }
+
   /** What Holder.root = v does under the agent. */
   static void setRoot(PersistentHeap h, Object v) {
+    Object old = Holder.root;
     Holder.root = v;
-    h.putRoot(v, ROOT);
+    h.putRoot(v, old, ROOT);
   }
 
   static Object recoveredRoot(PersistentHeap h) throws Exception {

@@ -78,12 +78,13 @@ class PersistentHeapTest {
     h.putPrimitive(a, Double.doubleToRawLongBits(-0.5), HeapHarness.field("ratio", "D"));
     Node c = new Node();
     c.name = "new";
+    Node b0 = a.next;
     a.next = c;
-    h.putReference(a, c, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    h.putReference(a, c, b0, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
     a.numbers[2] = -30;
     h.storePrimitive(a.numbers, 2, -30 & 0xffffffffL);
     a.things[0] = "y";
-    h.storeReference(a.things, 0, "y");
+    h.storeReference(a.things, 0, "y", "x");
     Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
     assertEquals(99, a2.value);
     assertEquals(-0.5, a2.ratio);
@@ -115,6 +116,18 @@ class PersistentHeapTest {
     assertTrue(e.getMessage().contains("java.util.concurrent.ConcurrentHashMap"), e.getMessage());
     assertEquals(0, h.word(a), "a refused graph stays white");
     assertEquals(0, h.stats().usedBytes(), "and its replicas are freed");
+    assertNull(Holder.root, "the refused store did not happen, in memory either");
+    // A store into a persistent object: refused, the field keeps its old value.
+    Node ok = graph();
+    HeapHarness.setRoot(h, ok);
+    Node old = ok.next;
+    Node bad = new Node();
+    bad.things = new Object[] {new Thread()};
+    ok.next = bad;
+    int next = HeapHarness.field("next", "Lkioku/persist/heap/Node;");
+    assertThrows(NotPersistableException.class, () -> h.putReference(ok, bad, old, next));
+    assertSame(old, ok.next);
+    assertTrue(h.verify(ok).isEmpty(), h.verify(ok).toString());
   }
 
   @Test
@@ -126,13 +139,14 @@ class PersistentHeapTest {
     Node old = a.next;
     Node fresh = new Node();
     a.next = fresh;
-    h.putReference(a, fresh, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    h.putReference(a, fresh, old, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
     long before = h.stats().usedBytes();
     h.collect();
     // old was reachable only through a.next and a.things[3]: a.things still holds it.
     assertTrue(h.word(old) != 0);
+    Object[] things = a.things;
     a.things = null;
-    h.putReference(a, null, HeapHarness.field("things", "[Ljava/lang/Object;"));
+    h.putReference(a, null, things, HeapHarness.field("things", "[Ljava/lang/Object;"));
     h.collect();
     assertEquals(0, h.word(old), "a replica the roots no longer reach dies and its object turns white");
     assertTrue(h.stats().usedBytes() < before);

@@ -22,6 +22,13 @@ class BadInputIT {
 
   BadInputIT() throws Exception {}
 
+  @org.junit.jupiter.api.AfterEach
+  void clean() throws Exception {
+    try (var files = Files.walk(dir)) {
+      files.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    }
+  }
+
   /** Runs the counter on {@code pool} (with extra class-path entries first). */
   private record Run(int status, String out, List<String> errLines) {}
 

@@ -7,14 +7,18 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import org.junit.jupiter.api.Test;
 
-/** Runs kioku.examples.PowerCuts under the agent: power cuts at every ordering point. */
+/**
+ * Runs kioku.examples.PowerCuts under the agent: power cuts at every ordering point, each cut
+ * looked at in two exact images and kioku.powerCutSeeds random ones (default 4; make soak 16).
+ */
 class PowerCutIT {
   @Test
   void everyOrderingPointRecoversToBeforeOrAfter() throws Exception {
     Path dir = Files.createTempDirectory("kioku-cuts-");
     Path out = dir.resolve("out");
     Path err = dir.resolve("err");
-    Process p = Jvm.start("", out, err, "kioku.examples.PowerCuts", "4");
+    String seeds = String.valueOf(Integer.getInteger("kioku.powerCutSeeds", 4));
+    Process p = Jvm.start("", out, err, "kioku.examples.PowerCuts", seeds);
     int status = Jvm.run(p, 900);
     String o = Files.readString(out);
     System.out.println(o);

@@ -1,0 +1,168 @@
+package kioku.persist.heap;
+
+import java.util.ArrayList;
+import java.util.List;
+
+/**
+ * Marking of the replicas the roots (and the open undo logs) reach: for the GC, and at open,
+ * where every replica it reaches is also checked against its check words ({@link
+ * ReplicaCheck}) and one wrong word repaired, and replicas an undo just changed get their
+ * checks recomputed. Every address, header and class id is checked on the way; anything that
+ * does not fit is damage, reported before a single object is rebuilt.
+ */
+final class HeapMarking {
+  private final PersistentHeap heap;
+  private final HeapSpace space;
+  private final ClassTable classes;
+  private long repaired;
+
+  HeapMarking(PersistentHeap heap) {
+    this.heap = heap;
+    this.space = heap.space();
+    this.classes = heap.classes();
+  }
+
+  /** Replicas this marking repaired. */
+  long repaired() {
+    return repaired;
+  }
+
+  /**
+   * Marks from the roots and the open undo logs. With {@code touched} (at open) every replica
+   * is checked too; those holding one of its addresses (sorted) get their checks recomputed.
+   */
+  Marks mark(long[] touched) throws HeapException {
+    Marks live = new Marks(space);
+    long[] stack = new long[1024];
+    int sp = 0;
+    List<Long> starts = new ArrayList<>(heap.roots().values());
+    heap.sections().forEachLoggedReference(starts::add);
+    for (long v : starts) {
+      if (v == 0) continue;
+      if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
+      stack[sp++] = v;
+    }
+    boolean[][] refWords = new boolean[classes.size() + 1][];
+    while (sp > 0) {
+      long addr = stack[--sp];
+      if (!space.valid(addr, HeapFormat.HEADER)) throw PersistentHeap.damagedAt(addr, "points outside the heap");
+      if (live.contains(addr)) continue;
+      long size = checkedSize(addr, touched);
+      long header = space.getLong(addr);
+      int cid = (int) header;
+      long count = header >>> 32;
+      ClassTable.Descriptor d = classes.get(cid);
+      live.mark(addr);
+      long body = addr + HeapFormat.HEADER;
+      boolean scan = d.kind() == Layout.Kind.OBJECT || d.kind() == Layout.Kind.ENUM;
+      if (scan) {
+        boolean[] refs = refWords[cid];
+        if (refs == null) refs = refWords[cid] = d.referenceWords();
+        if (refs.length != count) throw PersistentHeap.damagedAt(addr, "has " + count + " words, its class " + refs.length);
+        for (int i = 0; i < count; i++) {
+          if (!refs[i]) continue;
+          long v = space.getLong(body + 8L * i);
+          if (v == 0) continue;
+          if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
+          stack[sp++] = v;
+        }
+      } else if (d.kind() == Layout.Kind.ARRAY && d.elementCode() == 'L') {
+        for (long i = 0; i < count; i++) {
+          long v = space.getLong(body + 8L * i);
+          if (v == 0) continue;
+          if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
+          stack[sp++] = v;
+        }
+      }
+    }
+    live.rank();
+    return live;
+  }
+
+  /**
+   * The size of the replica at {@code addr} from its header, checked against the class table
+   * and the heap space; at open ({@code touched} non-null) its check words are verified too,
+   * and one wrong word (a store a crash tore, or a flipped bit) repaired.
+   */
+  private long checkedSize(long addr, long[] touched) throws HeapException {
+    for (int attempt = 0; ; attempt++) {
+      long header = space.getLong(addr);
+      int cid = (int) header;
+      long count = header >>> 32;
+      ClassTable.Descriptor d = classes.get(cid);
+      long size = d == null ? -1 : d.replicaSize(count);
+      boolean fits = d != null && space.valid(addr, size)
+          && (d.bodyWords() < 0 || d.bodyWords() == count);
+      if (touched == null) {
+        if (d == null) throw PersistentHeap.damagedAt(addr, "names class " + cid + " which the class table lacks");
+        if (!fits) throw PersistentHeap.damagedAt(addr, "runs past its heap space");
+        return size;
+      }
+      if (!fits) {
+        // The header itself may be the one wrong word: the checks over the smallest replica
+        // cannot tell, so try what S1 says it was if that makes a valid header.
+        if (attempt == 0 && repairHeader(addr)) continue;
+        if (d == null) throw PersistentHeap.damagedAt(addr, "names class " + cid + " which the class table lacks");
+        throw PersistentHeap.damagedAt(addr, "runs past its heap space");
+      }
+      if (touchedIn(touched, addr, size)) {
+        ReplicaCheck.recompute(space, addr, size);
+        space.flush(addr + ReplicaCheck.S1, 16);
+        return size;
+      }
+      switch (ReplicaCheck.verify(space, addr, size)) {
+        case INTACT:
+          return size;
+        case REPAIRED:
+          repaired++;
+          if (space.getLong(addr) != header) {
+            long again = space.getLong(addr);
+            ClassTable.Descriptor d2 = classes.get((int) again);
+            if (d2 == null || d2.replicaSize(again >>> 32) != size) {
+              throw PersistentHeap.damagedAt(addr, "has a damaged header");
+            }
+          }
+          space.drain();
+          return size;
+        default:
+          throw PersistentHeap.damagedAt(addr, "fails its check words (more than one word differs)");
+      }
+    }
+  }
+
+  /**
+   * A header that names no class or does not fit: if flipping it to what S1 implies (the XOR of
+   * everything else) gives a header whose replica then checks whole, that was the wrong word.
+   */
+  private boolean repairHeader(long addr) {
+    long header = space.getLong(addr);
+    long s1 = space.getLong(addr + ReplicaCheck.S1);
+    for (int cid = 1; cid <= classes.size(); cid++) {
+      ClassTable.Descriptor d = classes.get(cid);
+      long words = d.bodyWords();
+      if (words < 0) continue; // arrays and strings: the count is unknown, do not guess
+      long size = d.replicaSize(words);
+      if (!space.valid(addr, size)) continue;
+      long candidate = (words << 32) | cid;
+      long x = 0;
+      for (long p = 3; p < size / 8; p++) x ^= space.getLong(addr + 8 * p);
+      if ((x ^ candidate) != s1) continue;
+      space.putLong(addr, candidate);
+      if (ReplicaCheck.verify(space, addr, size) == ReplicaCheck.Outcome.INTACT) {
+        space.flush(addr, 8);
+        space.drain();
+        repaired++;
+        return true;
+      }
+      space.putLong(addr, header);
+    }
+    return false;
+  }
+
+  private static boolean touchedIn(long[] touched, long addr, long size) {
+    int i = java.util.Arrays.binarySearch(touched, addr);
+    if (i < 0) i = -i - 1;
+    return i < touched.length && touched[i] < addr + size;
+  }
+
+}
