@@ -38,6 +38,12 @@ fn main() {
     // Logs go to stderr; KIOKU_LOG (tracing filter syntax) overrides the default, which shows
     // the one-time choices (medium, tracker backend) and every warning.
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_) | Command::Restore(_)) {
+        // Data commands end quietly when their reader goes (`kioku inspect … | head`), as
+        // other command-line tools do; a monitor must outlive its program's pipes.
+        // SAFETY: setting a signal disposition of our own process before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     // A monitored program owns stderr: only warnings there unless asked.
     let default = match cli.command {
         Command::Run(_) | Command::Restore(_) | Command::Group(_) => "warn",

@@ -137,8 +137,14 @@ pub enum SharedKind {
     Memfd { name: String },
     /// A regular file mapped shared: its mapped bytes at the checkpoint are written back into
     /// it at restore. `deleted`: the file had no name any more; it comes back as a new
-    /// unnamed file in the same directory.
-    File { path: PathBuf, deleted: bool },
+    /// unnamed file in the same directory — as it does when the name now belongs to another
+    /// file (`inode` differs: replaced by someone else; that file is left alone).
+    File {
+        path: PathBuf,
+        deleted: bool,
+        #[serde(default)]
+        inode: u64,
+    },
 }
 
 /// One checkpoint's cost, kept in the image for `kioku inspect`.

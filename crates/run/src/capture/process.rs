@@ -881,6 +881,7 @@ impl ProcessCapture {
                         crate::image::SharedKind::File {
                             path: path.clone(),
                             deleted: *deleted,
+                            inode: m.inode,
                         }
                     };
                     return Ok(Class::Shared(kind));

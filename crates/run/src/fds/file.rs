@@ -139,11 +139,38 @@ pub fn restore(f: &FileImage) -> Result<OwnedFd> {
             ),
         });
     }
-    let fd = sys::open(&f.path, open_flags(f.flags)).map_err(|e| RunError::CannotRecreate {
-        what: format!("the file {}: opening it failed: {e}", f.path.display()),
-    })?;
+    let fd = match sys::open(&f.path, open_flags(f.flags)) {
+        Ok(fd) => fd,
+        // The tree may have inherited it (a shell's redirection of kioku's own stdio, opened
+        // with rights the restoring user lacks): the restoring command's own, when it is the
+        // same file.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES | libc::EPERM)) => own_stdio_of(&md)
+            .ok_or_else(|| RunError::CannotRecreate {
+                what: format!("the file {}: opening it failed: {e}", f.path.display()),
+            })?,
+        Err(e) => {
+            return Err(RunError::CannotRecreate {
+                what: format!("the file {}: opening it failed: {e}", f.path.display()),
+            })
+        }
+    };
     seek(&fd, f.flags, f.pos, &f.path)?;
     Ok(fd)
+}
+
+/// A duplicate of the monitor's own standard stream that is the file `md` describes, if any.
+pub fn own_stdio_of(md: &std::fs::Metadata) -> Option<OwnedFd> {
+    use std::os::unix::fs::MetadataExt;
+    (0..=2).find_map(|n| {
+        let own = std::fs::metadata(format!("/proc/self/fd/{n}")).ok()?;
+        if own.dev() != md.dev() || own.ino() != md.ino() {
+            return None;
+        }
+        // SAFETY: the monitor's standard streams stay open while it runs.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(n) }
+            .try_clone_to_owned()
+            .ok()
+    })
 }
 
 fn seek(fd: &OwnedFd, flags: i32, pos: u64, what: &Path) -> Result<()> {

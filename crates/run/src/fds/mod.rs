@@ -42,7 +42,7 @@ use crate::error::{Result, RunError};
 use crate::remote::Remote;
 
 pub use epoll::{EpollImage, EpollItem};
-pub use file::{FileImage, FileSource};
+pub use file::{own_stdio_of, FileImage, FileSource};
 pub use inet::{InetImage, InetState};
 pub use inotify::{InotifyImage, Watch};
 pub use locks::{LockImage, LockKind};

@@ -144,20 +144,6 @@ fn check_files(image: &TreeImage, journaled: bool) -> Result<()> {
             }
         }
     }
-    for s in &image.shared {
-        if let SharedKind::File {
-            path,
-            deleted: false,
-        } = &s.kind
-        {
-            if !path.exists() {
-                return Err(RunError::FileChanged {
-                    path: path.clone(),
-                    what: "it is mapped shared and no longer exists".into(),
-                });
-            }
-        }
-    }
     Ok(())
 }
 
@@ -224,11 +210,21 @@ fn cut_back_standard_streams(image: &TreeImage) -> Result<()> {
                 .map_err(|e| RunError::io(format!("stat {}", file.path.display()), e))?;
             if md.is_file() && md.len() > file.size {
                 tracing::info!(path = %file.path.display(), from = md.len(), to = file.size, "cutting a file the program writes back to its size at the checkpoint");
-                std::fs::OpenOptions::new()
+                let cut = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&file.path)
-                    .and_then(|h| h.set_len(file.size))
-                    .map_err(|e| RunError::io(format!("truncating {}", file.path.display()), e))?;
+                    .and_then(|h| h.set_len(file.size));
+                // Not ours to open (a shell's redirection): through our own stream, if it is.
+                let cut = match cut {
+                    Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                        match crate::fds::own_stdio_of(&md) {
+                            Some(fd) => std::fs::File::from(fd).set_len(file.size),
+                            None => Err(e),
+                        }
+                    }
+                    r => r,
+                };
+                cut.map_err(|e| RunError::io(format!("truncating {}", file.path.display()), e))?;
             }
         }
     }
@@ -542,16 +538,24 @@ fn shared_objects(image: &TreeImage, engine: &Engine<ShadowSpace>) -> Result<Sha
             SharedKind::Memfd { name } => memfd(name)?,
             SharedKind::File {
                 path,
-                deleted: false,
-            } => std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(path)
-                .map_err(|e| RunError::io(format!("opening {}", path.display()), e))?,
-            SharedKind::File {
-                path,
-                deleted: true,
-            } => unnamed_file_near(path)?,
+                deleted,
+                inode,
+            } => {
+                // (Gone, or replaced by someone else: the program keeps its own copy.)
+                let same = std::fs::metadata(path).is_ok_and(|m| *inode == 0 || m.ino() == *inode);
+                if !deleted && same {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(path)
+                        .map_err(|e| RunError::io(format!("opening {}", path.display()), e))?
+                } else {
+                    if !deleted {
+                        tracing::warn!(path = %path.display(), "a file the program maps shared was removed or replaced by someone else since the checkpoint; the program gets its own copy of what it mapped");
+                    }
+                    unnamed_file_near(path)?
+                }
+            }
         };
         if file.metadata().map(|m| m.len()).unwrap_or(0) < s.size {
             file.set_len(s.size)
