@@ -30,7 +30,13 @@ echo "== kioku run --interval 10ms -- pi $DIGITS   (pool $pool), SIGKILL after $
 "$kioku" run --pool "$pool" --interval 10ms --summary -- "$work/pi" "$DIGITS" > "$work/output.txt" &
 monitor=$!
 sleep "$KILL_AFTER"
-program=$(cat "/proc/$monitor/task/$monitor/children" 2>/dev/null | awk '{print $1}')
+# The monitor's child is the init of the program's pid namespace; the program is its child.
+child=$(cat "/proc/$monitor/task/$monitor/children" 2>/dev/null | awk '{print $1}')
+program=""
+if [ -n "$child" ]; then
+    program=$(cat "/proc/$child/task/$child/children" 2>/dev/null | awk '{print $1}')
+    program=${program:-$child}
+fi
 if [ -z "$program" ]; then
     echo "the program finished before the kill; raise DIGITS or lower KILL_AFTER" >&2
     exit 1
