@@ -491,6 +491,16 @@ impl<S: AddressSpace> Engine<S> {
         ))?;
 
         let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
+        if !space.relocatable() {
+            // Opening the pool mapped it where the kernel chose, which may be where a region
+            // lived before (freed by an engine closed in this process): move it out of the way.
+            let fixed: Vec<_> = meta
+                .regions
+                .iter()
+                .map(|r| r.addr..r.addr.saturating_add(r.reserve as usize))
+                .collect();
+            pool.move_mapping_clear_of(&fixed)?;
+        }
         let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
         engine.committed_meta = (meta_bytes.len() as u64, r[root::META_CRC] as u32);
         for (mut rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {

@@ -22,6 +22,40 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Waits (up to 30 s: a loaded machine starts slowly) until the pool at `pool` (relative to the
+/// run directory) has committed a checkpoint of epoch `epoch` or later.
+fn wait_for_epoch(dir: &RunDir, pool: &str, epoch: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let i = kioku_in(dir, &["inspect", "--pool", pool, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap_or_default();
+        if v["epoch"].as_u64().is_some_and(|e| e >= epoch) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint of epoch {epoch} in {pool} after 30 s: {}",
+            stderr(&i)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits (up to 30 s) until `monitor`'s program runs a process named `name`.
+fn wait_for_process(monitor: u32, name: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !program_processes(monitor as i32)
+        .iter()
+        .any(|p| p.name == name)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no process {name} under {monitor} after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Starts pi under kioku with checkpoints only on request, killed after the first request.
 fn pi_with_one_requested_checkpoint(dir: &RunDir, by_pid: bool) -> String {
     let p = program("pi", false);
@@ -127,9 +161,8 @@ fn restore_without_pool_takes_the_most_recent_and_lists_when_it_cannot() {
         ],
         &dir,
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_epoch(&dir, ".kioku/pi.pool", 1);
     assert!(kill_after(child, Duration::ZERO, false) == Outcome::Killed);
-    assert!(dir.path(".kioku/pi.pool").exists());
     let o = kioku_in(&dir, &["restore"]);
     assert!(o.status.success(), "{}", stderr(&o));
     // Now finished: nothing restorable, and the listing says why.
@@ -223,7 +256,7 @@ fn a_changed_executable_is_refused_and_the_checkpoint_kept() {
         ],
         &dir,
     );
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_epoch(&dir, "p.pool", 1);
     assert!(kill_after(child, Duration::ZERO, false) == Outcome::Killed);
     // Rebuild the program differently (another build-id and size).
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -267,7 +300,7 @@ fn a_pool_in_use_is_refused() {
         ],
         &dir,
     );
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for_epoch(&dir, "p.pool", 1);
     let o = kioku_in(&dir, &["restore", "--pool", "p.pool"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("in use by process"), "{}", stderr(&o));
@@ -382,11 +415,11 @@ fn the_processes_a_program_starts_are_checkpointed_with_it() {
             "--",
             "sh",
             "-c",
-            "sleep 0.6; echo done; echo $$ > pid.txt",
+            "sleep 2; echo done; echo $$ > pid.txt",
         ],
         &dir,
     );
-    std::thread::sleep(Duration::from_millis(200));
+    wait_for_process(child.id(), "sleep");
     let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
     assert!(o.status.success(), "kioku checkpoint: {}", stderr(&o));
     let i = kioku_in(&dir, &["inspect", "--pool", pool, "--json"]);
@@ -402,7 +435,7 @@ fn the_processes_a_program_starts_are_checkpointed_with_it() {
     );
     // Killed: the whole tree goes (nothing runs on to print "done" at once).
     assert!(kill_after(child, Duration::ZERO, false) == Outcome::Killed);
-    std::thread::sleep(Duration::from_millis(700));
+    std::thread::sleep(Duration::from_millis(2200));
     assert_eq!(
         dir.read("stdout.txt"),
         b"",

@@ -412,6 +412,12 @@ impl Pool {
     pub fn medium(&self) -> &dyn Medium {
         self.medium.as_ref()
     }
+    /// Moves the pool's mapping clear of the address ranges `avoid` (a no-op if it is clear
+    /// already): a recovery that must put memory back at fixed addresses calls this first, since
+    /// the kernel may have mapped the pool itself where that memory belongs.
+    pub fn move_mapping_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()> {
+        Ok(self.medium.move_clear_of(avoid)?)
+    }
     /// Epoch of the last commit (0 for a new pool).
     pub fn epoch(&self) -> u64 {
         self.committed.epoch

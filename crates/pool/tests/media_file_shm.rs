@@ -156,6 +156,52 @@ fn shm_grow_keeps_data_and_zero_fills() {
     grow_keeps_data(MediumKind::Shm);
 }
 
+/// A medium moved out of an address range keeps its bytes, leaves the range, and still
+/// persists by offset; a range it does not touch leaves it where it is.
+fn move_clear_keeps_data(kind: MediumKind) {
+    let dir = dir_for(kind);
+    let path = dir.path().join("move.pool");
+    let len = 4 * page_size();
+    let mut medium = open_medium(
+        create_file(&path, len as u64),
+        &path,
+        MediumChoice::Exactly(kind),
+    )
+    .unwrap();
+    let bytes = pattern(9, len);
+    store(&*medium, 0, &bytes);
+    let before = medium.as_ptr() as usize;
+    // A range ending where the mapping starts does not overlap it.
+    medium.move_clear_of(&[before - len..before]).unwrap();
+    assert_eq!(medium.as_ptr() as usize, before);
+    // One covering its middle page does.
+    let middle = before + page_size()..before + 2 * page_size();
+    medium.move_clear_of(&[middle.clone()]).unwrap();
+    let after = medium.as_ptr() as usize;
+    assert!(
+        after + len <= middle.start || after >= middle.end,
+        "{after:#x} still overlaps"
+    );
+    assert_eq!(load(&*medium, 0, len), bytes);
+    let tail = pattern(10, 100);
+    store(&*medium, len as u64 - 100, &tail);
+    medium.persist(0, len as u64).unwrap();
+    drop(medium);
+    let again = reopen(&path, kind);
+    assert_eq!(load(&*again, 0, 100), bytes[..100]);
+    assert_eq!(load(&*again, len as u64 - 100, 100), tail);
+}
+
+#[test]
+fn file_moves_clear_of_a_range_with_its_data() {
+    move_clear_keeps_data(MediumKind::File);
+}
+
+#[test]
+fn shm_moves_clear_of_a_range_with_its_data() {
+    move_clear_keeps_data(MediumKind::Shm);
+}
+
 #[test]
 fn zero_length_file_maps_nothing_until_grown() {
     for kind in [MediumKind::File, MediumKind::Shm] {

@@ -295,6 +295,10 @@ impl Medium for DaxMedium {
         self.mem.grow(new_len, true, true)
     }
 
+    fn move_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()> {
+        self.mem.move_clear_of(avoid)
+    }
+
     fn map_range(&self, addr: *mut u8, off: u64, len: u64, fixed: bool) -> Result<Mapping> {
         self.mem.map_range(addr, off, len, fixed)
     }

@@ -5,6 +5,7 @@
 
 use std::fs::File;
 use std::io;
+use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -176,6 +177,81 @@ impl Mapping {
         Ok(())
     }
 
+    /// Moves the mapping (contents and all, with mremap) to an address outside every range of
+    /// `avoid`; a no-op when it already lies outside them. A process restoring memory at fixed
+    /// addresses needs this when the kernel happened to place the pool where a region must go.
+    /// Pointers into the old range become stale, as after `remap`.
+    pub fn move_clear_of(&mut self, avoid: &[Range<usize>]) -> io::Result<()> {
+        let overlaps = |start: usize, len: usize| {
+            avoid
+                .iter()
+                .any(|r| start < r.end && r.start < start.saturating_add(len))
+        };
+        if self.len == 0 || !overlaps(self.ptr.as_ptr() as usize, self.len) {
+            return Ok(());
+        }
+        // Ask the kernel for free places until one lies clear of `avoid`; the rejected ones stay
+        // reserved meanwhile so that it offers a different one each time.
+        let mut rejected = Vec::new();
+        let mut found = None;
+        for _ in 0..64 {
+            let spot = Self::reserve_anywhere(self.len)?;
+            if overlaps(spot.as_ptr() as usize, spot.len) {
+                rejected.push(spot);
+            } else {
+                found = Some(spot);
+                break;
+            }
+        }
+        drop(rejected);
+        let spot = found.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
+        let (to, len) = spot.into_raw();
+        // SAFETY: `ptr, len` is a live mapping owned by self and `to, len` a PROT_NONE
+        // reservation owned here (taken from `spot`); MREMAP_FIXED replaces only that
+        // reservation. Pointers into the old range become stale, as the media document.
+        let moved = unsafe {
+            libc::mremap(
+                self.ptr.as_ptr().cast(),
+                self.len,
+                len,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+                to.cast::<libc::c_void>(),
+            )
+        };
+        if moved == libc::MAP_FAILED {
+            let err = io::Error::last_os_error();
+            // SAFETY: the reservation is still ours (mremap failed, so nothing replaced it).
+            drop(unsafe { Self::from_raw(to, len) });
+            return Err(err);
+        }
+        self.ptr =
+            NonNull::new(moved.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+        Ok(())
+    }
+
+    /// `len` bytes of inaccessible address space wherever the kernel likes.
+    fn reserve_anywhere(len: usize) -> io::Result<Self> {
+        // SAFETY: without MAP_FIXED, mmap only creates a new mapping.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(ptr.cast())
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?,
+            len,
+        })
+    }
+
     /// Gives up ownership without unmapping: the range stays mapped for the rest of the process
     /// (or until the caller unmaps it).
     pub fn into_raw(self) -> (*mut u8, usize) {
@@ -309,6 +385,13 @@ impl MappedFile {
 
     pub(crate) fn as_ptr(&self) -> *mut u8 {
         self.map.as_ptr()
+    }
+
+    /// Moves the main mapping clear of `avoid` (see `Mapping::move_clear_of`).
+    pub(crate) fn move_clear_of(&mut self, avoid: &[Range<usize>]) -> Result<()> {
+        self.map
+            .move_clear_of(avoid)
+            .map_err(|e| MediumError::io("mremap", &self.path, e))
     }
 
     /// Pointer to offset `off` of the main mapping after checking `[off, off+len)`.

@@ -203,6 +203,9 @@ pub trait Medium: Send + Sync + fmt::Debug {
     }
     /// Extend to `new_len` bytes (zero-filled), durably; the mapping may move.
     fn grow(&mut self, new_len: u64) -> Result<()>;
+    /// Moves the mapping of `[0, len())` to addresses outside every range of `avoid` (no-op if
+    /// it is already clear of them); pointers from `as_ptr` become stale, as after `grow`.
+    fn move_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()>;
     /// Map `[off, off+len)` of the medium at `addr` (MAP_FIXED when `fixed`), with the flags
     /// this medium needs (MAP_SYNC for dax). Stores through the returned mapping are made
     /// durable by `flush`/`drain` with the same offsets. `off` must be a multiple of the page
