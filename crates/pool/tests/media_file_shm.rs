@@ -172,11 +172,12 @@ fn move_clear_keeps_data(kind: MediumKind) {
     store(&*medium, 0, &bytes);
     let before = medium.as_ptr() as usize;
     // A range ending where the mapping starts does not overlap it.
-    medium.move_clear_of(&[before - len..before]).unwrap();
+    let below = before - len..before;
+    medium.move_clear_of(std::slice::from_ref(&below)).unwrap();
     assert_eq!(medium.as_ptr() as usize, before);
     // One covering its middle page does.
     let middle = before + page_size()..before + 2 * page_size();
-    medium.move_clear_of(&[middle.clone()]).unwrap();
+    medium.move_clear_of(std::slice::from_ref(&middle)).unwrap();
     let after = medium.as_ptr() as usize;
     assert!(
         after + len <= middle.start || after >= middle.end,
