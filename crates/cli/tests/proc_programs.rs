@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use programs::*;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 /// Kills of one run at most; after them the run is left to finish.
 const KILLS_PER_RUN: usize = 3;
@@ -46,20 +46,6 @@ fn env_count(var: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn rng(name: &str) -> rand_chacha::ChaCha8Rng {
-    let seed = std::env::var("KIOKU_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("{name}: KIOKU_SEED={seed}");
-    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
 }
 
 /// A tag no other run of this test process has.

@@ -11,27 +11,13 @@ mod programs;
 use std::time::Duration;
 
 use programs::*;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 fn cycles() -> usize {
     std::env::var("KIOKU_PROC_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4)
-}
-
-fn rng(name: &str) -> rand_chacha::ChaCha8Rng {
-    let seed = std::env::var("KIOKU_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    eprintln!("{name}: KIOKU_SEED={seed}");
-    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
 }
 
 /// Runs `cmd` under kioku, killing it after a random time up to `max_ms`, restoring and killing

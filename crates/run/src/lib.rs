@@ -18,6 +18,7 @@ pub mod fds;
 pub mod image;
 pub mod journal;
 pub mod monitor;
+mod mountinfo;
 pub mod procstate;
 pub mod remote;
 pub mod restore;

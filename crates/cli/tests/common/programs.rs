@@ -295,3 +295,20 @@ pub fn kill_program(monitor: &mut Child, tag: Option<&str>) -> Vec<i32> {
 pub fn stderr_of(dir: &RunDir) -> String {
     String::from_utf8_lossy(&dir.read("stderr.txt")).into_owned()
 }
+
+/// A random number generator for test `name`, seeded from `KIOKU_SEED` when set (to replay a
+/// failure), else from the clock; the seed is printed either way.
+pub fn rng(name: &str) -> rand_chacha::ChaCha8Rng {
+    use rand::SeedableRng;
+    let seed = std::env::var("KIOKU_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    eprintln!("{name}: KIOKU_SEED={seed}");
+    rand_chacha::ChaCha8Rng::seed_from_u64(seed)
+}

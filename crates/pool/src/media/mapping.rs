@@ -126,6 +126,11 @@ impl Mapping {
                 off,
             )
         };
+        Self::owning(ptr, len)
+    }
+
+    /// Ownership of what mmap returned for `len` bytes (its error if it failed).
+    fn owning(ptr: *mut libc::c_void, len: usize) -> io::Result<Self> {
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -242,14 +247,7 @@ impl Mapping {
                 0,
             )
         };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(Mapping {
-            ptr: NonNull::new(ptr.cast())
-                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?,
-            len,
-        })
+        Self::owning(ptr, len)
     }
 
     /// Gives up ownership without unmapping: the range stays mapped for the rest of the process

@@ -142,40 +142,13 @@ fn resolve(l: &Line) -> std::result::Result<PathBuf, String> {
 
 /// A mount point of the file system with device number `dev` (its root mount preferred).
 fn mount_of(dev: u64) -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let want = format!("{}:{}", libc::major(dev), libc::minor(dev));
-    let mut best: Option<PathBuf> = None;
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.get(2) != Some(&want.as_str()) {
-            continue;
-        }
-        let point = PathBuf::from(unescape(f.get(4)?));
-        if f.get(3) == Some(&"/") {
-            return Some(point);
-        }
-        best.get_or_insert(point);
+    let mounts = crate::mountinfo::mounts().ok()?;
+    let mut on_dev = mounts.into_iter().filter(|m| m.dev == dev);
+    let first = on_dev.next()?;
+    if first.whole {
+        return Some(first.point);
     }
-    best
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    Some(on_dev.find(|m| m.whole).unwrap_or(first).point)
 }
 
 fn add_watch(fd: BorrowedFd<'_>, path: &Path, mask: u32) -> io::Result<i32> {
@@ -254,7 +227,6 @@ mod tests {
         assert_eq!(l.mask, 0x8400_0100);
         assert_eq!(l.handle_type, 1);
         assert_eq!(l.handle, vec![0x13, 0, 0, 0, 0, 0, 0, 0]);
-        assert_eq!(unescape("/a\\040b"), "/a b");
     }
 
     #[test]

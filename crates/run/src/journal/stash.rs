@@ -46,37 +46,11 @@ pub fn mount_id(path: &Path, follow: bool) -> io::Result<u64> {
 
 /// The mount point of mount `id` (from this process's mountinfo).
 fn mount_point(id: u64) -> io::Result<PathBuf> {
-    let s = std::fs::read_to_string("/proc/self/mountinfo")?;
-    for line in s.lines() {
-        let mut f = line.split(' ');
-        if f.next().and_then(|v| v.parse::<u64>().ok()) != Some(id) {
-            continue;
-        }
-        let point = f
-            .nth(3)
-            .ok_or_else(|| io::Error::other("short mountinfo line"))?;
-        return Ok(PathBuf::from(std::ffi::OsStr::from_bytes(&unescape(point))));
-    }
-    Err(io::Error::from_raw_os_error(libc::ENOENT))
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape(s: &str) -> Vec<u8> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'\\' && i + 4 <= b.len() {
-            if let Ok(v) = u8::from_str_radix(&s[i + 1..i + 4], 8) {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    out
+    crate::mountinfo::mounts()?
+        .into_iter()
+        .find(|m| m.id == id)
+        .map(|m| m.point)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
 /// One stash directory.
@@ -461,12 +435,6 @@ impl NonBlock for std::fs::OpenOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn mountinfo_escapes() {
-        assert_eq!(unescape(r"/a\040b\134c"), b"/a b\\c");
-        assert_eq!(unescape("/plain"), b"/plain");
-    }
 
     #[test]
     fn lease_tells_whether_a_file_is_held() {
