@@ -668,7 +668,14 @@ impl<'a> Session<'a> {
         self.fresh_starts += 1;
         self.learned.fresh_in_row += 1;
         let before = self.last_kill.as_millis() as u64;
-        self.learned.first_checkpoint = self.learned.first_checkpoint.max(before + 1);
+        // Later next time; twice as late when it keeps happening (a loaded machine, a JVM
+        // whose first checkpoint is large).
+        let later = if self.learned.fresh_in_row > 1 {
+            2 * before
+        } else {
+            before + 1
+        };
+        self.learned.first_checkpoint = self.learned.first_checkpoint.max(later);
         // The kill before did not count: nothing was restored.
         self.kills = self.kills.saturating_sub(1);
         if self.learned.fresh_in_row > FRESH_STARTS {

@@ -25,6 +25,10 @@ impl Child {
             TraceeCommand::new("/bin/sleep")
                 .arg("1000")
                 .stdin(OwnedFd::from(prog))
+                // Not the test's own streams: what they are (a terminal, a pipe, a log file)
+                // would change what the tests capture.
+                .stdout(OwnedFd::from(std::fs::File::create("/dev/null").unwrap()))
+                .stderr(OwnedFd::from(std::fs::File::create("/dev/null").unwrap()))
                 .inherit_fds(false),
         )
         .unwrap();
