@@ -200,9 +200,10 @@ class PoolTest {
 
   private static Path kioku() {
     var bin = TestSupport.kiokuBinary();
-    Assumptions.assumeTrue(bin.isPresent(), "SKIPPED: the Rust CLI target/release/kioku is missing"
-        + " (looked upwards from " + TestSupport.vectorsDir() + "); build it with"
-        + " `cargo build --release -p kioku-cli` to check Java pools against the Rust reader");
+    Assumptions.assumeTrue(bin.isPresent(),
+        "SKIPPED: the Rust CLI target/{release,debug}/kioku is missing (looked"
+        + " upwards from " + TestSupport.vectorsDir() + "); build it with"
+        + " `cargo build --profile test -p kioku-cli` to check Java pools against the Rust reader");
     return bin.get();
   }
 

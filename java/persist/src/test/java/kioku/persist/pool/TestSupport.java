@@ -25,15 +25,33 @@ final class TestSupport {
     return dir.toAbsolutePath().normalize();
   }
 
-  /** target/release/kioku of the repository, found from the vectors directory upwards. */
+  /**
+   * The Rust CLI of the repository, found from the vectors directory upwards: the newer of
+   * target/release/kioku and target/debug/kioku (what `cargo test` builds, which `make test` runs
+   * before Java's tests), so that a stale build is not taken over a fresh one.
+   */
   static Optional<Path> kiokuBinary() {
     for (Path d = vectorsDir(); d != null; d = d.getParent()) {
-      Path bin = d.resolve("target/release/kioku");
-      if (Files.isExecutable(bin)) {
-        return Optional.of(bin);
+      Path best = null;
+      for (String build : new String[] {"release", "debug"}) {
+        Path bin = d.resolve("target").resolve(build).resolve("kioku");
+        if (Files.isExecutable(bin) && (best == null || modified(bin) > modified(best))) {
+          best = bin;
+        }
+      }
+      if (best != null) {
+        return Optional.of(best);
       }
     }
     return Optional.empty();
+  }
+
+  private static long modified(Path p) {
+    try {
+      return Files.getLastModifiedTime(p).toMillis();
+    } catch (IOException e) {
+      return 0;
+    }
   }
 
   static boolean isTmpfs(Path p) throws IOException {
