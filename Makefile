@@ -26,10 +26,10 @@ unit: deps
 	$(CARGO) test --workspace
 
 # The Java agent (java/): unit tests, then the packaged agent's crash and power-cut tests.
-# The Rust CLI is built first (a no-op after `unit`, which built it): the Java pool tests check
-# that it reads Java-written pools.
+# The Rust CLI is built first, as `unit` builds it (so a no-op after `unit`): the Java pool tests
+# check that it reads Java-written pools.
 java: deps
-	$(CARGO) build --profile test -p kioku-cli
+	$(CARGO) test --workspace --no-run -q
 	cd java && mvn -B -q -ntp verify
 
 # Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.

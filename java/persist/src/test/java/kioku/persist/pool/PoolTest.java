@@ -203,7 +203,7 @@ class PoolTest {
     Assumptions.assumeTrue(bin.isPresent(),
         "SKIPPED: the Rust CLI target/{release,debug}/kioku is missing (looked"
         + " upwards from " + TestSupport.vectorsDir() + "); build it with"
-        + " `cargo build --profile test -p kioku-cli` to check Java pools against the Rust reader");
+        + " `cargo test --workspace --no-run` to check Java pools against the Rust reader");
     return bin.get();
   }
 
