@@ -53,7 +53,8 @@ extern "C" {
 #define KIOKU_OK 0
 /* An argument is invalid: a NULL pointer, an unknown medium name or flag, an empty path, a
  * region name that is empty, longer than KIOKU_REGION_NAME_MAX or not UTF-8, a region
- * address that is not page-aligned, or a length or reservation above 2^56 bytes. */
+ * address that is not page-aligned, a length or reservation above 2^56 bytes, or a pool path
+ * that is a symbolic link in a directory other users can write (/tmp, /dev/shm). */
 #define KIOKU_E_INVAL (-1)
 /* No pool exists at the path (kioku_recover*). */
 #define KIOKU_E_NOT_FOUND (-2)

@@ -112,6 +112,7 @@ fn pool_code(e: &PoolError) -> c_int {
     match e {
         PoolError::NotFound { .. } => KIOKU_E_NOT_FOUND,
         PoolError::Exists { .. } => KIOKU_E_EXISTS,
+        PoolError::Symlink { .. } => KIOKU_E_INVAL,
         PoolError::Busy { .. } => KIOKU_E_BUSY,
         PoolError::NotAPool { .. } => KIOKU_E_NOT_A_POOL,
         PoolError::UnsupportedVersion { .. } => KIOKU_E_VERSION,

@@ -163,7 +163,7 @@ fn busy(path: &Path) -> bool {
 
 /// The pool a new run uses.
 fn choose_pool(explicit: Option<PathBuf>, program: &str) -> Result<PathBuf> {
-    let replaceable = |p: &Path| match pool_state(p) {
+    let replaceable = |p: &Path| match kioku_pool::refuse_planted_link(p).map(|()| pool_state(p))? {
         PoolState::Missing => Ok(true),
         // Finished, or killed before its first checkpoint: nothing to lose.
         PoolState::Process { image, .. }

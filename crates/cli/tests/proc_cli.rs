@@ -75,7 +75,7 @@ fn pi_with_one_requested_checkpoint(dir: &RunDir, by_pid: bool) -> String {
         dir,
     );
     let prog = program_of(child.id()).expect("the program starts");
-    std::thread::sleep(Duration::from_millis(150));
+    wait_for_control_socket(prog);
     let pid = prog.to_string();
     let args: Vec<&str> = if by_pid {
         vec!["checkpoint", &pid]

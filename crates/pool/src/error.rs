@@ -10,6 +10,8 @@ pub enum PoolError {
     NotFound { path: PathBuf },
     #[error("{path}: a file already exists there; kioku never overwrites it — pick another path or remove it yourself")]
     Exists { path: PathBuf },
+    #[error("{path}: a symbolic link in a directory other users can write; kioku does not follow it there (someone else may have planted it) — give the pool's real path")]
+    Symlink { path: PathBuf },
     #[error("{path}: pool is in use by {}; stop that process or use another pool", holder_text(.pid))]
     Busy { path: PathBuf, pid: Option<u32> },
     #[error("{path}: not a kioku pool (bad magic); check the path")]

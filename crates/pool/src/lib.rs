@@ -32,4 +32,4 @@ mod pool;
 pub use error::{PoolError, Result};
 pub use format::Section;
 pub use media::{Medium, MediumChoice, MediumError, MediumKind};
-pub use pool::{system_page_size, CreateOptions, OpenOptions, Pool};
+pub use pool::{refuse_planted_link, system_page_size, CreateOptions, OpenOptions, Pool};

@@ -8,7 +8,7 @@ use crate::media::{open_medium, Medium, MediumChoice, MediumKind};
 use std::fs::{File, OpenOptions as FsOpenOptions};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -192,6 +192,27 @@ fn choose_commit(path: &Path, ex: Examination, opts: &OpenOptions) -> Result<Cho
     })
 }
 
+/// Refuses a symbolic link at `path` in a directory other users can write: there it may be a
+/// trap someone else set (to make kioku write through it). Links in one's own directories are
+/// followed as usual.
+pub fn refuse_planted_link(path: &Path) -> Result<()> {
+    if in_shared_dir(path) && path.symlink_metadata().is_ok_and(|m| m.is_symlink()) {
+        return Err(PoolError::Symlink { path: path.into() });
+    }
+    Ok(())
+}
+
+/// Whether `path` is in a directory other users can write (sticky or world-writable, like /tmp
+/// and /dev/shm), where a symbolic link at the pool's name may be someone else's trap.
+fn in_shared_dir(path: &Path) -> bool {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::metadata(dir)
+        .is_ok_and(|m| m.permissions().mode() & (libc::S_ISVTX | libc::S_IWOTH) != 0)
+}
+
 /// Renames `from` to `to` unless `to` exists (renameat2 RENAME_NOREPLACE).
 fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_bytes()).expect("no NUL in path");
@@ -227,6 +248,7 @@ impl Pool {
     /// under its name only complete (written to a temporary name, then renamed), so a crash
     /// during creation never leaves a half-made pool at `path`.
     pub fn create(path: &Path, opts: &CreateOptions) -> Result<Pool> {
+        refuse_planted_link(path)?;
         if path.exists() {
             return Err(PoolError::Exists { path: path.into() });
         }
@@ -333,13 +355,21 @@ impl Pool {
 
     /// Opens an existing pool for exclusive use.
     pub fn open(path: &Path, opts: &OpenOptions) -> Result<Pool> {
+        let nofollow = if in_shared_dir(path) {
+            libc::O_NOFOLLOW
+        } else {
+            0
+        };
         let file = FsOpenOptions::new()
             .read(true)
             .write(true)
-            .custom_flags(libc::O_CLOEXEC)
+            .custom_flags(libc::O_CLOEXEC | nofollow)
             .open(path)
             .map_err(|e| match e.kind() {
                 io::ErrorKind::NotFound => PoolError::NotFound { path: path.into() },
+                _ if e.raw_os_error() == Some(libc::ELOOP) && nofollow != 0 => {
+                    PoolError::Symlink { path: path.into() }
+                }
                 _ => io_err("open", path)(e),
             })?;
         if let LockOutcome::Busy(pid) = try_lock(&file, true).map_err(io_err("lock", path))? {

@@ -50,6 +50,9 @@ pub enum RunError {
         "the program was {how} while being restored; its checkpoint is untouched — restore again"
     )]
     DiedDuringRestore { how: String },
+    /// The process answering under a monitor's name is not that monitor.
+    #[error("process {pid} (uid {uid}) answers for that monitor but is not it ({why}); its answer is refused — ask by another pid or by --pool, and find who holds the name (`ss -xlp`)")]
+    Impostor { pid: i32, uid: u32, why: String },
     #[error("checkpoint image format version {found} is not supported by this kioku (it reads version {supported}); use the kioku that wrote it")]
     Version { found: u32, supported: u32 },
 }

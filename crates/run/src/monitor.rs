@@ -295,7 +295,7 @@ impl Monitor {
                 return self.ended(Exit::Signal { sig, core });
             }
             let requests: Vec<Request> =
-                self.control.as_ref().map(|c| c.poll()).unwrap_or_default();
+                self.control.as_mut().map(|c| c.poll()).unwrap_or_default();
             let due = next.is_some_and(|n| Instant::now() >= n);
             if due || !requests.is_empty() {
                 let r = if requests.is_empty() {

@@ -312,3 +312,20 @@ pub fn rng(name: &str) -> rand_chacha::ChaCha8Rng {
     eprintln!("{name}: KIOKU_SEED={seed}");
     rand_chacha::ChaCha8Rng::seed_from_u64(seed)
 }
+
+/// Waits (up to 30 s) until a monitor listens for requests about `pid`.
+pub fn wait_for_control_socket(pid: i32) {
+    let name = format!("@kioku/pid/{pid}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string("/proc/net/unix")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some(name.as_str()))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "nobody listens as {name} after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
