@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java fuzz bench clean
 
 all: build
 
@@ -59,6 +59,13 @@ soak-java: deps
 	  -Djcstress.mode=default -Djcstress.args="-sc false" -Djcstress.budget=0 \
 	  -Dkioku.transparency.runs=plain,agent,agent-pool,persistent
 
+# Coverage-guided fuzzing (libFuzzer, stable toolchain) of every parser of untrusted bytes,
+# FUZZ_SECS per target, growing fuzz/corpus/; `make test` replays the corpora and regressions
+# and runs a few seconds of mutations per target (crates/fuzz/tests/corpus.rs).
+FUZZ_SECS ?= 300
+fuzz: deps
+	scripts/fuzz.sh $(FUZZ_SECS)
+
 # Benchmarks (not part of `make test`); each writes its section of docs/perf.md.
 bench:
 	@scripts/deps.sh bench
@@ -67,4 +74,4 @@ bench:
 clean:
 	$(CARGO) clean
 	cd java && mvn -q clean
-	rm -rf .kioku
+	rm -rf .kioku fuzz/target

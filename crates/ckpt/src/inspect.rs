@@ -59,15 +59,21 @@ pub fn inspect(path: &Path, report: &Report) -> std::io::Result<Option<CkptRepor
     if r.len() != root::COUNT && r.len() != root::COUNT_V1 {
         return Ok(None);
     }
+    // Roots come from the file: a context index other than 0 or 1 is damage, not a context.
+    let (valid, running) = match (r[root::VALID], r[root::RUNNING]) {
+        (v @ 0..=1, c @ 0..=1) => (v as usize, c as usize),
+        _ => return Ok(None),
+    };
     let file = std::fs::File::open(path)?;
-    let (valid, running) = (r[root::VALID] as usize, r[root::RUNNING] as usize);
     let mut contexts = Vec::new();
     let mut metadata = None;
     for ctx in [valid, 1 - valid] {
         let meta = sections.iter().find(|s| s.name == meta_name(ctx));
-        let mut bytes = vec![0u8; r[root::META_LEN] as usize];
+        // The length is checked against the section before anything is allocated for it.
+        let mut bytes = Vec::new();
         let ok = match meta {
-            Some(s) if s.len >= bytes.len() as u64 => {
+            Some(s) if s.len >= r[root::META_LEN] => {
+                bytes.resize(r[root::META_LEN] as usize, 0);
                 file.read_exact_at(&mut bytes, s.offset)?;
                 crc32c::crc32c(&bytes) as u64 == r[root::META_CRC]
             }

@@ -121,8 +121,10 @@ impl ContextMeta {
         if page_size == 0 || !page_size.is_power_of_two() {
             return Err("bad page size".into());
         }
+        // Every length read from the block is checked against what is left of it, without
+        // arithmetic that could overflow on a damaged or hostile value.
         let mut at = HEAD;
-        if b.len() < at + n * ENTRY {
+        if n.checked_mul(ENTRY).is_none_or(|l| l > b.len() - at) {
             return Err("region table truncated".into());
         }
         let mut regions = Vec::with_capacity(n);
@@ -147,13 +149,13 @@ impl ContextMeta {
         let mut crcs = Vec::with_capacity(n);
         for r in &regions {
             let pages = (r.len / page_size as u64) as usize;
-            if b.len() < at + 4 * pages {
+            if pages.checked_mul(4).is_none_or(|l| l > b.len() - at) {
                 return Err("page checksums truncated".into());
             }
             crcs.push((0..pages).map(|i| u32_at(at + 4 * i)).collect());
             at += 4 * pages;
         }
-        if b.len() != at + user_len {
+        if b.len() - at != user_len {
             return Err("length does not match its contents".into());
         }
         Ok(ContextMeta {

@@ -1,0 +1,29 @@
+//! Fuzz harnesses of every parser kioku runs on bytes others can write: pool files (header,
+//! commit slots, section tables, checkpoint metadata), process images, the file journal's
+//! records, and the control socket's request line. Each harness takes arbitrary bytes, must
+//! never panic, hang or allocate without bound, and checks what it can of the result.
+//!
+//! The same functions run under libFuzzer (`fuzz/`, `make fuzz`) and replay the committed
+//! corpora and regressions in `make test` (tests/corpus.rs). Where a format carries checksums,
+//! the harness can set them right after mutating (structure-aware), so the fuzzer gets past
+//! them to the parsing behind them.
+
+mod control;
+mod journal;
+mod pool;
+
+pub use control::control_request;
+pub use journal::journal;
+pub use pool::{ckpt_meta, pool_image, process_image};
+
+/// A harness: takes any bytes, panics only on a fault of kioku's.
+pub type Harness = fn(&[u8]);
+
+/// The harnesses by name (the fuzz/ binaries and the corpus directories use these names).
+pub const TARGETS: &[(&str, Harness)] = &[
+    ("pool_image", pool_image),
+    ("ckpt_meta", ckpt_meta),
+    ("process_image", process_image),
+    ("journal", journal),
+    ("control_request", control_request),
+];
