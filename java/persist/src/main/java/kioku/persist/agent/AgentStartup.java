@@ -63,8 +63,9 @@ public final class AgentStartup {
 
   /**
    * Lets java.base read the boot loader's unnamed module (where Barrier is), so retransformed
-   * java.util code links to it, and opens java.lang and java.util to it, so the runtime can
-   * reach private fields such as ArrayList.elementData reflectively.
+   * java.util code links to it; opens java.lang and java.util to it, so the runtime can reach
+   * private fields such as ArrayList.elementData reflectively; and exports jdk.internal.misc,
+   * whose Unsafe gives the field offsets of records (sun.misc.Unsafe refuses them).
    */
   private static void openJavaBase(Instrumentation inst) throws AgentFailure {
     Module base = Object.class.getModule();
@@ -76,7 +77,7 @@ public final class AgentStartup {
       inst.redefineModule(
           base,
           Set.of(kioku),
-          Map.of(),
+          Map.of("jdk.internal.misc", Set.of(kioku)),
           Map.of("java.lang", Set.of(kioku), "java.util", Set.of(kioku)),
           Set.of(),
           Map.of());

@@ -129,7 +129,7 @@ final class Layout {
         list.add(
             new Slot(
                 f,
-                Unsafes.U.objectFieldOffset(f),
+                Unsafes.fieldOffset(f),
                 codeOf(f.getType()),
                 c.getName() + "#" + f.getName() + ":" + descriptorOf(f.getType())));
       }
@@ -150,22 +150,31 @@ final class Layout {
       for (Class<?> k = c; k != null && k != Object.class; k = k.getSuperclass()) chain.add(0, k);
       for (Class<?> k : chain) {
         boolean jdk = isJdk(k);
-        Set<String> caches = CACHE_FIELDS.getOrDefault(k.getName(), Set.of());
+        Set<String> caches = jdk
+            ? (JdkValues.isImmutable(k) ? JdkValues.caches(k) : CACHE_FIELDS.getOrDefault(k.getName(), Set.of()))
+            : Set.of();
         for (Field f : k.getDeclaredFields()) {
           int m = f.getModifiers();
           if (Modifier.isStatic(m) || f.getName().startsWith("$kioku$")) continue;
           if (!jdk && Modifier.isTransient(m)) continue;
           if (caches.contains(f.getName())) continue;
+          long offset;
+          try {
+            offset = Unsafes.fieldOffset(f);
+          } catch (UnsupportedOperationException e) {
+            why = c.getName() + ": " + e.getMessage();
+            break;
+          }
           list.add(
               new Slot(
                   f,
-                  Unsafes.U.objectFieldOffset(f),
+                  offset,
                   codeOf(f.getType()),
                   k.getName() + "#" + f.getName() + ":" + descriptorOf(f.getType())));
         }
       }
     }
-    slots = list.toArray(new Slot[0]);
+    slots = why == null ? list.toArray(new Slot[0]) : new Slot[0];
     refusal = why;
   }
 
@@ -231,18 +240,24 @@ final class Layout {
       return c.getName() + " is a hidden class (a lambda or proxy): it cannot be persistent;"
           + " store a named class instead";
     }
-    if (c.isRecord()) {
-      return c.getName() + " is a record: records are not supported yet; use a final class";
-    }
     if (IMMUTABLE_VALUES.contains(c)) return null;
+    if (c == Class.class) {
+      return "java.lang.Class: only classes that can be loaded by name can be persistent (not"
+          + " hidden classes such as lambdas' and proxies')";
+    }
     for (Class<?> k = c; k != null && k != Object.class; k = k.getSuperclass()) {
       if (isJdk(k)) {
         if (!hasInstanceFields(k) || Instrumented.isSupportedJdkClass(k)) continue;
+        if (JdkValues.isImmutable(k)) {
+          String why = JdkValues.refusalOf(k);
+          if (why != null) return why;
+          continue;
+        }
         return c.getName()
             + (k == c ? "" : " (through its superclass " + k.getName() + ")")
             + ": the agent cannot intercept writes to this JDK class, so it cannot be persistent;"
-            + " use ArrayList, LinkedList, ArrayDeque, HashMap, LinkedHashMap, TreeMap, their"
-            + " Set forms, String, boxed values, arrays or your own classes";
+            + " use the supported collections (docs/persist.md), String, boxed values, BigDecimal,"
+            + " java.time, arrays, records or your own classes";
       }
       if (!Persistent.class.isAssignableFrom(k) || Instrumented.skipped(k)) {
         return c.getName()

@@ -289,7 +289,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         protected Long computeValue(Class<?> c) {
           for (Class<?> k = c; k != null; k = k.getSuperclass()) {
             try {
-              return Unsafes.U.objectFieldOffset(k.getDeclaredField("$kioku$r"));
+              return Unsafes.fieldOffset(k.getDeclaredField("$kioku$r"));
             } catch (NoSuchFieldException e) {
               // declared higher up
             }
@@ -381,11 +381,17 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
   }
 
+  /**
+   * Turns the barrier on. A writer that read it off has its store visible after the
+   * safepoint; writers fence from here on until WriterFences lets them stop.
+   */
   private void activate() {
     if (!Barrier.active) {
+      Barrier.fenced = true;
       Barrier.hooks = this;
       Barrier.active = true;
       Safepoint.force();
+      WriterFences.activated();
     }
   }
 
@@ -399,6 +405,16 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     ensureRecovered(Thread.currentThread().getContextClassLoader());
     activate();
     maybeCollect();
+    WriterFences.begin();
+    try {
+      return persistFenced(v);
+    } finally {
+      WriterFences.end();
+    }
+  }
+
+  /** make_persistent proper, while every writer fences (see WriterFences). Lock held. */
+  private long persistFenced(Object v) {
     Shading s = new Shading();
     try {
       long addr = shade(v, s);
@@ -1298,6 +1314,41 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     } finally {
       sections.exit();
     }
+  }
+
+  /**
+   * Rebuilds, in one failure-atomic section, the hash tables of recovered objects that no
+   * longer find their keys (see Rehash). Lock held.
+   */
+  void rehash(List<Object> tables) throws HeapException {
+    sections.enter(false);
+    try {
+      Rehash.rebuild(tables, this::storeFinalReference);
+    } finally {
+      sections.exit();
+    }
+  }
+
+  /**
+   * Stores {@code value} into the named reference field of a persistent object whose code does
+   * not store it (a final field of an immutable JDK table): the replica in the caller's
+   * section, then the object. Lock held.
+   */
+  private void storeFinalReference(Object target, String field, Object value) {
+    Layout layout = Layout.of(target);
+    for (int i = 0; i < layout.slots.length; i++) {
+      Layout.Slot sl = layout.slots[i];
+      if (sl.code() != 'L' || !sl.field().getName().equals(field)) continue;
+      long w = word(target);
+      if (w == 0) throw new IllegalStateException(target.getClass().getName() + " is not persistent");
+      long v = value == null ? 0 : persist(value);
+      long replica = addressOf(w);
+      Object old = Unsafes.U.getObject(target, sl.offset());
+      store(replica, replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(i), v, -1L, true, target, old);
+      Unsafes.U.putObjectVolatile(target, sl.offset(), value);
+      return;
+    }
+    throw new IllegalStateException(target.getClass().getName() + " has no replicated field " + field);
   }
 
   /**
