@@ -78,7 +78,8 @@ public final class AgentStartup {
           base,
           Set.of(kioku),
           Map.of("jdk.internal.misc", Set.of(kioku)),
-          Map.of("java.lang", Set.of(kioku), "java.util", Set.of(kioku)),
+          Map.of("java.lang", Set.of(kioku), "java.util", Set.of(kioku),
+              "java.util.concurrent", Set.of(kioku), "java.util.concurrent.atomic", Set.of(kioku)),
           Set.of(),
           Map.of());
     } catch (RuntimeException e) {
@@ -89,6 +90,7 @@ public final class AgentStartup {
   /** The supported classes and their nest members that exist in this JDK, loaded. */
   private static List<Class<?>> loadSupportedJdkClasses() {
     Set<String> names = new LinkedHashSet<>(JdkClasses.TOP_LEVEL);
+    names.addAll(JdkClasses.NESTED);
     for (String outer : JdkClasses.WITH_NESTED) {
       byte[] bytes = ClassInfoSource.classFile(null, outer);
       if (bytes != null) names.addAll(ClassInfoReader.read(bytes, false).nestMembers());

@@ -82,7 +82,8 @@ final class HeapRecovery {
     }
     if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
     List<Object> tables = Rehash.needing(objects);
-    if (!tables.isEmpty()) heap.rehash(tables);
+    List<Object> concurrentMaps = ConcurrentMaps.needing(objects);
+    if (!tables.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(tables, concurrentMaps);
     return roots;
   }
 

@@ -46,13 +46,23 @@ final class Layout {
           Float.class,
           Double.class);
 
-  /** Fields of JDK classes that cache derived values (views, hash codes). */
+  /**
+   * Fields of JDK classes that are not replicated: caches of derived values (views), and the
+   * transient state of lock-free structures that only means something while their threads
+   * run (a resize in progress, spin locks, a waiting thread). Recovery gives them their
+   * default, or what ConcurrentMaps computes.
+   */
   private static final Map<String, Set<String>> CACHE_FIELDS =
       Map.of(
           "java.util.AbstractMap", Set.of("keySet", "values"),
           "java.util.HashMap", Set.of("entrySet"),
           "java.util.LinkedHashMap", Set.of("entrySet", "keySet", "values"),
-          "java.util.TreeMap", Set.of("entrySet", "navigableKeySet", "descendingMap"));
+          "java.util.TreeMap", Set.of("entrySet", "navigableKeySet", "descendingMap"),
+          "java.util.EnumMap", Set.of("entrySet"),
+          "java.util.concurrent.ConcurrentHashMap",
+              Set.of("keySet", "values", "entrySet", "sizeCtl", "transferIndex", "cellsBusy", "nextTable"),
+          "java.util.concurrent.ConcurrentHashMap$TreeBin", Set.of("lockState", "waiter"),
+          "java.util.concurrent.atomic.Striped64", Set.of("cellsBusy"));
 
   private static final ClassValue<Layout> LAYOUTS =
       new ClassValue<>() {
@@ -84,6 +94,8 @@ final class Layout {
 
   final int elementSize;
   final long arrayBase;
+  /** Bytes per element in the JVM's own array (4 for references with compressed oops). */
+  final int arrayScale;
   /** Null when the class can be replicated, else why not (one line). */
   final String refusal;
 
@@ -103,6 +115,7 @@ final class Layout {
       elementCode = codeOf(comp);
       elementSize = sizeOf(elementCode);
       arrayBase = Unsafes.U.arrayBaseOffset(c);
+      arrayScale = Unsafes.U.arrayIndexScale(c);
       slots = new Slot[0];
       refusal = null;
       return;
@@ -110,6 +123,7 @@ final class Layout {
     elementCode = 0;
     elementSize = 0;
     arrayBase = 0;
+    arrayScale = 0;
     if (c == String.class) {
       kind = Kind.STRING;
       slots = new Slot[0];
@@ -191,6 +205,12 @@ final class Layout {
 
   static long align8(long n) {
     return (n + 7) & ~7L;
+  }
+
+  /** The slot of the field at this Unsafe offset, or -1 if that field is not replicated. */
+  int slotAtOffset(long offset) {
+    for (int i = 0; i < slots.length; i++) if (slots[i].offset() == offset) return i;
+    return -1;
   }
 
   /** The slot a putfield with this field id writes, or -1 if that field is not replicated. */

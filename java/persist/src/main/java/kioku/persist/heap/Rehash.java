@@ -96,9 +96,14 @@ final class Rehash {
     }
   }
 
-  /** Stores a reference into a named final field of a persistent object, with its replica. */
+  /**
+   * Stores into a named field of a persistent object whose own code does not store it there
+   * (a final field, or a write recovery makes), with its replica, in the caller's section.
+   */
   interface FieldStore {
     void store(Object target, String field, Object value) throws HeapException;
+
+    void storeBits(Object target, String field, long bits) throws HeapException;
   }
 
   @SuppressWarnings("unchecked")

@@ -47,12 +47,27 @@ public final class Barrier {
    * Whether {@code o} may have a replica: an instrumented object's replica word is set; any
    * other object has an identity hash (the runtime looks it up).
    */
-  private static boolean maybePersistent(Object o) {
+  static boolean maybePersistent(Object o) {
     if (fenced) VarHandle.fullFence();
     if (o instanceof Persistent) {
       return ((Persistent) o).$kioku$r() != 0;
     }
     return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+  }
+
+  /**
+   * Before an atomic write (see {@link Atomics}): whether its target may be persistent, so the
+   * runtime must make the write durable before it is visible. No fence: a target read white
+   * is written at once and checked again after the write ({@link #atomicWrote}).
+   */
+  static boolean persistentTarget(Object o) {
+    if (o instanceof Persistent) return ((Persistent) o).$kioku$r() != 0;
+    return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+  }
+
+  /** After an atomic write into an object that was white: it may have turned persistent. */
+  static void atomicWrote(Object o, long offset) {
+    if (active && maybePersistent(o)) hooks.wroteAt(o, offset);
   }
 
   public static void putZ(Object o, boolean v, int id) {
