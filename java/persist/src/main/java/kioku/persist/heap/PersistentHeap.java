@@ -1666,9 +1666,15 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     return classes;
   }
 
-  /** Called by recovery before adopting {@code n} objects. */
+  /**
+   * Called by recovery before adopting {@code n} objects. The barrier reports to this heap
+   * from here on: recovery runs the program's and java.util's instrumented code on recovered
+   * objects (tables rebuilt, added fields initialized), whose stores must reach this heap's
+   * replicas (a JVM has one heap; tests that open several hand the barrier to the one they use).
+   */
   void beginAdoption(int n) {
     activate();
+    Barrier.hooks = this;
     side.reserve(n);
   }
 
@@ -1812,6 +1818,12 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         Barrier.active = false;
         Barrier.hooks = null;
       }
+      // Objects that keep their replica word in their own field (application objects, enum
+      // constants, which outlive any heap) stop being persistent: another heap opened in this
+      // JVM must not take them for its own.
+      side.forEachLive(o -> {
+        if (o instanceof Persistent) clearWord(o);
+      });
       pool.close();
     } finally {
       lock.unlock();
