@@ -37,11 +37,15 @@ import kioku.persist.rt.FieldIds;
  * <p>The file lives in a directory only its user may use (0700, its own, not a symbolic link),
  * is written 0600 through a temporary file and a rename, ends with a CRC-32 of the rest, and is
  * ignored (and rewritten) when that does not match, it does not parse, or it holds another key.
- * Option {@code instrument.cache=DIR}, or {@code off}; by default
+ * Saving a file deletes those of other keys not written for two weeks. Option
+ * {@code instrument.cache=DIR}, or {@code off}; by default
  * {@code $XDG_CACHE_HOME/kioku-persist}, else {@code ~/.cache/kioku-persist}.
  */
 final class TransformCache {
   private static final long MAGIC = 0x6b696f6b75746303L; // "kiokutc" 3
+
+  /** Files of other keys older than this are deleted when a file is saved. */
+  private static final int STALE_DAYS = 14;
 
   private final Path file;
   private final String key;
@@ -256,9 +260,29 @@ final class TransformCache {
         } finally {
           Files.deleteIfExists(tmp);
         }
+        pruneStale();
       } catch (IOException | RuntimeException e) {
         Log.line("warning: could not save the rewritten JDK classes to " + file + " (" + Log.reason(e) + ")");
       }
+    }
+  }
+
+  /**
+   * Deletes the files of other keys (other agent builds or JDKs) not written for
+   * {@link #STALE_DAYS} days, so that rebuilding the agent does not fill the directory. A file
+   * still in use is at worst written again at its next start.
+   */
+  private void pruneStale() {
+    long cutoff = System.currentTimeMillis() - STALE_DAYS * 24L * 3600 * 1000;
+    try (java.nio.file.DirectoryStream<Path> ds = Files.newDirectoryStream(file.getParent(), "jdk-*.bin")) {
+      for (Path p : ds) {
+        if (p.equals(file) || !Files.isRegularFile(p, LinkOption.NOFOLLOW_LINKS)) continue;
+        if (Files.getLastModifiedTime(p, LinkOption.NOFOLLOW_LINKS).toMillis() < cutoff) {
+          Files.deleteIfExists(p);
+        }
+      }
+    } catch (IOException | RuntimeException e) {
+      // Only housekeeping: the cache itself was saved.
     }
   }
 

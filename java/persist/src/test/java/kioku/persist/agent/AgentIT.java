@@ -152,9 +152,19 @@ class AgentIT {
       throws Exception {
     String classes = property("kioku.test.classes");
     Path dir = tmp.resolve("cache");
+    Files.createDirectories(dir);
+    Files.setPosixFilePermissions(dir,
+        java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
+    // Another agent build's file, written long ago, is deleted; a recent one is kept.
+    Path stale = Files.write(dir.resolve("jdk-0000000000000001.bin"), new byte[] {1});
+    Files.setLastModifiedTime(stale, java.nio.file.attribute.FileTime.fromMillis(
+        System.currentTimeMillis() - 30L * 24 * 3600 * 1000));
+    Path recent = Files.write(dir.resolve("jdk-0000000000000002.bin"), new byte[] {2});
     String opt = "instrument.verbose=true,instrument.cache=" + dir;
     Run first = java(agent(opt), classes, WORKLOAD, "3", "--report");
     assertEquals(0, first.exit(), first.err().toString());
+    assertTrue(Files.exists(recent));
+    Files.delete(recent);
     List<String> files;
     try (var s = Files.list(dir)) {
       files = s.map(p -> p.getFileName().toString()).toList();
