@@ -76,7 +76,8 @@ final class TransformCache {
       if (dir == null) return null;
       if (!privateDirectory(dir)) {
         Log.line("warning: not caching rewritten JDK classes in " + dir
-            + ": it is a symbolic link, not a directory, or others may write it (want 0700)");
+            + ": it is a symbolic link, not a directory, or others may write it (want 0700);"
+            + " give instrument.cache=DIR, or instrument.cache=off");
         return null;
       }
       String key = keyOf(agentJar) + "exclude=" + String.join(";", excluded) + "\n";
@@ -85,7 +86,8 @@ final class TransformCache {
       c.load();
       return c;
     } catch (IOException | RuntimeException e) {
-      Log.line("warning: not caching rewritten JDK classes (" + Log.reason(e) + ")");
+      Log.line("warning: not caching rewritten JDK classes (" + Log.reason(e)
+          + "); give instrument.cache=DIR, or instrument.cache=off");
       return null;
     }
   }
