@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # kioku-persist (persistence by reachability, a -javaagent): overhead of the agent on whole
-# workloads, reads and stores of persistent objects per medium, make_persistent throughput and
-# recovery time per GB — every figure against a baseline measured in the same run
+# workloads (the project's own and Jackson, Guava, commons-math, commons-compress, XZ), reads and
+# stores of persistent objects per medium, make_persistent throughput with 1 and 2 threads,
+# recovery time per GB with peak RSS (small objects and arrays), and JVM start-up — every figure
+# against a baseline measured in the same run
 # (bench/persist/bench.py). Writes the `persist` section of docs/perf.md.
 #
 # Usage: bench/persist/run.sh      (about 25 minutes on a 2-core machine)
@@ -11,8 +13,8 @@
 #      0.4 s; defaults 3 and 5), RROUNDS (reads: rounds of one fork per benchmark, default 3),
 #      FORKS (make_persistent: forks per benchmark, default 2), WFORKS (writes: forks per
 #      benchmark and medium, default 1), REC_GB (recovery: GB of replicas, default 1.0), REC_REPS
-#      (recoveries, default 5), PROFILE=0 (no JFR profile of the "persistence active" case), ONLY
-#      (comma-separated subset of overhead,reads,writes,make_persistent,recovery), NO_WRITE=1
+#      (recoveries per heap, default 5), START_RUNS (start-up: rounds, default 20), PROFILE=0 (no JFR profile of the "persistence active" case), ONLY
+#      (comma-separated subset of startup,overhead,reads,writes,make_persistent,recovery), NO_WRITE=1
 #      (print the section only), KIOKU_PERSIST_JAR (an agent jar to use instead of building
 #      java/persist; give a path relative to the repository).
 set -euo pipefail
@@ -58,7 +60,7 @@ jar_id="$(sha256sum "$agent" | cut -c1-12), built $(date -u -r "$agent" '+%Y-%m-
 section=$(cat <<MD
 ## Java persistence by reachability (kioku-persist)
 
-Command: \`${given_jar:+KIOKU_PERSIST_JAR=$given_jar }bench/persist/run.sh\` (ROUNDS=${ROUNDS:-2} WI=${WI:-5} MI=${MI:-5} SWI=${SWI:-3} SMI=${SMI:-5} RROUNDS=${RROUNDS:-3} FORKS=${FORKS:-2} WFORKS=${WFORKS:-1} REC_GB=${REC_GB:-1.0} REC_REPS=${REC_REPS:-5}; JMH 1.37 in \`bench/persist/\`; source $src; agent jar sha256 $jar_id; $(( (end - start) / 60 )) minutes; $(date -u +%Y-%m-%d)).
+Command: \`${given_jar:+KIOKU_PERSIST_JAR=$given_jar }bench/persist/run.sh\` (ROUNDS=${ROUNDS:-2} WI=${WI:-5} MI=${MI:-5} SWI=${SWI:-3} SMI=${SMI:-5} RROUNDS=${RROUNDS:-3} FORKS=${FORKS:-2} WFORKS=${WFORKS:-1} REC_GB=${REC_GB:-1.0} REC_REPS=${REC_REPS:-5} START_RUNS=${START_RUNS:-20}; JMH 1.37 in \`bench/persist/\`; source $src; agent jar sha256 $jar_id; $(( (end - start) / 60 )) minutes; $(date -u +%Y-%m-%d)).
 Machine: $cpu, $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, Linux $(uname -r), $jvm; load average $load_start at the start, $(cut -d" " -f1-3 /proc/loadavg) at the end.
 
 Other builds and tests were running on this machine during the run, so absolute times are noisy:

@@ -64,5 +64,6 @@ public class ArrayStoreRaceTest {
                 .add("g.payload", g.payload).add("n20", refSrc[0]).add("n21", n21),
             holder);
     holder.release();
+    Fences.lower();
   }
 }

@@ -78,5 +78,6 @@ public class PutfieldRaceTest {
                 .add("leaf.longs", leaf.longs),
             holder);
     holder.release();
+    Fences.lower();
   }
 }

@@ -70,6 +70,7 @@ public class PowerCuts {
       describe(a.partner, b, seen);
       b.append('}');
     } else if (o instanceof Map<?, ?> m) {
+      for (Object k : m.keySet()) if (!m.containsKey(k)) b.append("LOST-KEY:").append(k).append(' ');
       b.append(o.getClass().getSimpleName()).append(m.size()).append('{');
       new TreeMap<Object, Object>(m).forEach((k, v) -> {
         describe(k, b, seen);
@@ -85,6 +86,11 @@ public class PowerCuts {
         b.append(';');
       }
       b.append(']');
+    } else if (o instanceof java.util.Set<?> set && !(o instanceof java.util.EnumSet<?>)) {
+      for (Object k : set) if (!set.contains(k)) b.append("LOST-KEY:").append(k).append(' ');
+      java.util.TreeSet<String> sorted = new java.util.TreeSet<>();
+      for (Object k : set) sorted.add(String.valueOf(k));
+      b.append("Set").append(set.size()).append(sorted);
     } else if (o instanceof Object[] arr) {
       b.append("Object[");
       for (Object e : arr) {
@@ -149,7 +155,145 @@ public class PowerCuts {
       kioku.persist.KiokuPersist.atomic(() -> l.addLast(l.removeFirst()));
     }));
     s.add(new Scenario("root replaced", PowerCuts::graph, r -> Root.root = new Object[] {"other"}));
+    s.addAll(domainScenarios());
     return s;
+  }
+
+  /** A key whose hash changes at every recovery, as an enum's identity hash does across runs. */
+  public static final class Shifty implements Comparable<Shifty> {
+    static int salt;
+    final int id;
+
+    Shifty(int id) {
+      this.id = id;
+    }
+
+    @Override
+    public int hashCode() {
+      return id * 31 + salt;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof Shifty s && s.id == id;
+    }
+
+    @Override
+    public int compareTo(Shifty o) {
+      return Integer.compare(id, o.id);
+    }
+
+    @Override
+    public String toString() {
+      return "S" + id;
+    }
+  }
+
+  public enum Day {
+    MON,
+    TUE,
+    WED
+  }
+
+  public record Point(int x, java.math.BigDecimal y) {}
+
+  /** The value types and concurrent classes of issue 13's second part, and the recovery fixes. */
+  static List<Scenario> domainScenarios() {
+    List<Scenario> s = new ArrayList<>();
+    s.add(new Scenario("AtomicLong.incrementAndGet", () -> new Object[] {new java.util.concurrent.atomic.AtomicLong(5)},
+        r -> ((java.util.concurrent.atomic.AtomicLong) ((Object[]) r)[0]).incrementAndGet()));
+    s.add(new Scenario("AtomicReference.compareAndSet", () -> new Object[] {new java.util.concurrent.atomic.AtomicReference<Object>("a")},
+        r -> {
+          @SuppressWarnings("unchecked")
+          var a = (java.util.concurrent.atomic.AtomicReference<Object>) ((Object[]) r)[0];
+          a.compareAndSet("a", new Point(3, java.math.BigDecimal.valueOf(314, 2)));
+        }));
+    s.add(new Scenario("AtomicIntegerArray.getAndAdd", () -> new Object[] {new java.util.concurrent.atomic.AtomicIntegerArray(4)},
+        r -> ((java.util.concurrent.atomic.AtomicIntegerArray) ((Object[]) r)[0]).getAndAdd(2, 7)));
+    s.add(new Scenario("ConcurrentHashMap.put (new key)", () -> concurrentMap(5),
+        r -> concurrentMapOf(r).put("k99", 99)));
+    s.add(new Scenario("ConcurrentHashMap.put (resize)", () -> concurrentMap(12),
+        r -> concurrentMapOf(r).put("k12", 12)));
+    s.add(new Scenario("ConcurrentHashMap.remove", () -> concurrentMap(6),
+        r -> concurrentMapOf(r).remove("k3")));
+    s.add(new Scenario("ConcurrentLinkedQueue.offer + poll", () -> new Object[] {new java.util.concurrent.ConcurrentLinkedQueue<>(List.of("q1", "q2"))},
+        r -> {
+          @SuppressWarnings("unchecked")
+          var q = (java.util.concurrent.ConcurrentLinkedQueue<Object>) ((Object[]) r)[0];
+          kioku.persist.KiokuPersist.atomic(() -> q.offer(q.poll() + "!"));
+        }));
+    s.add(new Scenario("CopyOnWriteArrayList.add", () -> new Object[] {new java.util.concurrent.CopyOnWriteArrayList<>(List.of("c1"))},
+        r -> {
+          @SuppressWarnings("unchecked")
+          var l = (java.util.concurrent.CopyOnWriteArrayList<Object>) ((Object[]) r)[0];
+          l.add(java.time.LocalDate.of(2024, 2, 29));
+        }));
+    s.add(new Scenario("LongAdder.add", () -> new Object[] {new java.util.concurrent.atomic.LongAdder()},
+        r -> ((java.util.concurrent.atomic.LongAdder) ((Object[]) r)[0]).add(3)));
+    s.add(new Scenario("EnumMap.put + EnumSet.add", () -> {
+          var m = new java.util.EnumMap<Day, String>(Day.class);
+          m.put(Day.MON, "m");
+          return new Object[] {m, java.util.EnumSet.of(Day.TUE)};
+        }, r -> {
+          @SuppressWarnings("unchecked")
+          var m = (java.util.EnumMap<Day, String>) ((Object[]) r)[0];
+          @SuppressWarnings("unchecked")
+          var e = (java.util.EnumSet<Day>) ((Object[]) r)[1];
+          kioku.persist.KiokuPersist.atomic(() -> {
+            m.put(Day.WED, "w");
+            e.add(Day.MON);
+          });
+        }));
+    s.add(new Scenario("PriorityQueue.offer (sift up)", () -> new Object[] {new java.util.PriorityQueue<>(List.of(5, 9, 7, 12, 10))},
+        r -> {
+          @SuppressWarnings("unchecked")
+          var q = (java.util.PriorityQueue<Integer>) ((Object[]) r)[0];
+          q.offer(1);
+        }));
+    s.add(new Scenario("values: records, BigDecimal, java.time, UUID, Optional, List.of", () -> new Object[] {new ArrayList<>()},
+        r -> {
+          @SuppressWarnings("unchecked")
+          var l = (ArrayList<Object>) ((Object[]) r)[0];
+          l.add(List.of(new Point(1, new java.math.BigDecimal("12.50")), java.util.UUID.nameUUIDFromBytes(new byte[] {1}),
+              java.time.ZonedDateTime.of(2024, 5, 6, 7, 8, 9, 0, java.time.ZoneId.of("Europe/Paris")),
+              java.util.Optional.of("o"), java.util.Map.of("k", java.math.BigInteger.TEN.pow(30)),
+              java.util.Collections.unmodifiableList(new ArrayList<>(List.of("u")))));
+        }));
+    // Keys that hash differently at every recovery: recovery rebuilds the tables in a section,
+    // which the second cut (during recovery) cuts at every ordering point too.
+    s.add(new Scenario("HashMap, ConcurrentHashMap and Set.of of keys whose hash changes", PowerCuts::shiftyTables,
+        r -> {
+          @SuppressWarnings("unchecked")
+          var m = (HashMap<Shifty, String>) ((Object[]) r)[0];
+          @SuppressWarnings("unchecked")
+          var c = (java.util.concurrent.ConcurrentHashMap<Shifty, String>) ((Object[]) r)[1];
+          kioku.persist.KiokuPersist.atomic(() -> {
+            m.put(new Shifty(7), "seven");
+            c.put(new Shifty(8), "eight");
+          });
+        }));
+    return s;
+  }
+
+  static Object[] concurrentMap(int n) {
+    var m = new java.util.concurrent.ConcurrentHashMap<String, Integer>();
+    for (int i = 0; i < n; i++) m.put("k" + i, i);
+    return new Object[] {m};
+  }
+
+  @SuppressWarnings("unchecked")
+  static java.util.concurrent.ConcurrentHashMap<String, Integer> concurrentMapOf(Object r) {
+    return (java.util.concurrent.ConcurrentHashMap<String, Integer>) ((Object[]) r)[0];
+  }
+
+  static Object[] shiftyTables() {
+    var m = new HashMap<Shifty, String>();
+    var c = new java.util.concurrent.ConcurrentHashMap<Shifty, String>();
+    for (int i = 0; i < 6; i++) {
+      m.put(new Shifty(i), "v" + i);
+      c.put(new Shifty(i), "w" + i);
+    }
+    return new Object[] {m, c, java.util.Set.of(new Shifty(1), new Shifty(2), new Shifty(3))};
   }
 
   static Object[] graph() {
@@ -179,12 +323,15 @@ public class PowerCuts {
     return h;
   }
 
+  /** Hands the barrier to {@code h} (recovering another heap, or closing it, takes it away). */
   static void use(PersistentHeap h) {
     Barrier.hooks = h;
+    Barrier.active = true;
     h.rootsDeclared(Root.class);
   }
 
   static Object recover(SimMedium m) throws Exception {
+    Shifty.salt++; // as if in a new JVM, where identity hashes differ
     PersistentHeap h = PersistentHeap.open(Pool.open(m));
     Object r = h.recover(PowerCuts.class.getClassLoader()).get(Root.class.getName() + "#root");
     h.close();
@@ -194,7 +341,9 @@ public class PowerCuts {
   public static void main(String[] args) throws Exception {
     int seeds = args.length > 0 ? Integer.parseInt(args[0]) : 8;
     long images = 0;
+    String only = System.getProperty("kioku.cuts.only"); // a regular expression, to replay some
     for (Scenario sc : scenarios()) {
+      if (only != null && !sc.name.matches(only)) continue;
       // The states before and after, and the operation's ordering points.
       SimMedium m = SimMedium.create(0);
       PersistentHeap h = fresh(m);
@@ -204,6 +353,7 @@ public class PowerCuts {
       long start = m.orderingPoints();
       sc.operation.accept(Root.root);
       long end = m.orderingPoints();
+      h.close();
       String after = describe(recover(SimMedium.fromImage(m.crash(CrashMode.DRAINED_ONLY))));
       if (before.equals(after)) fail(sc, "the operation changed nothing durable: " + after);
       for (long n = start; n <= end; n++) {
@@ -213,6 +363,7 @@ public class PowerCuts {
         use(hc);
         cut.cutPowerAt(n);
         sc.operation.accept(Root.root);
+        hc.close(); // its objects stop being persistent: the next heap's must be its own
         List<CrashMode> modes = new ArrayList<>(List.of(CrashMode.DRAINED_ONLY, CrashMode.ALL_FLUSHED));
         for (long seed = 0; seed < seeds; seed++) modes.add(CrashMode.random(seed * 7919 + n, true, true));
         for (CrashMode mode : modes) {

@@ -10,6 +10,7 @@ import org.openjdk.jmh.annotations.Param;
 import org.openjdk.jmh.annotations.Scope;
 import org.openjdk.jmh.annotations.Setup;
 import org.openjdk.jmh.annotations.State;
+import org.openjdk.jmh.infra.ThreadParams;
 import org.openjdk.jmh.annotations.TearDown;
 
 /**
@@ -59,9 +60,14 @@ public class MakePersistentBench {
     if (!medium.equals("none")) Pools.printStats("make_persistent " + medium + " " + shape + " end");
   }
 
+  /** With {@code -t 2} (run.sh), the threads assign different roots. */
   @Benchmark
-  public Object persist() {
-    Roots.graph = fresh;
+  public Object persist(ThreadParams thread) {
+    if (thread.getThreadIndex() == 0) {
+      Roots.graph = fresh;
+    } else {
+      Roots.graph2 = fresh;
+    }
     return fresh;
   }
 

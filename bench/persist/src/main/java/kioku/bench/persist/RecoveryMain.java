@@ -117,11 +117,12 @@ public final class RecoveryMain {
         "RESULT step=recover shape=" + shape + " usedBytes=" + s.usedBytes() + " persistentObjects="
             + s.persistentObjects() + " graphObjects=" + c[1] + " checksum=" + c[0]
             + " openSeconds=" + (t1 - t0) / 1e9 + " rootSeconds=" + (t2 - t1) / 1e9
-            + " seconds=" + (t2 - t0) / 1e9 + " traverseSeconds=" + (t3 - t2) / 1e9);
+            + " seconds=" + (t2 - t0) / 1e9 + " traverseSeconds=" + (t3 - t2) / 1e9
+            + " peakRssKiB=" + peakRssKiB());
     KiokuPersist.close();
   }
 
-  static void plain(String shape, int n) {
+  static void plain(String shape, int n) throws java.io.IOException {
     long t0 = System.nanoTime();
     Object[] chunks = new Object[MAX_CHUNKS];
     for (int i = 0; i < n; i++) chunks[i] = chunk(shape, i);
@@ -129,6 +130,17 @@ public final class RecoveryMain {
     long[] c = check(chunks);
     System.out.println(
         "RESULT step=plain shape=" + shape + " chunks=" + n + " graphObjects=" + c[1] + " checksum="
-            + c[0] + " seconds=" + (t1 - t0) / 1e9);
+            + c[0] + " seconds=" + (t1 - t0) / 1e9 + " peakRssKiB=" + peakRssKiB());
+  }
+
+  /**
+   * The process's peak resident set (VmHWM): the JVM, its heap and, after a recovery, the pages
+   * of the pool it mapped and read.
+   */
+  static long peakRssKiB() throws java.io.IOException {
+    for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+      if (line.startsWith("VmHWM:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+    }
+    return -1;
   }
 }

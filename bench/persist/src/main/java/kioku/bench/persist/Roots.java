@@ -33,4 +33,7 @@ final class Roots {
 
   /** make_persistent: each invocation assigns a fresh graph here. */
   @DurableRoot static Object graph;
+
+  /** make_persistent with two threads: the second thread's root. */
+  @DurableRoot static Object graph2;
 }

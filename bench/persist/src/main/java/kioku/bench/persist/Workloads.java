@@ -1,6 +1,11 @@
 package kioku.bench.persist;
 
 import com.fasterxml.jackson.databind.ObjectMapper;
+import com.google.common.collect.ArrayListMultimap;
+import com.google.common.collect.ImmutableSortedMap;
+import com.google.common.collect.ListMultimap;
+import com.google.common.collect.Multiset;
+import com.google.common.collect.TreeMultiset;
 import java.io.ByteArrayInputStream;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -14,6 +19,13 @@ import java.util.Random;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
 import org.apache.commons.compress.compressors.bzip2.BZip2CompressorInputStream;
+import org.apache.commons.math3.linear.Array2DRowRealMatrix;
+import org.apache.commons.math3.linear.LUDecomposition;
+import org.apache.commons.math3.linear.RealMatrix;
+import org.apache.commons.math3.stat.descriptive.DescriptiveStatistics;
+import org.apache.commons.math3.transform.DftNormalization;
+import org.apache.commons.math3.transform.FastFourierTransformer;
+import org.apache.commons.math3.transform.TransformType;
 import org.apache.commons.compress.compressors.bzip2.BZip2CompressorOutputStream;
 import org.openjdk.jmh.annotations.Benchmark;
 import org.openjdk.jmh.annotations.BenchmarkMode;
@@ -44,6 +56,8 @@ public class Workloads {
   private ObjectMapper mapper;
   private byte[] bzipInput;
   private byte[] xzInput;
+  private double[][] matrix; // 120 x 120, well conditioned
+  private double[] signal; // 16k samples
 
   @Setup(Level.Trial)
   public void setup() throws IOException {
@@ -59,6 +73,12 @@ public class Workloads {
     json = mapper.writeValueAsBytes(book);
     bzipInput = Texts.text(64 << 10, 5);
     xzInput = Texts.text(64 << 10, 6);
+    matrix = new double[120][120];
+    for (int i = 0; i < matrix.length; i++) {
+      for (int j = 0; j < matrix.length; j++) matrix[i][j] = r.nextDouble() + (i == j ? 120 : 0);
+    }
+    signal = new double[1 << 14];
+    for (int i = 0; i < signal.length; i++) signal[i] = Math.sin(i * 0.01) + r.nextGaussian() * 0.1;
     // The round trips must give back their input.
     if (bzip2() != bzipInput.length || xz() != xzInput.length) {
       throw new IllegalStateException("compression round trip failed");
@@ -148,6 +168,41 @@ public class Workloads {
     Body[] bodies = Body.system();
     for (int s = 0; s < 20_000; s++) Body.advance(bodies, 0.01);
     return Body.energy(bodies);
+  }
+
+  /**
+   * Guava collections: the 200k words into an ArrayListMultimap by first letter and a
+   * TreeMultiset, then an ImmutableSortedMap of the counts of the 1,000 most common.
+   */
+  @Benchmark
+  public int guava() {
+    ListMultimap<Character, String> byLetter = ArrayListMultimap.create();
+    Multiset<String> counts = TreeMultiset.create();
+    for (String w : words) {
+      byLetter.put(w.charAt(0), w);
+      counts.add(w);
+    }
+    ImmutableSortedMap.Builder<String, Integer> top = ImmutableSortedMap.naturalOrder();
+    int n = 0;
+    for (Multiset.Entry<String> e : counts.entrySet()) {
+      if (e.getCount() > 12 && n++ < 1000) top.put(e.getElement(), e.getCount());
+    }
+    return byLetter.keySet().size() + top.buildOrThrow().size() + counts.size();
+  }
+
+  /**
+   * commons-math: LU decomposition and inverse of a 120 x 120 matrix, a 16k-point FFT and
+   * descriptive statistics of its magnitudes.
+   */
+  @Benchmark
+  public double commonsMath() {
+    RealMatrix m = new Array2DRowRealMatrix(matrix, false);
+    RealMatrix inv = new LUDecomposition(m).getSolver().getInverse();
+    var spectrum = new FastFourierTransformer(DftNormalization.STANDARD)
+        .transform(signal, TransformType.FORWARD);
+    DescriptiveStatistics stats = new DescriptiveStatistics();
+    for (var c : spectrum) stats.addValue(c.abs());
+    return inv.getEntry(3, 7) + stats.getPercentile(90) + stats.getMean();
   }
 
   /** Jackson databind: ~1 MB of JSON into beans (setters). */

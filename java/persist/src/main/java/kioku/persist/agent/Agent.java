@@ -26,8 +26,10 @@ public final class Agent {
   }
 
   private static void launch(String agentArgs, Instrumentation inst) {
+    File jar;
     try {
-      inst.appendToBootstrapClassLoaderSearch(new JarFile(agentJar()));
+      jar = agentJar();
+      inst.appendToBootstrapClassLoaderSearch(new JarFile(jar));
     } catch (Exception | LinkageError e) {
       fail("cannot put the agent jar on the boot class path (" + e + ")",
           "start the JVM with -javaagent:/path/to/kioku-persist.jar (the jar as built)");
@@ -36,14 +38,14 @@ public final class Agent {
     Method start;
     try {
       Class<?> startup = Class.forName("kioku.persist.agent.AgentStartup", true, null);
-      start = startup.getMethod("start", String.class, Instrumentation.class);
+      start = startup.getMethod("start", String.class, Instrumentation.class, String.class);
     } catch (ReflectiveOperationException | LinkageError e) {
       fail("cannot load the agent from the boot class path (" + e + ")",
           "use the kioku-persist.jar as built, which contains the agent and ASM");
       return;
     }
     try {
-      start.invoke(null, agentArgs, inst);
+      start.invoke(null, agentArgs, inst, jar.getPath());
     } catch (InvocationTargetException e) {
       fail("agent start-up failed (" + e.getCause() + ")", "report this as a kioku bug");
     } catch (IllegalAccessException e) {

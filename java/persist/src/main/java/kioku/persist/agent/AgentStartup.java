@@ -18,9 +18,9 @@ import kioku.persist.rt.Instrumented;
 public final class AgentStartup {
   private AgentStartup() {}
 
-  public static void start(String agentArgs, Instrumentation inst) {
+  public static void start(String agentArgs, Instrumentation inst, String agentJar) {
     try {
-      run(agentArgs, inst);
+      run(agentArgs, inst, agentJar);
     } catch (AgentFailure f) {
       Log.failure(f.getMessage(), f.todo());
       Runtime.getRuntime().halt(2);
@@ -30,7 +30,8 @@ public final class AgentStartup {
     }
   }
 
-  private static void run(String agentArgs, Instrumentation inst) throws AgentFailure {
+  private static void run(String agentArgs, Instrumentation inst, String agentJar)
+      throws AgentFailure {
     if (Barrier.class.getClassLoader() != null) {
       throw new AgentFailure(
           "kioku's runtime was loaded by " + Barrier.class.getClassLoader() + ", not the boot loader",
@@ -46,12 +47,25 @@ public final class AgentStartup {
     }
     InstrumentOptions options = InstrumentOptions.parse(agentArgs);
     openJavaBase(inst);
+    // The rewritten JDK classes of an earlier start, if this jar and JDK made them: their
+    // field numbers are registered before anything else is rewritten.
+    TransformCache cache =
+        TransformCache.open(options.cache(), java.nio.file.Path.of(agentJar), options.excluded());
+    if (cache != null && !cache.registerFields()) cache = null;
     // Loaded before the transformer exists, so none is transformed while it loads (the
     // transformer itself may use them); then all are retransformed together.
-    List<Class<?>> jdkClasses = loadSupportedJdkClasses();
-    inst.addTransformer(new KiokuTransformer(options), true);
+    List<String> names = cache != null && cache.classes() != null
+        ? cache.classes()
+        : supportedJdkClassNames();
+    List<Class<?>> jdkClasses = load(names);
+    inst.addTransformer(new KiokuTransformer(options, cache), true);
     Instrumented.agentStarted();
     retransform(inst, jdkClasses);
+    if (cache != null) {
+      List<String> loaded = new ArrayList<>();
+      for (Class<?> c : jdkClasses) loaded.add(internalName(c));
+      cache.saveIfChanged(loaded);
+    }
     try {
       KiokuPersist.startFromAgent(agentArgs);
     } catch (RuntimeException | LinkageError e) {
@@ -63,8 +77,9 @@ public final class AgentStartup {
 
   /**
    * Lets java.base read the boot loader's unnamed module (where Barrier is), so retransformed
-   * java.util code links to it, and opens java.lang and java.util to it, so the runtime can
-   * reach private fields such as ArrayList.elementData reflectively.
+   * java.util code links to it; opens java.lang and java.util to it, so the runtime can reach
+   * private fields such as ArrayList.elementData reflectively; and exports jdk.internal.misc,
+   * whose Unsafe gives the field offsets of records (sun.misc.Unsafe refuses them).
    */
   private static void openJavaBase(Instrumentation inst) throws AgentFailure {
     Module base = Object.class.getModule();
@@ -76,8 +91,9 @@ public final class AgentStartup {
       inst.redefineModule(
           base,
           Set.of(kioku),
-          Map.of(),
-          Map.of("java.lang", Set.of(kioku), "java.util", Set.of(kioku)),
+          Map.of("jdk.internal.misc", Set.of(kioku)),
+          Map.of("java.lang", Set.of(kioku), "java.util", Set.of(kioku),
+              "java.util.concurrent", Set.of(kioku), "java.util.concurrent.atomic", Set.of(kioku)),
           Set.of(),
           Map.of());
     } catch (RuntimeException e) {
@@ -85,13 +101,19 @@ public final class AgentStartup {
     }
   }
 
-  /** The supported classes and their nest members that exist in this JDK, loaded. */
-  private static List<Class<?>> loadSupportedJdkClasses() {
+  /** The supported classes and their nest members, by name (some may not be in this JDK). */
+  private static List<String> supportedJdkClassNames() {
     Set<String> names = new LinkedHashSet<>(JdkClasses.TOP_LEVEL);
+    names.addAll(JdkClasses.NESTED);
     for (String outer : JdkClasses.WITH_NESTED) {
       byte[] bytes = ClassInfoSource.classFile(null, outer);
       if (bytes != null) names.addAll(ClassInfoReader.read(bytes, false).nestMembers());
     }
+    return new ArrayList<>(names);
+  }
+
+  /** Those of the named classes that exist in this JDK and are supported, loaded. */
+  private static List<Class<?>> load(List<String> names) {
     List<Class<?>> classes = new ArrayList<>();
     for (String name : names) {
       if (!JdkClasses.isSupported(name)) continue;

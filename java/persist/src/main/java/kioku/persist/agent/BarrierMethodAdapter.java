@@ -234,9 +234,61 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
       super.visitMethodInsn(opcode, owner, name, desc, itf);
       invokeBarrier("clonedFrom", "(Ljava/lang/Object;Ljava/lang/Object;)Ljava/lang/Object;");
       ctx.clones++;
+    } else if (AtomicWrites.isUnsafeObjectWrite(owner, name, desc)) {
+      if (!AtomicWrites.hasUnsafeHelper(name)) {
+        throw new IllegalStateException("an Unsafe write the agent cannot intercept: " + name + desc);
+      }
+      // Same stack: the Unsafe instance becomes the helper's first argument.
+      super.visitMethodInsn(INVOKESTATIC, AtomicWrites.ATOMICS, name, AtomicWrites.helperDesc(desc), false);
+      ctx.atomicWrites++;
+    } else if (opcode == INVOKEVIRTUAL && owner.equals(AtomicWrites.VAR_HANDLE)) {
+      AtomicWrites.Target t = AtomicWrites.varHandleTarget(owner, name, desc);
+      switch (t) {
+        case FIELD, ELEMENT -> varHandleWrite(name, desc, itf, t);
+        case UNKNOWN -> throw new IllegalStateException(
+            "a VarHandle write the agent cannot intercept: " + name + desc);
+        default -> super.visitMethodInsn(opcode, owner, name, desc, itf);
+      }
     } else {
       super.visitMethodInsn(opcode, owner, name, desc, itf);
     }
+  }
+
+  /**
+   * store args; store vh; load vh; load args; invokevirtual; load vh; load coordinates;
+   * Atomics.varHandleWrote{Field,Element}. The written field or element is reported after the
+   * write, as every barrier does.
+   */
+  private void varHandleWrite(String name, String desc, boolean itf, AtomicWrites.Target t) {
+    Type[] args = Type.getArgumentTypes(desc);
+    int[] locals = new int[args.length];
+    for (int i = args.length - 1; i >= 0; i--) {
+      locals[i] = freshScratch(args[i]);
+      store(args[i], locals[i]);
+    }
+    int vh = freshScratch(OBJECT_TYPE);
+    store(OBJECT_TYPE, vh);
+    load(OBJECT_TYPE, vh);
+    for (int i = 0; i < args.length; i++) load(args[i], locals[i]);
+    super.visitMethodInsn(INVOKEVIRTUAL, AtomicWrites.VAR_HANDLE, name, desc, itf);
+    load(OBJECT_TYPE, vh);
+    load(args[0], locals[0]);
+    if (t == AtomicWrites.Target.ELEMENT) {
+      load(Type.INT_TYPE, locals[1]);
+      super.visitMethodInsn(INVOKESTATIC, AtomicWrites.ATOMICS, "varHandleWroteElement",
+          "(Ljava/lang/invoke/VarHandle;Ljava/lang/Object;I)V", false);
+    } else {
+      super.visitMethodInsn(INVOKESTATIC, AtomicWrites.ATOMICS, "varHandleWroteField",
+          "(Ljava/lang/invoke/VarHandle;Ljava/lang/Object;)V", false);
+    }
+    ctx.atomicWrites++;
+  }
+
+  /** A scratch local of its own (a call may need several of one type). */
+  private int freshScratch(Type type) {
+    int slot = newLocal(type);
+    scratchSlots.add(slot);
+    return slot;
   }
 
   private static boolean isClone(String name, String desc) {

@@ -110,6 +110,9 @@ final class ClassInfoReader extends ClassVisitor {
       @Override
       public void visitMethodInsn(int op, String owner, String m, String d, boolean itf) {
         if (owner.equals("java/lang/System") && m.equals("arraycopy")) writes();
+        if (AtomicWrites.isUnsafeObjectWrite(owner, m, d)) writes();
+        AtomicWrites.Target t = AtomicWrites.varHandleTarget(owner, m, d);
+        if (t != AtomicWrites.Target.NONE && t != AtomicWrites.Target.STATIC) writes();
       }
     };
   }

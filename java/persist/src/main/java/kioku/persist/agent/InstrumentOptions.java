@@ -10,13 +10,16 @@ import java.util.List;
  *
  * @param excluded internal-name prefixes not to instrument ({@code instrument.exclude=a;b})
  * @param verbose one stderr line per transformed class ({@code instrument.verbose=true})
+ * @param cache where rewritten JDK classes are kept between starts ({@code instrument.cache=DIR}
+ *     or {@code off}; null: the default directory, see {@link TransformCache})
  */
-record InstrumentOptions(List<String> excluded, boolean verbose) {
-  static final InstrumentOptions DEFAULT = new InstrumentOptions(List.of(), false);
+record InstrumentOptions(List<String> excluded, boolean verbose, String cache) {
+  static final InstrumentOptions DEFAULT = new InstrumentOptions(List.of(), false, null);
 
   static InstrumentOptions parse(String agentArgs) {
     List<String> excluded = new ArrayList<>();
     boolean verbose = false;
+    String cache = null;
     if (agentArgs != null) {
       for (String pair : agentArgs.split(",")) {
         int eq = pair.indexOf('=');
@@ -30,10 +33,11 @@ record InstrumentOptions(List<String> excluded, boolean verbose) {
             }
           }
           case "instrument.verbose" -> verbose = value.isEmpty() || Boolean.parseBoolean(value);
+          case "instrument.cache" -> cache = value.isEmpty() ? null : value;
           default -> {}
         }
       }
     }
-    return new InstrumentOptions(List.copyOf(excluded), verbose);
+    return new InstrumentOptions(List.copyOf(excluded), verbose, cache);
   }
 }

@@ -14,8 +14,18 @@ final class KiokuTransformer implements ClassFileTransformer {
   private final AppClassTransformer app;
   private final JdkCollectionTransformer jdk;
   private final LoadedClasses shaped = new LoadedClasses();
+  /** The JDK classes as an earlier start rewrote them, or null. */
+  private final TransformCache cache;
+
+  private final boolean verbose;
 
   KiokuTransformer(InstrumentOptions options) {
+    this(options, null);
+  }
+
+  KiokuTransformer(InstrumentOptions options, TransformCache cache) {
+    this.cache = cache;
+    this.verbose = options.verbose();
     this.filter = new ClassFilter(options.excluded());
     ClassInfoSource source = new ClassInfoSource();
     this.app = new AppClassTransformer(source, filter, options.verbose());
@@ -38,7 +48,13 @@ final class KiokuTransformer implements ClassFileTransformer {
     }
     try {
       if (isJdk) {
-        byte[] out = jdk.transform(bytes);
+        byte[] out = cache != null ? cache.lookup(className) : null;
+        if (out == null) {
+          out = jdk.transform(bytes);
+          if (cache != null) cache.record(className, out);
+        } else if (verbose) {
+          Log.line("instrumented " + Names.dotted(className) + ": as rewritten by an earlier start");
+        }
         Instrumented.jdkClassTransformed(className);
         return out;
       }

@@ -18,6 +18,7 @@ final class RewriteContext {
   int rootStores;
   int arraycopies;
   int clones;
+  int atomicWrites;
   int faseMethods;
 
   RewriteContext(ClassLoader loader, ClassInfo self, ClassInfoSource source, ClassFilter filter) {
@@ -64,6 +65,7 @@ final class RewriteContext {
     return fieldWrites + " field writes (" + volatileWrites + " volatile), "
         + arrayStores + " array stores, " + rootStores + " root stores, "
         + arraycopies + " arraycopies, " + clones + " clones"
+        + (atomicWrites > 0 ? ", " + atomicWrites + " atomic writes" : "")
         + (faseMethods > 0 ? ", " + faseMethods + " atomic methods" : "");
   }
 }

@@ -81,6 +81,9 @@ final class HeapRecovery {
       roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
     }
     if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
+    List<Object> tables = Rehash.needing(objects);
+    List<Object> concurrentMaps = ConcurrentMaps.needing(objects);
+    if (!tables.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(tables, concurrentMaps);
     return roots;
   }
 
@@ -177,6 +180,14 @@ final class HeapRecovery {
             + " is not on the class path; run with the classes the heap was written by");
   }
 
+  private Class<?> loadOrNull(String name) {
+    try {
+      return load(name);
+    } catch (HeapException e) {
+      return null;
+    }
+  }
+
   private Object create(long addr, long header, Resolved r) throws HeapException {
     int count = (int) (header >>> 32);
     long body = addr + HeapFormat.HEADER;
@@ -215,7 +226,7 @@ final class HeapRecovery {
         }
       case CANONICAL:
         {
-          Object c = Canonicals.resolve(r.d.name(), count > 0 ? space.getLong(body) : 0);
+          Object c = Canonicals.resolve(r.d.name(), count > 0 ? space.getLong(body) : 0, this::loadOrNull);
           if (c == null) {
             throw incompatible("this JVM has no shared instance " + r.d.name());
           }

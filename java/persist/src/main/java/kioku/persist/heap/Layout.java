@@ -46,13 +46,23 @@ final class Layout {
           Float.class,
           Double.class);
 
-  /** Fields of JDK classes that cache derived values (views, hash codes). */
+  /**
+   * Fields of JDK classes that are not replicated: caches of derived values (views), and the
+   * transient state of lock-free structures that only means something while their threads
+   * run (a resize in progress, spin locks, a waiting thread). Recovery gives them their
+   * default, or what ConcurrentMaps computes.
+   */
   private static final Map<String, Set<String>> CACHE_FIELDS =
       Map.of(
           "java.util.AbstractMap", Set.of("keySet", "values"),
           "java.util.HashMap", Set.of("entrySet"),
           "java.util.LinkedHashMap", Set.of("entrySet", "keySet", "values"),
-          "java.util.TreeMap", Set.of("entrySet", "navigableKeySet", "descendingMap"));
+          "java.util.TreeMap", Set.of("entrySet", "navigableKeySet", "descendingMap"),
+          "java.util.EnumMap", Set.of("entrySet"),
+          "java.util.concurrent.ConcurrentHashMap",
+              Set.of("keySet", "values", "entrySet", "sizeCtl", "transferIndex", "cellsBusy", "nextTable"),
+          "java.util.concurrent.ConcurrentHashMap$TreeBin", Set.of("lockState", "waiter"),
+          "java.util.concurrent.atomic.Striped64", Set.of("cellsBusy"));
 
   private static final ClassValue<Layout> LAYOUTS =
       new ClassValue<>() {
@@ -84,6 +94,8 @@ final class Layout {
 
   final int elementSize;
   final long arrayBase;
+  /** Bytes per element in the JVM's own array (4 for references with compressed oops). */
+  final int arrayScale;
   /** Null when the class can be replicated, else why not (one line). */
   final String refusal;
 
@@ -103,6 +115,7 @@ final class Layout {
       elementCode = codeOf(comp);
       elementSize = sizeOf(elementCode);
       arrayBase = Unsafes.U.arrayBaseOffset(c);
+      arrayScale = Unsafes.U.arrayIndexScale(c);
       slots = new Slot[0];
       refusal = null;
       return;
@@ -110,6 +123,7 @@ final class Layout {
     elementCode = 0;
     elementSize = 0;
     arrayBase = 0;
+    arrayScale = 0;
     if (c == String.class) {
       kind = Kind.STRING;
       slots = new Slot[0];
@@ -129,7 +143,7 @@ final class Layout {
         list.add(
             new Slot(
                 f,
-                Unsafes.U.objectFieldOffset(f),
+                Unsafes.fieldOffset(f),
                 codeOf(f.getType()),
                 c.getName() + "#" + f.getName() + ":" + descriptorOf(f.getType())));
       }
@@ -150,22 +164,31 @@ final class Layout {
       for (Class<?> k = c; k != null && k != Object.class; k = k.getSuperclass()) chain.add(0, k);
       for (Class<?> k : chain) {
         boolean jdk = isJdk(k);
-        Set<String> caches = CACHE_FIELDS.getOrDefault(k.getName(), Set.of());
+        Set<String> caches = jdk
+            ? (JdkValues.isImmutable(k) ? JdkValues.caches(k) : CACHE_FIELDS.getOrDefault(k.getName(), Set.of()))
+            : Set.of();
         for (Field f : k.getDeclaredFields()) {
           int m = f.getModifiers();
           if (Modifier.isStatic(m) || f.getName().startsWith("$kioku$")) continue;
           if (!jdk && Modifier.isTransient(m)) continue;
           if (caches.contains(f.getName())) continue;
+          long offset;
+          try {
+            offset = Unsafes.fieldOffset(f);
+          } catch (UnsupportedOperationException e) {
+            why = c.getName() + ": " + e.getMessage();
+            break;
+          }
           list.add(
               new Slot(
                   f,
-                  Unsafes.U.objectFieldOffset(f),
+                  offset,
                   codeOf(f.getType()),
                   k.getName() + "#" + f.getName() + ":" + descriptorOf(f.getType())));
         }
       }
     }
-    slots = list.toArray(new Slot[0]);
+    slots = why == null ? list.toArray(new Slot[0]) : new Slot[0];
     refusal = why;
   }
 
@@ -182,6 +205,12 @@ final class Layout {
 
   static long align8(long n) {
     return (n + 7) & ~7L;
+  }
+
+  /** The slot of the field at this Unsafe offset, or -1 if that field is not replicated. */
+  int slotAtOffset(long offset) {
+    for (int i = 0; i < slots.length; i++) if (slots[i].offset() == offset) return i;
+    return -1;
   }
 
   /** The slot a putfield with this field id writes, or -1 if that field is not replicated. */
@@ -231,18 +260,24 @@ final class Layout {
       return c.getName() + " is a hidden class (a lambda or proxy): it cannot be persistent;"
           + " store a named class instead";
     }
-    if (c.isRecord()) {
-      return c.getName() + " is a record: records are not supported yet; use a final class";
-    }
     if (IMMUTABLE_VALUES.contains(c)) return null;
+    if (c == Class.class) {
+      return "java.lang.Class: only classes that can be loaded by name can be persistent (not"
+          + " hidden classes such as lambdas' and proxies')";
+    }
     for (Class<?> k = c; k != null && k != Object.class; k = k.getSuperclass()) {
       if (isJdk(k)) {
         if (!hasInstanceFields(k) || Instrumented.isSupportedJdkClass(k)) continue;
+        if (JdkValues.isImmutable(k)) {
+          String why = JdkValues.refusalOf(k);
+          if (why != null) return why;
+          continue;
+        }
         return c.getName()
             + (k == c ? "" : " (through its superclass " + k.getName() + ")")
             + ": the agent cannot intercept writes to this JDK class, so it cannot be persistent;"
-            + " use ArrayList, LinkedList, ArrayDeque, HashMap, LinkedHashMap, TreeMap, their"
-            + " Set forms, String, boxed values, arrays or your own classes";
+            + " use the supported collections (docs/persist.md), String, boxed values, BigDecimal,"
+            + " java.time, arrays, records or your own classes";
       }
       if (!Persistent.class.isAssignableFrom(k) || Instrumented.skipped(k)) {
         return c.getName()

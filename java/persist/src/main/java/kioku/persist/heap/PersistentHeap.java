@@ -289,7 +289,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         protected Long computeValue(Class<?> c) {
           for (Class<?> k = c; k != null; k = k.getSuperclass()) {
             try {
-              return Unsafes.U.objectFieldOffset(k.getDeclaredField("$kioku$r"));
+              return Unsafes.fieldOffset(k.getDeclaredField("$kioku$r"));
             } catch (NoSuchFieldException e) {
               // declared higher up
             }
@@ -381,11 +381,17 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
   }
 
+  /**
+   * Turns the barrier on. A writer that read it off has its store visible after the
+   * safepoint; writers fence from here on until WriterFences lets them stop.
+   */
   private void activate() {
     if (!Barrier.active) {
+      Barrier.fenced = true;
       Barrier.hooks = this;
       Barrier.active = true;
       Safepoint.force();
+      WriterFences.activated();
     }
   }
 
@@ -399,6 +405,16 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     ensureRecovered(Thread.currentThread().getContextClassLoader());
     activate();
     maybeCollect();
+    WriterFences.begin();
+    try {
+      return persistFenced(v);
+    } finally {
+      WriterFences.end();
+    }
+  }
+
+  /** make_persistent proper, while every writer fences (see WriterFences). Lock held. */
+  private long persistFenced(Object v) {
     Shading s = new Shading();
     try {
       long addr = shade(v, s);
@@ -1024,6 +1040,245 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     // Barrier already cleared the copy's word; nothing else refers to it.
   }
 
+  // ---------------------------------------------------------------- atomic writes
+
+  /**
+   * Where an atomic write at (o, offset) lands in o's replica: the word's address, the mask of
+   * the written bytes in it and their shift, whether it holds a reference; null if o has no
+   * replicated field or element there. {@code replica} is o's replica.
+   */
+  private record AtomicTarget(long at, long mask, int shift, char code) {}
+
+  private static AtomicTarget atomicTarget(Object o, long replica, long offset) {
+    Layout layout = Layout.of(o);
+    if (layout.kind == Layout.Kind.ARRAY) {
+      long index = (offset - layout.arrayBase) / layout.arrayScale;
+      if (index < 0 || index >= Array.getLength(o)) return null;
+      if (layout.elementCode == 'L') return new AtomicTarget(replica + HeapFormat.HEADER + 8 * index, -1L, 0, 'L');
+      int es = layout.elementSize;
+      long at = replica + HeapFormat.HEADER + index * es;
+      int shift = (int) (at & 7) * 8;
+      long mask = es == 8 ? -1L : ((1L << (es * 8)) - 1) << shift;
+      return new AtomicTarget(at & ~7L, mask, shift, layout.elementCode);
+    }
+    if (layout.kind != Layout.Kind.OBJECT && layout.kind != Layout.Kind.ENUM) return null;
+    int slot = layout.slotAtOffset(offset);
+    if (slot < 0) return null;
+    return new AtomicTarget(replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot), -1L, 0,
+        layout.slots[slot].code());
+  }
+
+  /** The bits at (o, offset) as the replica keeps them (t.code says the width). */
+  private static long readAt(Object o, long offset, char code) {
+    return switch (code) {
+      case 'Z' -> Unsafes.U.getBooleanVolatile(o, offset) ? 1 : 0;
+      case 'B' -> Unsafes.U.getByteVolatile(o, offset) & 0xffL;
+      case 'C', 'S' -> Unsafes.U.getShortVolatile(o, offset) & 0xffffL;
+      case 'I', 'F' -> Unsafes.U.getIntVolatile(o, offset) & 0xffffffffL;
+      case 'J', 'D' -> Unsafes.U.getLongVolatile(o, offset);
+      default -> throw new IllegalArgumentException("reference");
+    };
+  }
+
+  /**
+   * An atomic write of a primitive into an object that may be persistent, durable before it is
+   * visible: under the object's lock (bit 0 of its word, which every writer of a persistent
+   * object takes for these fields), the value the operation will leave is computed and written
+   * to the replica, then the operation is performed. A writer that found the object white an
+   * instant earlier may have changed the field meanwhile (and will report it); then the
+   * replica gets what the field holds after the operation.
+   */
+  private long atomicPrimitive(Object o, long offset, int op, long expected, long value, boolean wide) {
+    long w = word(o);
+    if (w == 0 || !lockWord(o)) return performPrimitive(o, offset, op, expected, value, wide, true);
+    boolean implicit = false;
+    try {
+      long replica = addressOf(word(o));
+      AtomicTarget t = atomicTarget(o, replica, offset);
+      if (t == null) return performPrimitive(o, offset, op, expected, value, wide, false);
+      long cur = wide ? Unsafes.U.getLongVolatile(o, offset) : Unsafes.U.getIntVolatile(o, offset);
+      long after = switch (op) {
+        case Hooks.CAE -> cur == expected ? value : cur;
+        case Hooks.GET_AND_ADD -> wide ? cur + value : (int) cur + (int) value;
+        default -> value;
+      };
+      long mask = wide ? -1L : 0xffffffffL;
+      if ((after & mask) != (cur & mask)) {
+        implicit = store(replica, t.at, (after & mask) << t.shift, t.mask, false, o, null);
+      }
+      long result = performPrimitive(o, offset, op, expected, value, wide, false);
+      long now = readAt(o, offset, t.code);
+      if (now != (after & mask)) implicit |= store(replica, t.at, now << t.shift, t.mask, false, o, null);
+      return result;
+    } finally {
+      unlockWord(o);
+      if (implicit) sections.exit();
+    }
+  }
+
+  private long performPrimitive(Object o, long offset, int op, long expected, long value,
+      boolean wide, boolean thenCheck) {
+    long r = wide
+        ? kioku.persist.rt.Atomics.performLong(o, offset, op, expected, value)
+        : kioku.persist.rt.Atomics.performInt(o, offset, op, (int) expected, (int) value);
+    if (thenCheck) wroteAt(o, offset);
+    return r;
+  }
+
+  @Override
+  public int atomicInt(Object o, long offset, int op, int expected, int value) {
+    return (int) atomicPrimitive(o, offset, op, expected, value, false);
+  }
+
+  @Override
+  public long atomicLong(Object o, long offset, int op, long expected, long value) {
+    return atomicPrimitive(o, offset, op, expected, value, true);
+  }
+
+  /**
+   * As {@link #atomicPrimitive}, for a reference: the new value is made persistent first
+   * (under the heap lock, as every reference store), then the object locked.
+   */
+  @Override
+  public Object atomicReference(Object o, long offset, int op, Object expected, Object value) {
+    if (word(o) == 0) return performReference(o, offset, op, expected, value, true);
+    boolean implicit = false;
+    boolean raced = false;
+    lock.lock();
+    try {
+      if (word(o) == 0) return performReference(o, offset, op, expected, value, true);
+      long target = value == null ? 0 : persist(value);
+      if (!lockWord(o)) return performReference(o, offset, op, expected, value, true);
+      try {
+        long replica = addressOf(word(o));
+        AtomicTarget t = atomicTarget(o, replica, offset);
+        if (t == null) return performReference(o, offset, op, expected, value, false);
+        Object cur = Unsafes.U.getObjectVolatile(o, offset);
+        Object after = op == Hooks.CAE && cur != expected ? cur : value;
+        if (after != cur) implicit = store(replica, t.at, target, -1L, true, o, cur);
+        Object result = performReference(o, offset, op, expected, value, false);
+        raced = Unsafes.U.getObjectVolatile(o, offset) != after;
+        return result;
+      } finally {
+        unlockWord(o);
+      }
+    } finally {
+      if (raced) wroteAt(o, offset); // a writer that found o white changed it meanwhile
+      lock.unlock();
+      if (implicit) sections.exit();
+    }
+  }
+
+  private Object performReference(Object o, long offset, int op, Object expected, Object value,
+      boolean thenCheck) {
+    Object r = kioku.persist.rt.Atomics.performReference(o, offset, op, expected, value);
+    if (thenCheck) wroteAt(o, offset);
+    return r;
+  }
+
+  /**
+   * A write at (o, offset) ran on an object that was white when it started, or a VarHandle
+   * write ran: the replica follows the field, under the object's lock, so that whichever
+   * report runs last writes the latest value. A reference is made persistent before the lock
+   * is taken (making objects persistent may collect, which waits for locked words).
+   */
+  @Override
+  public void wroteAt(Object o, long offset) {
+    long w = word(o);
+    if (w == 0) return;
+    if ((w & GREY) != 0 && awaitCopied(o) == 0) return;
+    Layout layout = Layout.of(o);
+    int slot = layout.kind == Layout.Kind.ARRAY ? -1 : layout.slotAtOffset(offset);
+    boolean isRef = layout.kind == Layout.Kind.ARRAY
+        ? layout.elementCode == 'L'
+        : slot >= 0 && layout.slots[slot].code() == 'L';
+    boolean implicit = false;
+    if (isRef) lock.lock();
+    try {
+      while (true) {
+        Object v = null;
+        long addr = 0;
+        if (isRef) {
+          v = Unsafes.U.getObjectVolatile(o, offset);
+          if (word(o) == 0) return;
+          addr = v == null ? 0 : persist(v);
+        }
+        if (!lockWord(o)) return;
+        try {
+          AtomicTarget t = atomicTarget(o, addressOf(word(o)), offset);
+          if (t == null) return;
+          long replica = addressOf(word(o));
+          if (isRef) {
+            if (Unsafes.U.getObjectVolatile(o, offset) != v) continue; // moved on: persist it first
+            implicit = store(replica, t.at, addr, -1L, true, o, null);
+          } else {
+            implicit = store(replica, t.at, readAt(o, offset, t.code) << t.shift, t.mask, false, o, null);
+          }
+          return;
+        } finally {
+          unlockWord(o);
+        }
+      }
+    } finally {
+      if (isRef) lock.unlock();
+      if (implicit) sections.exit();
+    }
+  }
+
+  /** VarHandles' fields, by handle (identity): their offsets; arrays and views: -1 / -2. */
+  private final java.util.IdentityHashMap<java.lang.invoke.VarHandle, Long> handleOffsets =
+      new java.util.IdentityHashMap<>();
+
+  @Override
+  public void varHandleWrote(java.lang.invoke.VarHandle vh, Object o, int index) {
+    if (word(o) == 0) return;
+    long offset = handleOffset(vh, o);
+    if (offset == -1) {
+      Layout layout = Layout.of(o.getClass());
+      if (layout.kind != Layout.Kind.ARRAY) return;
+      wroteAt(o, layout.arrayBase + (long) index * layout.arrayScale);
+    } else if (offset == -2) {
+      // A view (bytes of an array read as ints...): its index is a byte offset of some width;
+      // copy the whole array to its replica again.
+      if (o.getClass().isArray()) copied(o, 0, Array.getLength(o), null);
+    } else {
+      wroteAt(o, offset);
+    }
+  }
+
+  private long handleOffset(java.lang.invoke.VarHandle vh, Object o) {
+    synchronized (handleOffsets) {
+      Long known = handleOffsets.get(vh);
+      if (known != null) return known;
+    }
+    long offset = -2;
+    java.util.Optional<java.lang.invoke.VarHandle.VarHandleDesc> d = vh.describeConstable();
+    if (d.isPresent()) {
+      String bsm = d.get().bootstrapMethod().methodName();
+      if (bsm.equals("arrayVarHandle")) {
+        offset = -1;
+      } else if (bsm.equals("fieldVarHandle")) {
+        String owner = ((java.lang.constant.ClassDesc) d.get().bootstrapArgs()[0]).descriptorString();
+        for (Class<?> k = o.getClass(); k != null && offset == -2; k = k.getSuperclass()) {
+          if (!k.descriptorString().equals(owner)) continue;
+          try {
+            offset = Unsafes.fieldOffset(k.getDeclaredField(d.get().constantName()));
+          } catch (NoSuchFieldException e) {
+            break;
+          }
+        }
+      }
+    }
+    if (offset == -2 && !o.getClass().isArray()) {
+      throw new PersistenceException("a VarHandle write into a persistent " + o.getClass().getName()
+          + " whose field kioku cannot tell (" + vh + "): report this as a kioku bug");
+    }
+    synchronized (handleOffsets) {
+      handleOffsets.put(vh, offset);
+    }
+    return offset;
+  }
+
   // ---------------------------------------------------------------- undoing in memory
 
   /**
@@ -1301,6 +1556,69 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   }
 
   /**
+   * Rebuilds, in one failure-atomic section, the hash tables of recovered objects that no
+   * longer find their keys (see Rehash). Lock held.
+   */
+  void rehash(List<Object> tables, List<Object> concurrentMaps) throws HeapException {
+    Rehash.FieldStore stores = new Rehash.FieldStore() {
+      @Override
+      public void store(Object target, String field, Object value) {
+        storeFinalReference(target, field, value);
+      }
+
+      @Override
+      public void storeBits(Object target, String field, long bits) {
+        storeFinalBits(target, field, bits);
+      }
+    };
+    sections.enter(false);
+    try {
+      Rehash.rebuild(tables, stores);
+      ConcurrentMaps.rebuild(concurrentMaps, stores);
+    } finally {
+      sections.exit();
+    }
+  }
+
+  /** As {@link #storeFinalReference}, for a primitive field. Lock held. */
+  private void storeFinalBits(Object target, String field, long bits) {
+    Layout layout = Layout.of(target);
+    for (int i = 0; i < layout.slots.length; i++) {
+      Layout.Slot sl = layout.slots[i];
+      if (sl.code() == 'L' || !sl.field().getName().equals(field)) continue;
+      long w = word(target);
+      if (w == 0) throw new IllegalStateException(target.getClass().getName() + " is not persistent");
+      long replica = addressOf(w);
+      store(replica, replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(i), bits, -1L, false, target, null);
+      Layout.writeBits(target, sl, bits);
+      return;
+    }
+    throw new IllegalStateException(target.getClass().getName() + " has no replicated field " + field);
+  }
+
+  /**
+   * Stores {@code value} into the named reference field of a persistent object whose code does
+   * not store it (a final field of an immutable JDK table): the replica in the caller's
+   * section, then the object. Lock held.
+   */
+  private void storeFinalReference(Object target, String field, Object value) {
+    Layout layout = Layout.of(target);
+    for (int i = 0; i < layout.slots.length; i++) {
+      Layout.Slot sl = layout.slots[i];
+      if (sl.code() != 'L' || !sl.field().getName().equals(field)) continue;
+      long w = word(target);
+      if (w == 0) throw new IllegalStateException(target.getClass().getName() + " is not persistent");
+      long v = value == null ? 0 : persist(value);
+      long replica = addressOf(w);
+      Object old = Unsafes.U.getObject(target, sl.offset());
+      store(replica, replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(i), v, -1L, true, target, old);
+      Unsafes.U.putObjectVolatile(target, sl.offset(), value);
+      return;
+    }
+    throw new IllegalStateException(target.getClass().getName() + " has no replicated field " + field);
+  }
+
+  /**
    * Rebuilds the heap's objects now if every class it needs can be loaded through
    * {@code loader} (at start-up, so a heap that cannot be recovered stops the program before
    * it runs); leaves it for the first use of the heap if a class is missing there (it may
@@ -1348,9 +1666,15 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     return classes;
   }
 
-  /** Called by recovery before adopting {@code n} objects. */
+  /**
+   * Called by recovery before adopting {@code n} objects. The barrier reports to this heap
+   * from here on: recovery runs the program's and java.util's instrumented code on recovered
+   * objects (tables rebuilt, added fields initialized), whose stores must reach this heap's
+   * replicas (a JVM has one heap; tests that open several hand the barrier to the one they use).
+   */
   void beginAdoption(int n) {
     activate();
+    Barrier.hooks = this;
     side.reserve(n);
   }
 
@@ -1494,6 +1818,12 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         Barrier.active = false;
         Barrier.hooks = null;
       }
+      // Objects that keep their replica word in their own field (application objects, enum
+      // constants, which outlive any heap) stop being persistent: another heap opened in this
+      // JVM must not take them for its own.
+      side.forEachLive(o -> {
+        if (o instanceof Persistent) clearWord(o);
+      });
       pool.close();
     } finally {
       lock.unlock();

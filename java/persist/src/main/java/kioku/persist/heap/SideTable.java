@@ -4,6 +4,7 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.lang.ref.WeakReference;
 import java.util.function.Consumer;
+import kioku.persist.rt.IdentityHashes;
 
 /**
  * The replica words of persistent objects, by identity, held weakly: the only place a JDK
@@ -76,11 +77,16 @@ final class SideTable {
   private volatile Slots slots = new Slots(1024);
   private int used; // entries in the table, live or cleared (a rebuild drops the cleared)
 
-  /** The entry of {@code o}, or null. */
+  /**
+   * The entry of {@code o}, or null. An object without an identity hash has none (every entry
+   * was made with one), which is answered without giving it a hash.
+   */
   Entry find(Object o) {
+    int peeked = IdentityHashes.peek(o);
+    if (peeked == 0) return null;
     Slots t = slots;
     int mask = t.hashes.length - 1;
-    int h = System.identityHashCode(o) | 1; // 0 marks an empty slot
+    int h = peeked | 1; // 0 marks an empty slot
     if (!t.mayContain(h)) return null;
     for (int i = t.home(h); ; i = (i + 1) & mask) {
       int x = t.hashes[i];

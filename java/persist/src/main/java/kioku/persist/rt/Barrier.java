@@ -7,11 +7,20 @@ import java.lang.invoke.VarHandle;
  * write that can reach a persistent object calls one of these after the ordinary store.
  *
  * <p>The fast path is one volatile read ({@link #active}) while nothing is persistent. Once
- * something is, the writer fences before reading the replica word: the object may have been
- * made persistent by another thread between the store and the read, and the copier's
- * copy-then-verify needs the store to be visible by the time the word says "replica" (the
- * thesis's MFENCE). The first activation forces every thread through a safepoint, so writers
- * that read {@code active == false} before it have their stores visible before any copying.
+ * something is, the writer reads the written object's replica word: a field of an instrumented
+ * object; for anything else, its identity hash first ({@link IdentityHashes#peek}) — an object
+ * that has none cannot have a replica, and most arrays and JDK objects written never get one.
+ *
+ * <p>While a make_persistent may be running ({@link #fenced}), the writer also fences before
+ * that read: the object may be made persistent by another thread between the store and the
+ * read, and the copier's copy-then-verify needs the store visible by the time the word says
+ * "replica" (the thesis's MFENCE). Outside those periods the fence is not needed, and writers
+ * skip it: the runtime sets {@code fenced} and then brings every thread through a safepoint
+ * before the next make_persistent copies anything, so a writer that read {@code fenced ==
+ * false} has its store visible before the copy starts (an asymmetric Dekker protocol, the
+ * expensive side taken by the rare make_persistent; see heap.WriterFences). The volatile read
+ * of {@code active} between the store and the word's read keeps the JIT from moving the read
+ * above the store.
  */
 public final class Barrier {
   private Barrier() {}
@@ -19,16 +28,46 @@ public final class Barrier {
   /** True once anything has been made persistent in this JVM. */
   public static volatile boolean active;
 
+  /**
+   * Whether writers fence before reading a replica word: true while a make_persistent may run
+   * (and from the start, until the runtime lowers it).
+   */
+  public static volatile boolean fenced = true;
+
+  /**
+   * Report stores into objects without an identity hash too (which cannot be persistent):
+   * for tests of the instrumentation, whose recording hooks want to see every store.
+   */
+  public static boolean reportUnhashed;
+
   /** The runtime; set before {@link #active} becomes true. */
   public static volatile Hooks hooks;
 
-  /** The replica word of an instrumented object (0 for anything else). */
-  private static boolean maybePersistent(Object o) {
-    VarHandle.fullFence();
+  /**
+   * Whether {@code o} may have a replica: an instrumented object's replica word is set; any
+   * other object has an identity hash (the runtime looks it up).
+   */
+  static boolean maybePersistent(Object o) {
+    if (fenced) VarHandle.fullFence();
     if (o instanceof Persistent) {
       return ((Persistent) o).$kioku$r() != 0;
     }
-    return o != null;
+    return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+  }
+
+  /**
+   * Before an atomic write (see {@link Atomics}): whether its target may be persistent, so the
+   * runtime must make the write durable before it is visible. No fence: a target read white
+   * is written at once and checked again after the write ({@link #atomicWrote}).
+   */
+  static boolean persistentTarget(Object o) {
+    if (o instanceof Persistent) return ((Persistent) o).$kioku$r() != 0;
+    return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+  }
+
+  /** After an atomic write into an object that was white: it may have turned persistent. */
+  static void atomicWrote(Object o, long offset) {
+    if (active && maybePersistent(o)) hooks.wroteAt(o, offset);
   }
 
   public static void putZ(Object o, boolean v, int id) {
@@ -183,7 +222,12 @@ public final class Barrier {
 
   /** At the entry of an instance method of a retransformed collection class. */
   public static int faseEnter(Object receiver) {
-    return active ? hooks.faseEnter(receiver) : 0;
+    if (!active) return 0;
+    // Most collections a program writes are not persistent: no identity hash, no call.
+    if (!(receiver instanceof Persistent) && IdentityHashes.peek(receiver) == 0 && !reportUnhashed) {
+      return 0;
+    }
+    return hooks.faseEnter(receiver);
   }
 
   /** At every exit of such a method, including exceptional ones. */

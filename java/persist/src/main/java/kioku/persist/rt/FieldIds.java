@@ -19,8 +19,27 @@ public final class FieldIds {
   /** Static fields annotated {@code @DurableRoot}, assigned by putstatic. */
   public static final FieldIds ROOTS = new FieldIds();
 
-  /** A field as named in bytecode: internal owner name, field name, descriptor. */
-  public record FieldRef(String owner, String name, String desc, boolean isVolatile) {}
+  /**
+   * A field as named in bytecode: internal owner name, field name, descriptor. Its equals and
+   * hashCode are written out: a record's generated ones bootstrap method handles on first use,
+   * which costs the agent's start-up about 50 ms.
+   */
+  public record FieldRef(String owner, String name, String desc, boolean isVolatile) {
+    @Override
+    public boolean equals(Object o) {
+      return o instanceof FieldRef r
+          && owner.equals(r.owner)
+          && name.equals(r.name)
+          && desc.equals(r.desc)
+          && isVolatile == r.isVolatile;
+    }
+
+    @Override
+    public int hashCode() {
+      return ((owner.hashCode() * 31 + name.hashCode()) * 31 + desc.hashCode()) * 2
+          + (isVolatile ? 1 : 0);
+    }
+  }
 
   private final List<FieldRef> byId = new ArrayList<>();
   private final Map<FieldRef, Integer> ids = new HashMap<>();

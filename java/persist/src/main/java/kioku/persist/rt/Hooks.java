@@ -47,4 +47,38 @@ public interface Hooks {
 
   /** After Object.clone(): the copy must not share the original's replica word. */
   void cloned(Object copy);
+
+  // Atomic writes (see Atomics). Operations: CAE returns the witness (the value before; the
+  // write happened iff it equals expected); GET_AND_SET and GET_AND_ADD return the value
+  // before; PUT returns 0 or null.
+
+  int CAE = 1;
+  int GET_AND_SET = 2;
+  int GET_AND_ADD = 3;
+  int PUT = 4;
+
+  /**
+   * An atomic write of an int at {@code offset} of {@code o}, which may be persistent: performs
+   * it, making it durable before it is visible. The default performs it alone.
+   */
+  default int atomicInt(Object o, long offset, int op, int expected, int value) {
+    return Atomics.performInt(o, offset, op, expected, value);
+  }
+
+  default long atomicLong(Object o, long offset, int op, long expected, long value) {
+    return Atomics.performLong(o, offset, op, expected, value);
+  }
+
+  default Object atomicReference(Object o, long offset, int op, Object expected, Object value) {
+    return Atomics.performReference(o, offset, op, expected, value);
+  }
+
+  /** An atomic write at {@code offset} of {@code o} ran while it was white; it may not be now. */
+  default void wroteAt(Object o, long offset) {}
+
+  /**
+   * A VarHandle write of a field of {@code o} ({@code index} -1) or of element {@code index} of
+   * the array {@code o} ran; make the replica follow.
+   */
+  default void varHandleWrote(java.lang.invoke.VarHandle vh, Object o, int index) {}
 }

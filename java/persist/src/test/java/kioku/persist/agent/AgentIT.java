@@ -148,6 +148,72 @@ class AgentIT {
   }
 
   @Test
+  void theSecondStartTakesTheRewrittenJdkClassesFromTheCacheAndComputesTheSame()
+      throws Exception {
+    String classes = property("kioku.test.classes");
+    Path dir = tmp.resolve("cache");
+    Files.createDirectories(dir);
+    Files.setPosixFilePermissions(dir,
+        java.nio.file.attribute.PosixFilePermissions.fromString("rwx------"));
+    // Another agent build's file, written long ago, is deleted; a recent one is kept.
+    Path stale = Files.write(dir.resolve("jdk-0000000000000001.bin"), new byte[] {1});
+    Files.setLastModifiedTime(stale, java.nio.file.attribute.FileTime.fromMillis(
+        System.currentTimeMillis() - 30L * 24 * 3600 * 1000));
+    Path recent = Files.write(dir.resolve("jdk-0000000000000002.bin"), new byte[] {2});
+    String opt = "instrument.verbose=true,instrument.cache=" + dir;
+    Run first = java(agent(opt), classes, WORKLOAD, "3", "--report");
+    assertEquals(0, first.exit(), first.err().toString());
+    assertTrue(Files.exists(recent));
+    Files.delete(recent);
+    List<String> files;
+    try (var s = Files.list(dir)) {
+      files = s.map(p -> p.getFileName().toString()).toList();
+    }
+    assertEquals(1, files.size(), files.toString());
+    assertEquals("rwx------", java.nio.file.attribute.PosixFilePermissions.toString(
+        Files.getPosixFilePermissions(dir)));
+    Path file = dir.resolve(files.get(0));
+    assertEquals("rw-------", java.nio.file.attribute.PosixFilePermissions.toString(
+        Files.getPosixFilePermissions(file)));
+    assertTrue(first.agentLines().stream().noneMatch(l -> l.endsWith("by an earlier start")));
+
+    Run second = java(agent(opt), classes, WORKLOAD, "3", "--report");
+    assertEquals(0, second.exit(), second.err().toString());
+    assertEquals(first.out(), second.out());
+    assertTrue(second.agentLines().contains(
+        "kioku-persist: instrumented java.util.HashMap: as rewritten by an earlier start"),
+        second.agentLines().toString());
+    assertTrue(second.agentLines().stream().noneMatch(l -> l.startsWith(
+        "kioku-persist: instrumented java.util.")
+        && !l.endsWith("by an earlier start")), second.agentLines().toString());
+
+    // A damaged file is not used: the classes are rewritten again and the file replaced.
+    byte[] bytes = Files.readAllBytes(file);
+    for (int i = 100; i < bytes.length; i += 997) bytes[i] ^= 0x55;
+    Files.write(file, bytes);
+    Run damaged = java(agent(opt), classes, WORKLOAD, "3", "--report");
+    assertEquals(0, damaged.exit(), damaged.err().toString());
+    assertEquals(first.out(), damaged.out());
+    Run again = java(agent(opt), classes, WORKLOAD, "3", "--report");
+    assertTrue(again.agentLines().contains(
+        "kioku-persist: instrumented java.util.HashMap: as rewritten by an earlier start"),
+        again.agentLines().toString());
+
+    // A directory others may write is refused, with one warning.
+    Path open = Files.createDirectories(tmp.resolve("open"));
+    Files.setPosixFilePermissions(open,
+        java.nio.file.attribute.PosixFilePermissions.fromString("rwxrwxrwx"));
+    Run refused = java(agent("instrument.cache=" + open), classes, WORKLOAD, "1");
+    assertEquals(0, refused.exit(), refused.err().toString());
+    assertEquals(1, refused.agentLines().size(), refused.agentLines().toString());
+    assertTrue(refused.agentLines().get(0).startsWith(
+        "kioku-persist: warning: not caching rewritten JDK classes in "), refused.agentLines().get(0));
+    try (var s = Files.list(open)) {
+      assertEquals(0, s.count());
+    }
+  }
+
+  @Test
   void aRuntimeStartFailureIsOneLineAndExitStatus2() throws Exception {
     Run run = java(agent("no.such.option=1"), property("kioku.test.classes"), WORKLOAD, "1");
     assertEquals(2, run.exit(), run.err().toString());

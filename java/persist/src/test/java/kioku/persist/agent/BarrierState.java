@@ -10,13 +10,18 @@ import kioku.persist.rt.Hooks;
 final class BarrierState implements AutoCloseable {
   private final Hooks hooks = Barrier.hooks;
   private final boolean active = Barrier.active;
+  private final boolean reportUnhashed = Barrier.reportUnhashed;
 
   private BarrierState() {}
 
-  /** Sets {@code hooks} (null: none) and {@code active}; {@link #close} restores them. */
+  /**
+   * Sets {@code hooks} (null: none) and {@code active}, and has every store reported (objects
+   * without an identity hash too); {@link #close} restores them.
+   */
   static BarrierState install(Hooks hooks, boolean active) {
     BarrierState saved = new BarrierState();
     Barrier.active = false;
+    Barrier.reportUnhashed = true;
     Barrier.hooks = hooks;
     Barrier.active = active;
     return saved;
@@ -25,6 +30,7 @@ final class BarrierState implements AutoCloseable {
   @Override
   public void close() {
     Barrier.active = false;
+    Barrier.reportUnhashed = reportUnhashed;
     Barrier.hooks = hooks;
     Barrier.active = active;
   }
