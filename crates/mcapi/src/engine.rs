@@ -175,7 +175,6 @@ struct Slot {
 pub enum Transport {
     Shm {
         own: Arc<Segment>,
-        tag: [u8; 32],
     },
     Tcp {
         listener: TcpListener,
@@ -1458,7 +1457,8 @@ impl Engine {
             return;
         }
         match &mut self.transport {
-            Transport::Shm { tag, .. } => {
+            Transport::Shm { .. } => {
+                let tag = crate::auth::segment_tag(&self.topo.secret, &self.fingerprint, node);
                 if matches!(link.io, Io::None) {
                     match Segment::open_peer(
                         &self.topo.shm_dir,
@@ -1466,7 +1466,7 @@ impl Engine {
                         node,
                         self.topo.nodes,
                         self.topo.shm_ring_bytes,
-                        tag,
+                        &tag,
                     ) {
                         Ok(Some((seg, pid, inc))) => {
                             let pidfd = Pidfd::open(pid);
@@ -1740,16 +1740,15 @@ impl Engine {
     }
 
     fn progress_shm_links(&mut self) {
-        let Transport::Shm { own, tag } = &self.transport else { return };
+        let Transport::Shm { own, .. } = &self.transport else { return };
         let own = own.clone();
-        let tag = *tag;
         // Producers asking to attach to our rings.
         for p in 0..self.topo.nodes {
             if p == self.me {
                 continue;
             }
             if let Some(inc) = own.announced(p) {
-                self.accept_producer(&own, &tag, p, inc);
+                self.accept_producer(&own, p, inc);
             }
         }
         // Our pending attachments.
@@ -1766,7 +1765,8 @@ impl Engine {
         }
     }
 
-    fn accept_producer(&mut self, own: &Segment, tag: &[u8; 32], p: u32, inc: u64) {
+    fn accept_producer(&mut self, own: &Segment, p: u32, inc: u64) {
+        let tag = crate::auth::segment_tag(&self.topo.secret, &self.fingerprint, p);
         let link = &mut self.links[p as usize];
         if link.inbound && link.peer_inc != inc && link.peer_inc != 0 {
             // The old producer of this id is gone: drain what it completed, then fail it.
@@ -1786,7 +1786,7 @@ impl Engine {
                 p,
                 self.topo.nodes,
                 self.topo.shm_ring_bytes,
-                tag,
+                &tag,
             ) {
                 Ok(Some((seg, pid, seg_inc))) if seg_inc == inc => {
                     let pidfd = Pidfd::open(pid);

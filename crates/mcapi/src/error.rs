@@ -53,6 +53,10 @@ pub enum McapiError {
     NoPorts,
     #[error("endpoint {0} belongs to another node: only its owner may do this")]
     EndpointRemote(EndpointId),
+    #[error("endpoint {0} belongs to node {1}: only the node that created it may delete it")]
+    EndpointNotOwner(EndpointId, u32),
+    #[error("attribute {0} is not supported by kioku")]
+    AttrNotSupported(u32),
     #[error("endpoint {0} has a connected channel: close both sides before deleting it")]
     EndpointConnected(EndpointId),
     #[error("attribute {0} does not exist")]
@@ -130,6 +134,8 @@ impl McapiError {
             E::NoPorts => Status::ErrEndpNoPorts,
             E::EndpointRemote(_) => Status::ErrEndpRemote,
             E::EndpointConnected(_) => Status::ErrChanOpen,
+            E::EndpointNotOwner(..) => Status::ErrEndpNotOwner,
+            E::AttrNotSupported(_) => Status::ErrAttrNotSupported,
             E::AttrNum(_) => Status::ErrAttrNum,
             E::AttrSize { .. } => Status::ErrAttrSize,
             E::AttrReadOnly { .. } => Status::ErrAttrReadOnly,

@@ -30,3 +30,17 @@ pub use topology::{Topology, TopologyError, TransportKind};
 
 /// Every status code with its C name (for tests and tools).
 pub use status::ALL as STATUS_CODES;
+
+/// Sends `tracing` output to stderr when `KIOKU_LOG` is set (e.g. `KIOKU_LOG=debug`).
+pub fn init_logging() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Some(filter) = std::env::var_os("KIOKU_LOG").filter(|v| !v.is_empty()) {
+            let filter = tracing_subscriber::EnvFilter::new(filter.to_string_lossy());
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+    });
+}

@@ -75,10 +75,7 @@ impl Node {
                     tag,
                 )?);
                 (
-                    Transport::Shm {
-                        own: seg.clone(),
-                        tag,
-                    },
+                    Transport::Shm { own: seg.clone() },
                     None,
                     Some(seg),
                 )
@@ -488,6 +485,11 @@ impl Node {
             }
             None
         })
+    }
+
+    /// Whether `r` is still pending (without consuming it).
+    pub fn is_pending(&self, r: RequestId) -> Result<bool> {
+        self.with(|e| e.is_pending(r))
     }
 
     pub fn cancel(&self, r: RequestId) -> Result<()> {
