@@ -7,7 +7,8 @@
 //! 2. A→C `Challenge`: A's incarnation, nonce_a, a refusal code (0 = go on), and
 //!    mac_a = HMAC(secret, "acceptor" | both hellos' fields).
 //! 3. C→A `Proof`: mac_c = HMAC(secret, "connector" | the same fields), sent only if mac_a verified.
-//! 4. A→C `Verdict`: accepted, or refused (simultaneous connect: the lower id's connection wins).
+//! 4. A→C `Verdict`: accepted. Each node sends on the connection it dialled and receives on
+//!    the one its peer dialled, so two nodes dialling each other at once need no tie-break.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -23,10 +24,6 @@ pub const VERDICT_LEN: usize = 16;
 /// Refusal codes of `Challenge` and `Verdict`.
 pub mod code {
     pub const OK: u32 = 0;
-    /// Both nodes connected at once; the connection of the lower node id is kept.
-    pub const SIMULTANEOUS: u32 = 1;
-    /// A link with this incarnation exists already.
-    pub const DUPLICATE: u32 = 2;
     /// The hello named another node, or another topology (job, nodes, addresses, limits).
     pub const WRONG_TOPOLOGY: u32 = 3;
 }

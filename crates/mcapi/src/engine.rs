@@ -1505,15 +1505,14 @@ impl Engine {
                 }
             }
             Transport::Tcp { handshakes, .. } => {
-                if matches!(link.state, LinkState::Connecting)
-                    || handshakes.iter().any(|h| h.target == Some(node))
-                {
+                let has_tx = matches!(&link.io, Io::Tcp { tx: Some(_), .. });
+                if has_tx || handshakes.iter().any(|h| h.target == Some(node)) {
                     return;
                 }
                 match tcp::connect_start(self.topo.addresses[node as usize]) {
                     Ok(s) => {
                         handshakes.push(Handshake::connector(s, node));
-                        if !matches!(link.state, LinkState::Lost(_)) {
+                        if link.state == LinkState::Idle {
                             link.state = LinkState::Connecting;
                         }
                     }
@@ -1543,28 +1542,47 @@ impl Engine {
         }
     }
 
-    /// The link to `node` is up (TCP) with this stream and incarnation.
-    fn link_up_tcp(&mut self, node: u32, inc: u64, stream: std::net::TcpStream) {
+    /// A TCP connection to or from `node` (incarnation `inc`) passed the handshake.
+    fn tcp_established(&mut self, node: u32, inc: u64, stream: std::net::TcpStream, outgoing: bool) {
         tcp::tune(&stream, self.topo.tcp_dead_after);
         let _ = stream.set_nonblocking(true);
         let link = &mut self.links[node as usize];
-        if link.state == LinkState::Up && link.peer_inc != inc {
-            self.lose(node, PeerLoss::Died);
+        if link.peer_inc != 0 && link.peer_inc != inc {
+            // A new incarnation: the old one is gone (fail what waited on it, drop its state).
+            if !matches!(link.state, LinkState::Lost(_)) {
+                self.lose(node, PeerLoss::Died);
+            }
+            let link = &mut self.links[node as usize];
+            let queued = std::mem::take(&mut link.out);
+            link.reset();
+            link.out = queued;
+        } else if matches!(link.state, LinkState::Lost(_)) && link.lost_inc == inc {
+            return; // the dead incarnation itself: stale
         }
         let link = &mut self.links[node as usize];
-        let queued = std::mem::take(&mut link.out);
-        let queued_off = link.out_off;
-        link.reset();
-        if !matches!(link.state, LinkState::Lost(_)) || link.lost_inc != inc {
-            link.out = queued;
-            link.out_off = queued_off;
-        }
-        link.io = Io::Tcp(stream);
         link.peer_inc = inc;
-        link.state = LinkState::Up;
-        link.after_loss = false;
-        link.backoff_ms = 1;
-        tracing::debug!(me = self.me, node, "link up");
+        if !matches!(link.io, Io::Tcp { .. }) {
+            link.io = Io::Tcp { tx: None, rx: None };
+        }
+        let Io::Tcp { tx, rx } = &mut link.io else { unreachable!() };
+        if outgoing {
+            *tx = Some(stream);
+            link.state = LinkState::Up;
+            link.after_loss = false;
+            link.backoff_ms = 1;
+            let me = self.me;
+            let _ = link.flush(me);
+        } else {
+            // Frames of a replaced connection of the same incarnation were all read before
+            // its peer dialled again (it dials only after its old connection broke).
+            *rx = Some(stream);
+            link.inbuf.clear();
+            link.in_start = 0;
+            if link.state == LinkState::Idle || matches!(link.state, LinkState::Lost(_)) {
+                link.state = LinkState::Connecting;
+            }
+        }
+        tracing::debug!(me = self.me, node, outgoing, "connection up");
     }
 
     /// Declares `node` lost: every operation waiting on it fails with `Transmission`.
@@ -1694,7 +1712,7 @@ impl Engine {
             }
             let link = &mut self.links[node as usize];
             let readable = match &link.io {
-                Io::Tcp(_) => link.state == LinkState::Up,
+                Io::Tcp { rx, .. } => rx.is_some(),
                 _ => link.inbound,
             };
             if !readable {
@@ -1863,39 +1881,16 @@ impl Engine {
             while i < handshakes.len() {
                 match handshakes[i].advance(&cx) {
                     Outcome::Pending => i += 1,
-                    Outcome::Decide { peer, incarnation } => {
-                        // Tie-break: a simultaneous connect keeps the lower id's connection.
-                        let link = &self.links[peer as usize];
-                        let dialing = handshakes.iter().any(|h| h.target == Some(peer));
-                        let code = if (link.state == LinkState::Up && link.peer_inc == incarnation)
-                            || (matches!(link.state, LinkState::Lost(_))
-                                && link.lost_inc == incarnation)
-                        {
-                            crate::auth::code::DUPLICATE
-                        } else if dialing && peer > me {
-                            crate::auth::code::SIMULTANEOUS
-                        } else {
-                            crate::auth::code::OK
-                        };
-                        handshakes[i].set_verdict(code);
-                        if code == crate::auth::code::OK && dialing {
-                            handshakes.retain(|h| h.target != Some(peer));
-                            i = 0;
-                        }
-                    }
                     Outcome::Established {
                         peer,
                         incarnation,
                         stream,
                     } => {
-                        handshakes.remove(i);
-                        established.push((peer, incarnation, stream));
+                        let h = handshakes.remove(i);
+                        established.push((peer, incarnation, stream, h.target.is_some()));
                     }
                     Outcome::Failed { peer, why, refused } => {
                         let h = handshakes.remove(i);
-                        if refused == Some(crate::auth::code::SIMULTANEOUS) {
-                            continue;
-                        }
                         if let Some(t) = h.target {
                             failed.push((t, why, refused));
                         } else {
@@ -1909,8 +1904,8 @@ impl Engine {
                 }
             }
         }
-        for (peer, inc, stream) in established {
-            self.link_up_tcp(peer, inc, stream);
+        for (peer, inc, stream, outgoing) in established {
+            self.tcp_established(peer, inc, stream, outgoing);
         }
         for (node, why, refused) in failed {
             if refused == Some(crate::auth::code::WRONG_TOPOLOGY) {
@@ -1943,8 +1938,13 @@ impl Engine {
             if node == self.me {
                 continue;
             }
-            let dead = match &self.links[node as usize].io {
+            let link = &self.links[node as usize];
+            let dead = match &link.io {
                 Io::Shm { pidfd: Some(p), .. } => p.exited(),
+                // With an incoming connection, its end (after the frames before it) tells;
+                // without one, the peer closing the connection we send on does.
+                Io::Tcp { rx: None, .. } => link.tx_closed(),
+                Io::Tcp { .. } => false,
                 _ => false,
             };
             if dead && !matches!(self.links[node as usize].state, LinkState::Lost(_)) {
@@ -1994,10 +1994,10 @@ impl Engine {
                     });
                 }
                 for l in &self.links {
-                    if let Some(fd) = l.fd() {
+                    for (fd, out) in l.fds() {
                         fds.push(libc::pollfd {
                             fd,
-                            events: libc::POLLIN | if l.has_out() { libc::POLLOUT } else { 0 },
+                            events: libc::POLLIN | if out { libc::POLLOUT } else { 0 },
                             revents: 0,
                         });
                     }

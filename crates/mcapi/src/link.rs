@@ -24,7 +24,12 @@ pub enum LinkState {
 pub enum Io {
     None,
     Shm { peer: Segment, pidfd: Option<Pidfd> },
-    Tcp(TcpStream),
+    /// Two one-way connections: frames go out on the one we dialled (`tx`) and come in on
+    /// the one the peer dialled (`rx`), so no tie-break between simultaneous dials is needed.
+    Tcp {
+        tx: Option<TcpStream>,
+        rx: Option<TcpStream>,
+    },
 }
 
 pub struct Link {
@@ -71,11 +76,39 @@ impl Link {
         !self.out.is_empty()
     }
 
-    pub fn fd(&self) -> Option<i32> {
+    /// Sockets to poll: (fd, whether we wait to write on it).
+    pub fn fds(&self) -> Vec<(i32, bool)> {
         match &self.io {
-            Io::Tcp(s) => Some(s.as_raw_fd()),
-            _ => None,
+            Io::Tcp { tx, rx } => {
+                let mut v = Vec::new();
+                if let Some(t) = tx {
+                    v.push((t.as_raw_fd(), self.has_out()));
+                }
+                if let Some(r) = rx {
+                    v.push((r.as_raw_fd(), false));
+                }
+                v
+            }
+            _ => Vec::new(),
         }
+    }
+
+    /// TCP: the peer closed our outgoing connection (it never writes on it).
+    pub fn tx_closed(&self) -> bool {
+        let Io::Tcp { tx: Some(t), .. } = &self.io else {
+            return false;
+        };
+        let mut b = [0u8; 1];
+        // SAFETY: a peek of at most one byte into a valid buffer, non-blocking.
+        let n = unsafe {
+            libc::recv(
+                t.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
     }
 
     /// Writes `bufs` now as far as possible (nothing queued before them); returns bytes written.
@@ -88,8 +121,8 @@ impl Link {
                 }
                 Ok(n)
             }
-            Io::Tcp(s) => send_vectored(s.as_raw_fd(), bufs),
-            Io::None => Ok(0),
+            Io::Tcp { tx: Some(s), .. } => send_vectored(s.as_raw_fd(), bufs),
+            _ => Ok(0),
         }
     }
 
@@ -112,8 +145,8 @@ impl Link {
                     }
                     n
                 }
-                Io::Tcp(s) => send_vectored(s.as_raw_fd(), &[rest])?,
-                Io::None => return Ok(false),
+                Io::Tcp { tx: Some(s), .. } => send_vectored(s.as_raw_fd(), &[rest])?,
+                _ => return Ok(false),
             };
             if n == 0 {
                 return Ok(false);
@@ -146,7 +179,8 @@ impl Link {
         }
         let _ = me;
         match &mut self.io {
-            Io::Tcp(s) => {
+            Io::Tcp { rx, .. } => {
+                let Some(s) = rx else { return Ok(true) };
                 let mut budget = 8 << 20;
                 loop {
                     let len = self.inbuf.len();

@@ -152,8 +152,6 @@ enum Step {
     WaitHello,
     /// Acceptor: challenge sent, waiting for the proof.
     WaitProof,
-    /// Acceptor: proof verified; the engine must decide the verdict.
-    Decide,
     /// Acceptor: verdict being sent; then established (accept) or closed.
     SendVerdict(u32),
 }
@@ -162,8 +160,6 @@ enum Step {
 pub enum Outcome {
     /// Nothing new.
     Pending,
-    /// The acceptor verified the connector: the engine decides (`set_verdict`).
-    Decide { peer: u32, incarnation: u64 },
     /// The link is up.
     Established {
         peer: u32,
@@ -235,8 +231,8 @@ impl Handshake {
         matches!(self.step, Step::Connecting) || self.out_off < self.out.len()
     }
 
-    /// The engine's verdict for an acceptor in `Decide`.
-    pub fn set_verdict(&mut self, code: u32) {
+    /// The acceptor's verdict.
+    fn set_verdict(&mut self, code: u32) {
         self.out = auth::encode_verdict(code).to_vec();
         self.out_off = 0;
         self.step = Step::SendVerdict(code);
@@ -402,13 +398,8 @@ impl Handshake {
                         ));
                     }
                     self.inbuf.clear();
-                    self.step = Step::Decide;
-                    return Ok(Outcome::Decide {
-                        peer: hello.from,
-                        incarnation: hello.incarnation,
-                    });
+                    self.set_verdict(auth::code::OK);
                 }
-                Step::Decide => return Ok(Outcome::Pending),
                 Step::SendVerdict(code) => {
                     if !self.flush()? {
                         return Ok(Outcome::Pending);
