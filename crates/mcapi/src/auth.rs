@@ -125,7 +125,10 @@ fn transcript(hello: &Hello, acceptor_inc: u64, nonce_a: &[u8; 32]) -> [u8; 120]
 impl Challenge {
     pub fn new(secret: &[u8], hello: &Hello, incarnation: u64, code: u32) -> Challenge {
         let nonce = random_bytes::<32>();
-        let mac = mac(secret, &[b"acceptor", &transcript(hello, incarnation, &nonce)]);
+        let mac = mac(
+            secret,
+            &[b"acceptor", &transcript(hello, incarnation, &nonce)],
+        );
         Challenge {
             incarnation,
             nonce,
@@ -138,7 +141,10 @@ impl Challenge {
     pub fn verify(&self, secret: &[u8], hello: &Hello) -> bool {
         verify(
             secret,
-            &[b"acceptor", &transcript(hello, self.incarnation, &self.nonce)],
+            &[
+                b"acceptor",
+                &transcript(hello, self.incarnation, &self.nonce),
+            ],
             &self.mac,
         )
     }
@@ -147,7 +153,10 @@ impl Challenge {
     pub fn proof(&self, secret: &[u8], hello: &Hello) -> [u8; 32] {
         mac(
             secret,
-            &[b"connector", &transcript(hello, self.incarnation, &self.nonce)],
+            &[
+                b"connector",
+                &transcript(hello, self.incarnation, &self.nonce),
+            ],
         )
     }
 
@@ -155,7 +164,10 @@ impl Challenge {
     pub fn verify_proof(&self, secret: &[u8], hello: &Hello, proof: &[u8; 32]) -> bool {
         verify(
             secret,
-            &[b"connector", &transcript(hello, self.incarnation, &self.nonce)],
+            &[
+                b"connector",
+                &transcript(hello, self.incarnation, &self.nonce),
+            ],
             proof,
         )
     }

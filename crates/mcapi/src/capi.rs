@@ -189,7 +189,14 @@ fn issue_checked(
     unsafe { *request = r.to_raw() };
     tables(|t| t.outs.insert(r.to_raw(), out));
     let pending = n.is_pending(r)?;
-    Ok(((), if pending { Status::Pending } else { Status::Success }))
+    Ok((
+        (),
+        if pending {
+            Status::Pending
+        } else {
+            Status::Success
+        },
+    ))
 }
 
 /// Applies a completed request's results to the caller's memory; returns (size, status).
@@ -221,7 +228,9 @@ fn apply(raw: u64, c: Completion) -> Result<(usize, Status), McapiError> {
         Out::Pkt { out } => {
             let data = c.data.unwrap_or_default();
             let size = data.len();
-            let max = node().map(|n| n.topology().max_packet_buffers).unwrap_or(1024);
+            let max = node()
+                .map(|n| n.topology().max_packet_buffers)
+                .unwrap_or(1024);
             let mut buf: Box<[u8]> = if data.is_empty() {
                 vec![0u8; 1].into_boxed_slice()
             } else {
@@ -267,7 +276,10 @@ fn request_of(request: *mut McapiRequest) -> Result<(u64, RequestId), McapiError
     }
     // SAFETY: non-NULL request pointer, valid for a read.
     let raw = unsafe { *request };
-    Ok((raw, RequestId::from_raw(raw).ok_or(McapiError::RequestInvalid)?))
+    Ok((
+        raw,
+        RequestId::from_raw(raw).ok_or(McapiError::RequestInvalid)?,
+    ))
 }
 
 fn need(p: *const c_void, what: &'static str) -> Result<(), McapiError> {
@@ -523,7 +535,9 @@ pub unsafe extern "C" fn mcapi_endpoint_create(
     port_id: u32,
     mcapi_status: *mut McapiStatus,
 ) -> McapiEndpoint {
-    call(mcapi_status, || ok(node()?.endpoint_create(port_id)?.to_raw()))
+    call(mcapi_status, || {
+        ok(node()?.endpoint_create(port_id)?.to_raw())
+    })
 }
 
 /// `mcapi_endpoint_get_i` of kioku_mcapi.h, which documents it.
@@ -544,7 +558,14 @@ pub unsafe extern "C" fn mcapi_endpoint_get_i(
         need(endpoint.cast(), "endpoint is NULL")?;
         need(request.cast(), "request is NULL")?;
         let r = n.endpoint_get_i(domain_id, node_id, port_id)?;
-        issue_checked(&n, request, r, Out::Endpoint { out: endpoint as usize })
+        issue_checked(
+            &n,
+            request,
+            r,
+            Out::Endpoint {
+                out: endpoint as usize,
+            },
+        )
     })
 }
 
@@ -572,7 +593,10 @@ pub unsafe extern "C" fn mcapi_endpoint_get(
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_endpoint_release(endpoint: McapiEndpoint, mcapi_status: *mut McapiStatus) {
+pub unsafe extern "C" fn mcapi_endpoint_release(
+    endpoint: McapiEndpoint,
+    mcapi_status: *mut McapiStatus,
+) {
     call(mcapi_status, || {
         let n = node()?;
         let ep = endpoint_of(endpoint)?;
@@ -592,7 +616,10 @@ fn endpoint_of(raw: McapiEndpoint) -> Result<EndpointId, McapiError> {
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_endpoint_delete(endpoint: McapiEndpoint, mcapi_status: *mut McapiStatus) {
+pub unsafe extern "C" fn mcapi_endpoint_delete(
+    endpoint: McapiEndpoint,
+    mcapi_status: *mut McapiStatus,
+) {
     call(mcapi_status, || {
         let n = node()?;
         let ep = endpoint_of(endpoint)?;
@@ -638,9 +665,7 @@ pub unsafe extern "C" fn mcapi_endpoint_get_attribute(
                 .endpoint_timeout(ep)?
                 .map(|d| d.as_millis().min(u128::from(u32::MAX - 1)) as u32)
                 .unwrap_or(MCAPI_TIMEOUT_INFINITE),
-            MCAPI_ENDP_ATTR_GET_SOURCE => {
-                return Err(unsupported(attribute_num))
-            }
+            MCAPI_ENDP_ATTR_GET_SOURCE => return Err(unsupported(attribute_num)),
             _ => return Err(McapiError::AttrNum(attribute_num)),
         };
         if attribute_size != 4 {
@@ -718,7 +743,12 @@ pub unsafe extern "C" fn mcapi_msg_send_i(
         let n = node()?;
         need(request.cast(), "request is NULL")?;
         let data = bytes(buffer, buffer_size)?;
-        let r = n.msg_send_i(endpoint_of(send_endpoint)?, endpoint_of(receive_endpoint)?, data, priority)?;
+        let r = n.msg_send_i(
+            endpoint_of(send_endpoint)?,
+            endpoint_of(receive_endpoint)?,
+            data,
+            priority,
+        )?;
         issue_checked(&n, request, r, Out::None)
     })
 }
@@ -749,7 +779,12 @@ pub unsafe extern "C" fn mcapi_msg_send(
 ) {
     call(mcapi_status, || {
         let data = bytes(buffer, buffer_size)?;
-        node()?.msg_send(endpoint_of(send_endpoint)?, endpoint_of(receive_endpoint)?, data, priority)?;
+        node()?.msg_send(
+            endpoint_of(send_endpoint)?,
+            endpoint_of(receive_endpoint)?,
+            data,
+            priority,
+        )?;
         ok(())
     })
 }
@@ -850,7 +885,11 @@ unsafe fn connect(
     call(mcapi_status, || {
         let n = node()?;
         need(request.cast(), "request is NULL")?;
-        let r = n.connect_i(endpoint_of(send_endpoint)?, endpoint_of(receive_endpoint)?, kind)?;
+        let r = n.connect_i(
+            endpoint_of(send_endpoint)?,
+            endpoint_of(receive_endpoint)?,
+            kind,
+        )?;
         issue_checked(&n, request, r, Out::None)
     })
 }
@@ -868,7 +907,14 @@ unsafe fn open(
         need(request.cast(), "request is NULL")?;
         need(handle_out.cast(), "handle is NULL")?;
         let r = n.open_i(endpoint_of(ep)?, kind, dir)?;
-        issue_checked(&n, request, r, Out::Handle { out: handle_out as usize })
+        issue_checked(
+            &n,
+            request,
+            r,
+            Out::Handle {
+                out: handle_out as usize,
+            },
+        )
     })
 }
 
@@ -898,7 +944,13 @@ pub unsafe extern "C" fn mcapi_pktchan_connect_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    connect(ChanKind::Packet, send_endpoint, receive_endpoint, request, mcapi_status)
+    connect(
+        ChanKind::Packet,
+        send_endpoint,
+        receive_endpoint,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_pktchan_recv_open_i` of kioku_mcapi.h, which documents it.
@@ -912,7 +964,14 @@ pub unsafe extern "C" fn mcapi_pktchan_recv_open_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    open(ChanKind::Packet, Direction::Receive, recv_handle, receive_endpoint, request, mcapi_status)
+    open(
+        ChanKind::Packet,
+        Direction::Receive,
+        recv_handle,
+        receive_endpoint,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_pktchan_send_open_i` of kioku_mcapi.h, which documents it.
@@ -926,7 +985,14 @@ pub unsafe extern "C" fn mcapi_pktchan_send_open_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    open(ChanKind::Packet, Direction::Send, send_handle, send_endpoint, request, mcapi_status)
+    open(
+        ChanKind::Packet,
+        Direction::Send,
+        send_handle,
+        send_endpoint,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_pktchan_send_i` of kioku_mcapi.h, which documents it.
@@ -945,7 +1011,10 @@ pub unsafe extern "C" fn mcapi_pktchan_send_i(
         let n = node()?;
         need(request.cast(), "request is NULL")?;
         let data = bytes(buffer, size)?;
-        let r = n.pktchan_send_i(handle(send_handle, ChanKind::Packet, Direction::Send)?, data)?;
+        let r = n.pktchan_send_i(
+            handle(send_handle, ChanKind::Packet, Direction::Send)?,
+            data,
+        )?;
         issue_checked(&n, request, r, Out::None)
     })
 }
@@ -963,7 +1032,10 @@ pub unsafe extern "C" fn mcapi_pktchan_send(
 ) {
     call(mcapi_status, || {
         let data = bytes(buffer, size)?;
-        node()?.pktchan_send(handle(send_handle, ChanKind::Packet, Direction::Send)?, data)?;
+        node()?.pktchan_send(
+            handle(send_handle, ChanKind::Packet, Direction::Send)?,
+            data,
+        )?;
         ok(())
     })
 }
@@ -983,8 +1055,19 @@ pub unsafe extern "C" fn mcapi_pktchan_recv_i(
         let n = node()?;
         need(request.cast(), "request is NULL")?;
         need(buffer.cast(), "buffer is NULL")?;
-        let r = n.pktchan_recv_i(handle(receive_handle, ChanKind::Packet, Direction::Receive)?)?;
-        issue_checked(&n, request, r, Out::Pkt { out: buffer as usize })
+        let r = n.pktchan_recv_i(handle(
+            receive_handle,
+            ChanKind::Packet,
+            Direction::Receive,
+        )?)?;
+        issue_checked(
+            &n,
+            request,
+            r,
+            Out::Pkt {
+                out: buffer as usize,
+            },
+        )
     })
 }
 
@@ -1048,7 +1131,10 @@ pub unsafe extern "C" fn mcapi_pktchan_available(
 /// # Safety
 /// `buffer` a pointer obtained from a packet receive, or anything (it is looked up).
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_pktchan_release(buffer: *mut c_void, mcapi_status: *mut McapiStatus) {
+pub unsafe extern "C" fn mcapi_pktchan_release(
+    buffer: *mut c_void,
+    mcapi_status: *mut McapiStatus,
+) {
     call(mcapi_status, || {
         node()?;
         match tables(|t| t.packets.remove(&(buffer as usize))) {
@@ -1089,7 +1175,13 @@ pub unsafe extern "C" fn mcapi_pktchan_recv_close_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    close(ChanKind::Packet, Direction::Receive, receive_handle, request, mcapi_status)
+    close(
+        ChanKind::Packet,
+        Direction::Receive,
+        receive_handle,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_pktchan_send_close_i` of kioku_mcapi.h, which documents it.
@@ -1102,7 +1194,13 @@ pub unsafe extern "C" fn mcapi_pktchan_send_close_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    close(ChanKind::Packet, Direction::Send, send_handle, request, mcapi_status)
+    close(
+        ChanKind::Packet,
+        Direction::Send,
+        send_handle,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_sclchan_connect_i` of kioku_mcapi.h, which documents it.
@@ -1116,7 +1214,13 @@ pub unsafe extern "C" fn mcapi_sclchan_connect_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    connect(ChanKind::Scalar, send_endpoint, receive_endpoint, request, mcapi_status)
+    connect(
+        ChanKind::Scalar,
+        send_endpoint,
+        receive_endpoint,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_sclchan_recv_open_i` of kioku_mcapi.h, which documents it.
@@ -1130,7 +1234,14 @@ pub unsafe extern "C" fn mcapi_sclchan_recv_open_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    open(ChanKind::Scalar, Direction::Receive, receive_handle, receive_endpoint, request, mcapi_status)
+    open(
+        ChanKind::Scalar,
+        Direction::Receive,
+        receive_handle,
+        receive_endpoint,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_sclchan_send_open_i` of kioku_mcapi.h, which documents it.
@@ -1144,7 +1255,14 @@ pub unsafe extern "C" fn mcapi_sclchan_send_open_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    open(ChanKind::Scalar, Direction::Send, send_handle, send_endpoint, request, mcapi_status)
+    open(
+        ChanKind::Scalar,
+        Direction::Send,
+        send_handle,
+        send_endpoint,
+        request,
+        mcapi_status,
+    )
 }
 
 fn scl_send(h: McapiHandle, width: u8, value: u64) -> Result<((), Status), McapiError> {
@@ -1161,7 +1279,11 @@ fn scl_recv(h: McapiHandle, width: u8) -> Result<(u64, Status), McapiError> {
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_send_uint64(send_handle: McapiHandle, dataword: u64, mcapi_status: *mut McapiStatus) {
+pub unsafe extern "C" fn mcapi_sclchan_send_uint64(
+    send_handle: McapiHandle,
+    dataword: u64,
+    mcapi_status: *mut McapiStatus,
+) {
     call(mcapi_status, || scl_send(send_handle, 8, dataword))
 }
 
@@ -1170,8 +1292,14 @@ pub unsafe extern "C" fn mcapi_sclchan_send_uint64(send_handle: McapiHandle, dat
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_send_uint32(send_handle: McapiHandle, dataword: u32, mcapi_status: *mut McapiStatus) {
-    call(mcapi_status, || scl_send(send_handle, 4, u64::from(dataword)))
+pub unsafe extern "C" fn mcapi_sclchan_send_uint32(
+    send_handle: McapiHandle,
+    dataword: u32,
+    mcapi_status: *mut McapiStatus,
+) {
+    call(mcapi_status, || {
+        scl_send(send_handle, 4, u64::from(dataword))
+    })
 }
 
 /// `mcapi_sclchan_send_uint16` of kioku_mcapi.h, which documents it.
@@ -1179,8 +1307,14 @@ pub unsafe extern "C" fn mcapi_sclchan_send_uint32(send_handle: McapiHandle, dat
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_send_uint16(send_handle: McapiHandle, dataword: u16, mcapi_status: *mut McapiStatus) {
-    call(mcapi_status, || scl_send(send_handle, 2, u64::from(dataword)))
+pub unsafe extern "C" fn mcapi_sclchan_send_uint16(
+    send_handle: McapiHandle,
+    dataword: u16,
+    mcapi_status: *mut McapiStatus,
+) {
+    call(mcapi_status, || {
+        scl_send(send_handle, 2, u64::from(dataword))
+    })
 }
 
 /// `mcapi_sclchan_send_uint8` of kioku_mcapi.h, which documents it.
@@ -1188,8 +1322,14 @@ pub unsafe extern "C" fn mcapi_sclchan_send_uint16(send_handle: McapiHandle, dat
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_send_uint8(send_handle: McapiHandle, dataword: u8, mcapi_status: *mut McapiStatus) {
-    call(mcapi_status, || scl_send(send_handle, 1, u64::from(dataword)))
+pub unsafe extern "C" fn mcapi_sclchan_send_uint8(
+    send_handle: McapiHandle,
+    dataword: u8,
+    mcapi_status: *mut McapiStatus,
+) {
+    call(mcapi_status, || {
+        scl_send(send_handle, 1, u64::from(dataword))
+    })
 }
 
 /// `mcapi_sclchan_recv_uint64` of kioku_mcapi.h, which documents it.
@@ -1197,7 +1337,10 @@ pub unsafe extern "C" fn mcapi_sclchan_send_uint8(send_handle: McapiHandle, data
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_recv_uint64(receive_handle: McapiHandle, mcapi_status: *mut McapiStatus) -> u64 {
+pub unsafe extern "C" fn mcapi_sclchan_recv_uint64(
+    receive_handle: McapiHandle,
+    mcapi_status: *mut McapiStatus,
+) -> u64 {
     call(mcapi_status, || scl_recv(receive_handle, 8))
 }
 
@@ -1206,8 +1349,13 @@ pub unsafe extern "C" fn mcapi_sclchan_recv_uint64(receive_handle: McapiHandle, 
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_recv_uint32(receive_handle: McapiHandle, mcapi_status: *mut McapiStatus) -> u32 {
-    call(mcapi_status, || scl_recv(receive_handle, 4).map(|(v, s)| (v as u32, s)))
+pub unsafe extern "C" fn mcapi_sclchan_recv_uint32(
+    receive_handle: McapiHandle,
+    mcapi_status: *mut McapiStatus,
+) -> u32 {
+    call(mcapi_status, || {
+        scl_recv(receive_handle, 4).map(|(v, s)| (v as u32, s))
+    })
 }
 
 /// `mcapi_sclchan_recv_uint16` of kioku_mcapi.h, which documents it.
@@ -1215,8 +1363,13 @@ pub unsafe extern "C" fn mcapi_sclchan_recv_uint32(receive_handle: McapiHandle, 
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_recv_uint16(receive_handle: McapiHandle, mcapi_status: *mut McapiStatus) -> u16 {
-    call(mcapi_status, || scl_recv(receive_handle, 2).map(|(v, s)| (v as u16, s)))
+pub unsafe extern "C" fn mcapi_sclchan_recv_uint16(
+    receive_handle: McapiHandle,
+    mcapi_status: *mut McapiStatus,
+) -> u16 {
+    call(mcapi_status, || {
+        scl_recv(receive_handle, 2).map(|(v, s)| (v as u16, s))
+    })
 }
 
 /// `mcapi_sclchan_recv_uint8` of kioku_mcapi.h, which documents it.
@@ -1224,8 +1377,13 @@ pub unsafe extern "C" fn mcapi_sclchan_recv_uint16(receive_handle: McapiHandle, 
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_recv_uint8(receive_handle: McapiHandle, mcapi_status: *mut McapiStatus) -> u8 {
-    call(mcapi_status, || scl_recv(receive_handle, 1).map(|(v, s)| (v as u8, s)))
+pub unsafe extern "C" fn mcapi_sclchan_recv_uint8(
+    receive_handle: McapiHandle,
+    mcapi_status: *mut McapiStatus,
+) -> u8 {
+    call(mcapi_status, || {
+        scl_recv(receive_handle, 1).map(|(v, s)| (v as u8, s))
+    })
 }
 
 /// `mcapi_sclchan_available` of kioku_mcapi.h, which documents it.
@@ -1233,7 +1391,10 @@ pub unsafe extern "C" fn mcapi_sclchan_recv_uint8(receive_handle: McapiHandle, m
 /// # Safety
 /// `mcapi_status` NULL or valid for a write.
 #[no_mangle]
-pub unsafe extern "C" fn mcapi_sclchan_available(receive_handle: McapiHandle, mcapi_status: *mut McapiStatus) -> u32 {
+pub unsafe extern "C" fn mcapi_sclchan_available(
+    receive_handle: McapiHandle,
+    mcapi_status: *mut McapiStatus,
+) -> u32 {
     call(mcapi_status, || {
         let h = handle(receive_handle, ChanKind::Scalar, Direction::Receive)?;
         ok(node()?.chan_available(h)? as u32)
@@ -1250,7 +1411,13 @@ pub unsafe extern "C" fn mcapi_sclchan_recv_close_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    close(ChanKind::Scalar, Direction::Receive, receive_handle, request, mcapi_status)
+    close(
+        ChanKind::Scalar,
+        Direction::Receive,
+        receive_handle,
+        request,
+        mcapi_status,
+    )
 }
 
 /// `mcapi_sclchan_send_close_i` of kioku_mcapi.h, which documents it.
@@ -1263,7 +1430,13 @@ pub unsafe extern "C" fn mcapi_sclchan_send_close_i(
     request: *mut McapiRequest,
     mcapi_status: *mut McapiStatus,
 ) {
-    close(ChanKind::Scalar, Direction::Send, send_handle, request, mcapi_status)
+    close(
+        ChanKind::Scalar,
+        Direction::Send,
+        send_handle,
+        request,
+        mcapi_status,
+    )
 }
 
 // ------------------------------------------------------------------- requests
@@ -1405,7 +1578,9 @@ pub unsafe extern "C" fn mcapi_display_status(
     if status_message.is_null() || size == 0 {
         return status_message;
     }
-    let name = Status::from_code(status).map(Status::name).unwrap_or("MCAPI_UNKNOWN_STATUS");
+    let name = Status::from_code(status)
+        .map(Status::name)
+        .unwrap_or("MCAPI_UNKNOWN_STATUS");
     let n = name.len().min(size - 1);
     // SAFETY: status_message valid for size bytes; we write n + 1 <= size.
     unsafe {

@@ -216,12 +216,7 @@ fn bad_payload_len(len: usize) -> u32 {
 }
 
 impl Engine {
-    pub fn new(
-        me: u32,
-        incarnation: u64,
-        topo: Arc<Topology>,
-        transport: Transport,
-    ) -> Engine {
+    pub fn new(me: u32, incarnation: u64, topo: Arc<Topology>, transport: Transport) -> Engine {
         let n = topo.nodes as usize;
         Engine {
             me,
@@ -633,10 +628,14 @@ impl Engine {
     /// Credit for `dest` came back: send what waited.
     fn release_blocked(&mut self, dest: EndpointId) {
         loop {
-            let Some(s) = self.sends.get(&dest) else { return };
+            let Some(s) = self.sends.get(&dest) else {
+                return;
+            };
             let Some(&r) = s.blocked.front() else { return };
             let len = match self.slots[r.slot as usize].req.as_ref().map(|q| &q.kind) {
-                Some(ReqKind::Send { header, payload, .. }) => {
+                Some(ReqKind::Send {
+                    header, payload, ..
+                }) => {
                     if header.kind == Kind::Scl {
                         u64::from(header.flags)
                     } else {
@@ -644,18 +643,23 @@ impl Engine {
                     }
                 }
                 _ => {
-                    self.sends.get_mut(&dest).expect("exists").blocked.pop_front();
+                    self.sends
+                        .get_mut(&dest)
+                        .expect("exists")
+                        .blocked
+                        .pop_front();
                     continue;
                 }
             };
             if !self.can_send(dest, len) {
                 return;
             }
-            self.sends.get_mut(&dest).expect("exists").blocked.pop_front();
-            let kind = std::mem::replace(
-                &mut self.req(r).expect("live").kind,
-                ReqKind::Done,
-            );
+            self.sends
+                .get_mut(&dest)
+                .expect("exists")
+                .blocked
+                .pop_front();
+            let kind = std::mem::replace(&mut self.req(r).expect("live").kind, ReqKind::Done);
             if let ReqKind::Send {
                 header, payload, ..
             } = kind
@@ -758,7 +762,13 @@ impl Engine {
         Ok(EndpointId::new(self.me, u32::from(h.port)))
     }
 
-    fn chan_send(&mut self, h: ChannelHandle, header: Header, data: &[u8], len: u64) -> Result<RequestId> {
+    fn chan_send(
+        &mut self,
+        h: ChannelHandle,
+        header: Header,
+        data: &[u8],
+        len: u64,
+    ) -> Result<RequestId> {
         let c = self.chan_of(h)?;
         if c.peer_closed {
             return Err(McapiError::ChanNotOpen);
@@ -826,18 +836,29 @@ impl Engine {
     /// Hands queued items to waiting receive requests, in order.
     fn match_waiters(&mut self, port: u16) {
         loop {
-            let Some(e) = self.endpoints.get_mut(&port) else { return };
+            let Some(e) = self.endpoints.get_mut(&port) else {
+                return;
+            };
             let Some(&r) = e.waiters.front() else { return };
             let kind = match self.slots[r.slot as usize].req.as_ref().map(|q| &q.kind) {
                 Some(ReqKind::Recv { kind, .. }) => *kind,
                 _ => {
-                    self.endpoints.get_mut(&port).expect("exists").waiters.pop_front();
+                    self.endpoints
+                        .get_mut(&port)
+                        .expect("exists")
+                        .waiters
+                        .pop_front();
                     continue;
                 }
             };
             let e = self.endpoints.get_mut(&port).expect("exists");
-            if let (RecvKind::Scl(w), Some(Item { payload: Payload::Scalar { width, .. }, .. })) =
-                (kind, e.front())
+            if let (
+                RecvKind::Scl(w),
+                Some(Item {
+                    payload: Payload::Scalar { width, .. },
+                    ..
+                }),
+            ) = (kind, e.front())
             {
                 if *width != w {
                     let sent = *width;
@@ -861,7 +882,11 @@ impl Engine {
                         None
                     };
                     if let Some(err) = err {
-                        self.endpoints.get_mut(&port).expect("exists").waiters.pop_front();
+                        self.endpoints
+                            .get_mut(&port)
+                            .expect("exists")
+                            .waiters
+                            .pop_front();
                         self.complete(r, Err(err));
                         continue;
                     }
@@ -891,7 +916,15 @@ impl Engine {
     }
 
     /// The application consumed (or dropped) `entries`/`bytes` that `from` sent to `port`.
-    fn credit_back(&mut self, port: u16, from: u32, entries: u32, bytes: u64, e: &mut Endpoint, now: bool) {
+    fn credit_back(
+        &mut self,
+        port: u16,
+        from: u32,
+        entries: u32,
+        bytes: u64,
+        e: &mut Endpoint,
+        now: bool,
+    ) {
         let w = e.inflight.entry(from).or_default();
         w.entries = w.entries.saturating_sub(entries);
         w.bytes = w.bytes.saturating_sub(bytes);
@@ -962,7 +995,8 @@ impl Engine {
                 // After our close (or for a stale channel): dropped, but credited back.
                 if from != self.me {
                     self.send_credit(from, port, 1, len);
-                } else if let Some(s) = self.sends.get_mut(&EndpointId::new(from, u32::from(port))) {
+                } else if let Some(s) = self.sends.get_mut(&EndpointId::new(from, u32::from(port)))
+                {
                     s.out.entries = s.out.entries.saturating_sub(1);
                     s.out.bytes = s.out.bytes.saturating_sub(len);
                 }
@@ -971,7 +1005,11 @@ impl Engine {
         }
         if from != self.me {
             let w = e.inflight.entry(from).or_default();
-            let u = e.unreported.get(&from).map(|u| (u.entries, u.bytes)).unwrap_or((0, 0));
+            let u = e
+                .unreported
+                .get(&from)
+                .map(|u| (u.entries, u.bytes))
+                .unwrap_or((0, 0));
             let entries = w.entries + u.0;
             if entries + 1 > self.topo.queue_depth
                 || (entries > 0 && w.bytes + u.1 + len > self.topo.queue_bytes)
@@ -988,7 +1026,11 @@ impl Engine {
         let w = e.inflight.entry(from).or_default();
         w.entries += 1;
         w.bytes += len;
-        let prio = if h.kind == Kind::Msg { h.flags as usize } else { 0 };
+        let prio = if h.kind == Kind::Msg {
+            h.flags as usize
+        } else {
+            0
+        };
         e.queues[prio].push_back(Item { from, payload });
         e.count += 1;
         self.match_waiters(port);
@@ -996,7 +1038,12 @@ impl Engine {
 
     // ---------------------------------------------------------------- channels
 
-    pub fn connect_i(&mut self, send: EndpointId, recv: EndpointId, kind: ChanKind) -> Result<RequestId> {
+    pub fn connect_i(
+        &mut self,
+        send: EndpointId,
+        recv: EndpointId,
+        kind: ChanKind,
+    ) -> Result<RequestId> {
         self.check_endpoint(send)?;
         self.check_endpoint(recv)?;
         if send == recv {
@@ -1101,7 +1148,13 @@ impl Engine {
     }
 
     /// Connects local endpoint `port` as one side of a channel with `peer`.
-    fn reserve(&mut self, port: u16, peer: EndpointId, kind: ChanKind, dir: Direction) -> Result<()> {
+    fn reserve(
+        &mut self,
+        port: u16,
+        peer: EndpointId,
+        kind: ChanKind,
+        dir: Direction,
+    ) -> Result<()> {
         let id = EndpointId::new(self.me, u32::from(port));
         let e = self
             .endpoints
@@ -1191,12 +1244,16 @@ impl Engine {
 
     fn try_finish_open(&mut self, port: u16) {
         let me = self.me;
-        let Some(e) = self.endpoints.get_mut(&port) else { return };
+        let Some(e) = self.endpoints.get_mut(&port) else {
+            return;
+        };
         let Some(c) = &e.chan else { return };
         if !(c.open && c.peer_open) {
             return;
         }
-        let Some((r, kind, dir)) = e.open_req.take() else { return };
+        let Some((r, kind, dir)) = e.open_req.take() else {
+            return;
+        };
         let h = ChannelHandle {
             kind,
             dir,
@@ -1249,7 +1306,9 @@ impl Engine {
     }
 
     fn peer_closed(&mut self, port: u16, from: EndpointId) {
-        let Some(e) = self.endpoints.get_mut(&port) else { return };
+        let Some(e) = self.endpoints.get_mut(&port) else {
+            return;
+        };
         let Some(c) = &mut e.chan else { return };
         if c.peer != from {
             return;
@@ -1471,7 +1530,8 @@ impl Engine {
                         Ok(Some((seg, pid, inc))) => {
                             let pidfd = Pidfd::open(pid);
                             let dead = pidfd.as_ref().is_none_or(|p| p.exited());
-                            let stale = matches!(link.state, LinkState::Lost(_)) && inc == link.lost_inc;
+                            let stale =
+                                matches!(link.state, LinkState::Lost(_)) && inc == link.lost_inc;
                             if dead || stale {
                                 self.retry_later(node);
                                 return;
@@ -1543,7 +1603,13 @@ impl Engine {
     }
 
     /// A TCP connection to or from `node` (incarnation `inc`) passed the handshake.
-    fn tcp_established(&mut self, node: u32, inc: u64, stream: std::net::TcpStream, outgoing: bool) {
+    fn tcp_established(
+        &mut self,
+        node: u32,
+        inc: u64,
+        stream: std::net::TcpStream,
+        outgoing: bool,
+    ) {
         tcp::tune(&stream, self.topo.tcp_dead_after);
         let _ = stream.set_nonblocking(true);
         let link = &mut self.links[node as usize];
@@ -1564,7 +1630,9 @@ impl Engine {
         if !matches!(link.io, Io::Tcp { .. }) {
             link.io = Io::Tcp { tx: None, rx: None };
         }
-        let Io::Tcp { tx, rx } = &mut link.io else { unreachable!() };
+        let Io::Tcp { tx, rx } = &mut link.io else {
+            unreachable!()
+        };
         if outgoing {
             *tx = Some(stream);
             link.state = LinkState::Up;
@@ -1666,7 +1734,10 @@ impl Engine {
             let e = self.endpoints.get_mut(&p).expect("listed");
             e.unreported.remove(&node);
             e.getters.remove(&node);
-            let peer_here = e.chan.as_ref().is_some_and(|c| u32::from(c.peer.node) == node);
+            let peer_here = e
+                .chan
+                .as_ref()
+                .is_some_and(|c| u32::from(c.peer.node) == node);
             if peer_here {
                 // A pending open with a dead peer fails; a receiver drains then fails.
                 if let Some((r, _, _)) = e.open_req.take() {
@@ -1758,7 +1829,9 @@ impl Engine {
     }
 
     fn progress_shm_links(&mut self) {
-        let Transport::Shm { own, .. } = &self.transport else { return };
+        let Transport::Shm { own, .. } = &self.transport else {
+            return;
+        };
         let own = own.clone();
         // Producers asking to attach to our rings.
         for p in 0..self.topo.nodes {
@@ -1775,7 +1848,10 @@ impl Engine {
                 continue;
             }
             let link = &self.links[node as usize];
-            if (link.state == LinkState::Connecting || (link.has_out() && link.state != LinkState::Up && !matches!(link.state, LinkState::Lost(_))))
+            if (link.state == LinkState::Connecting
+                || (link.has_out()
+                    && link.state != LinkState::Up
+                    && !matches!(link.state, LinkState::Lost(_))))
                 || (matches!(link.state, LinkState::Lost(_)) && link.after_loss)
             {
                 self.try_connect(node);
@@ -1857,8 +1933,29 @@ impl Engine {
                 match listener.accept() {
                     Ok((s, addr)) => {
                         if handshakes.len() >= tcp::MAX_HANDSHAKES {
-                            tracing::warn!("refusing {addr}: {} handshakes already", handshakes.len());
-                            continue;
+                            let oldest_silent = handshakes
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, h)| h.awaits_hello())
+                                .min_by_key(|(_, h)| h.deadline())
+                                .map(|(i, _)| i);
+                            match oldest_silent {
+                                Some(i) => {
+                                    let h = handshakes.swap_remove(i);
+                                    tracing::warn!(
+                                        "dropping the silent connection from {:?}: {} handshakes already",
+                                        h.from_addr,
+                                        tcp::MAX_HANDSHAKES
+                                    );
+                                }
+                                None => {
+                                    tracing::warn!(
+                                        "refusing {addr}: {} handshakes already",
+                                        handshakes.len()
+                                    );
+                                    continue;
+                                }
+                            }
                         }
                         let _ = s.set_nonblocking(true);
                         handshakes.push(Handshake::acceptor(s, addr));
@@ -1924,8 +2021,13 @@ impl Engine {
                 continue;
             }
             let link = &self.links[node as usize];
-            let wants = link.has_out() && link.state != LinkState::Up && !matches!(link.state, LinkState::Lost(_));
-            if wants || link.state == LinkState::Connecting || (matches!(link.state, LinkState::Lost(_)) && link.after_loss) {
+            let wants = link.has_out()
+                && link.state != LinkState::Up
+                && !matches!(link.state, LinkState::Lost(_));
+            if wants
+                || link.state == LinkState::Connecting
+                || (matches!(link.state, LinkState::Lost(_)) && link.after_loss)
+            {
                 self.try_connect(node);
             }
         }

@@ -167,10 +167,16 @@ mod tests {
         assert_eq!(Header::decode(&raw), Err(FrameError::Type(99)));
         let mut big = h;
         big.len = MAX_PAYLOAD as u32 + 1;
-        assert!(matches!(Header::decode(&big.encode()), Err(FrameError::Length { .. })));
+        assert!(matches!(
+            Header::decode(&big.encode()),
+            Err(FrameError::Length { .. })
+        ));
         let mut ctl = Header::control(Kind::Credit, 1, 2);
         ctl.len = 1;
-        assert!(matches!(Header::decode(&ctl.encode()), Err(FrameError::Length { .. })));
+        assert!(matches!(
+            Header::decode(&ctl.encode()),
+            Err(FrameError::Length { .. })
+        ));
         let mut scl = Header::control(Kind::Scl, 1, 2);
         scl.flags = 3;
         assert_eq!(Header::decode(&scl.encode()), Err(FrameError::Width(3)));

@@ -146,9 +146,18 @@ mod tests {
             generation: 3,
         };
         let raw = h.to_raw();
-        assert_eq!(ChannelHandle::from_raw(raw, ChanKind::Packet, Direction::Send), Some(h));
-        assert_eq!(ChannelHandle::from_raw(raw, ChanKind::Scalar, Direction::Send), None);
-        assert_eq!(ChannelHandle::from_raw(raw, ChanKind::Packet, Direction::Receive), None);
+        assert_eq!(
+            ChannelHandle::from_raw(raw, ChanKind::Packet, Direction::Send),
+            Some(h)
+        );
+        assert_eq!(
+            ChannelHandle::from_raw(raw, ChanKind::Scalar, Direction::Send),
+            None
+        );
+        assert_eq!(
+            ChannelHandle::from_raw(raw, ChanKind::Packet, Direction::Receive),
+            None
+        );
         assert_eq!(EndpointId::from_raw(raw), None);
         let r = RequestId {
             slot: 9,

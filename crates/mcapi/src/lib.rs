@@ -7,7 +7,7 @@
 //! The C API (`include/kioku_mcapi.h`, the standard's names) is in [`capi`]; Rust programs use
 //! [`Node`]. A job's nodes share a [`Topology`]. See `docs/mcapi.md`.
 
-mod auth;
+pub(crate) mod auth;
 pub mod capi;
 mod engine;
 mod error;
@@ -23,7 +23,9 @@ mod topology;
 pub use engine::Completion;
 pub use error::{McapiError, PeerLoss, Result};
 pub use frame::{MAX_PAYLOAD, MIN_PRIORITY};
-pub use ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId, MAX_NODE, MAX_PORT, PORT_ANY};
+pub use ids::{
+    ChanKind, ChannelHandle, Direction, EndpointId, RequestId, MAX_NODE, MAX_PORT, PORT_ANY,
+};
 pub use node::{Node, PeerState};
 pub use status::Status;
 pub use topology::{Topology, TopologyError, TransportKind};
@@ -43,4 +45,14 @@ pub fn init_logging() {
                 .try_init();
         }
     });
+}
+
+/// The wire format (TCP handshake messages and frame headers), for tools, tests and fuzzers.
+#[doc(hidden)]
+pub mod wire {
+    pub use crate::auth::{
+        decode_verdict, encode_proof, random_bytes, Challenge, Hello, CHALLENGE_LEN, HELLO_LEN,
+        VERDICT_LEN,
+    };
+    pub use crate::frame::{FrameError, Header, Kind, HEADER_LEN};
 }

@@ -23,7 +23,10 @@ pub enum LinkState {
 
 pub enum Io {
     None,
-    Shm { peer: Segment, pidfd: Option<Pidfd> },
+    Shm {
+        peer: Segment,
+        pidfd: Option<Pidfd>,
+    },
     /// Two one-way connections: frames go out on the one we dialled (`tx`) and come in on
     /// the one the peer dialled (`rx`), so no tie-break between simultaneous dials is needed.
     Tcp {

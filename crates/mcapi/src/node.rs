@@ -74,19 +74,14 @@ impl Node {
                     incarnation,
                     tag,
                 )?);
-                (
-                    Transport::Shm { own: seg.clone() },
-                    None,
-                    Some(seg),
-                )
+                (Transport::Shm { own: seg.clone() }, None, Some(seg))
             }
             TransportKind::Tcp => {
                 let addr = topo.addresses[node as usize];
-                let listener =
-                    crate::tcp::listen(addr).map_err(|e| McapiError::InitFailed {
-                        node,
-                        reason: format!("cannot listen at {addr}: {e}"),
-                    })?;
+                let listener = crate::tcp::listen(addr).map_err(|e| McapiError::InitFailed {
+                    node,
+                    reason: format!("cannot listen at {addr}: {e}"),
+                })?;
                 tracing::info!(node, job = %topo.job, "MCAPI node {node} listens at {addr}");
                 // SAFETY: eventfd with valid flags; the result is checked.
                 let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
@@ -331,7 +326,13 @@ impl Node {
     }
 
     /// Sends a message; waits while the receiver's queue is full (up to `from`'s timeout).
-    pub fn msg_send(&self, from: EndpointId, to: EndpointId, data: &[u8], priority: u32) -> Result<()> {
+    pub fn msg_send(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[u8],
+        priority: u32,
+    ) -> Result<()> {
         let (r, t) = self.with(|e| {
             let t = e.endpoint_timeout(from);
             Ok((e.msg_send_i(from, to, data, priority)?, t))
@@ -358,7 +359,12 @@ impl Node {
 
     // ------------------------------------------------------------ channels
 
-    pub fn connect_i(&self, send: EndpointId, recv: EndpointId, kind: ChanKind) -> Result<RequestId> {
+    pub fn connect_i(
+        &self,
+        send: EndpointId,
+        recv: EndpointId,
+        kind: ChanKind,
+    ) -> Result<RequestId> {
         self.with(|e| e.connect_i(send, recv, kind))
     }
 
@@ -367,9 +373,18 @@ impl Node {
     }
 
     /// Connects and opens in one go is the application's business; this waits for an open.
-    pub fn open(&self, ep: EndpointId, kind: ChanKind, dir: Direction, timeout: Option<Duration>) -> Result<ChannelHandle> {
+    pub fn open(
+        &self,
+        ep: EndpointId,
+        kind: ChanKind,
+        dir: Direction,
+        timeout: Option<Duration>,
+    ) -> Result<ChannelHandle> {
         let r = self.open_i(ep, kind, dir)?;
-        Ok(self.wait_or_cancel(r, timeout)?.handle.expect("an open yields a handle"))
+        Ok(self
+            .wait_or_cancel(r, timeout)?
+            .handle
+            .expect("an open yields a handle"))
     }
 
     pub fn pktchan_send_i(&self, h: ChannelHandle, data: &[u8]) -> Result<RequestId> {
@@ -378,7 +393,10 @@ impl Node {
 
     pub fn pktchan_send(&self, h: ChannelHandle, data: &[u8]) -> Result<()> {
         let (r, t) = self.with(|e| {
-            let t = e.handle_endpoint(h).ok().and_then(|ep| e.endpoint_timeout(ep));
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
             Ok((e.pkt_send_i(h, data)?, t))
         })?;
         self.wait_or_cancel(r, t).map(|_| ())
@@ -390,7 +408,10 @@ impl Node {
 
     pub fn pktchan_recv(&self, h: ChannelHandle) -> Result<Vec<u8>> {
         let (r, t) = self.with(|e| {
-            let t = e.handle_endpoint(h).ok().and_then(|ep| e.endpoint_timeout(ep));
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
             Ok((e.chan_recv_i(h, None)?, t))
         })?;
         Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
@@ -403,7 +424,10 @@ impl Node {
     /// Sends a scalar of `width` bytes (1, 2, 4 or 8).
     pub fn sclchan_send(&self, h: ChannelHandle, width: u8, value: u64) -> Result<()> {
         let (r, t) = self.with(|e| {
-            let t = e.handle_endpoint(h).ok().and_then(|ep| e.endpoint_timeout(ep));
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
             Ok((e.scl_send_i(h, width, value)?, t))
         })?;
         self.wait_or_cancel(r, t).map(|_| ())
@@ -412,7 +436,10 @@ impl Node {
     /// Receives a scalar that was sent with the same `width`.
     pub fn sclchan_recv(&self, h: ChannelHandle, width: u8) -> Result<u64> {
         let (r, t) = self.with(|e| {
-            let t = e.handle_endpoint(h).ok().and_then(|ep| e.endpoint_timeout(ep));
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
             Ok((e.chan_recv_i(h, Some(width))?, t))
         })?;
         Ok(self.wait_or_cancel(r, t)?.scalar.unwrap_or_default())

@@ -342,7 +342,9 @@ impl Segment {
 
     /// Announces a new producer incarnation on ring `me`; the consumer resets and accepts it.
     pub fn announce(&self, me: u32, incarnation: u64) {
-        self.ring(me).producer_inc.store(incarnation, Ordering::Release);
+        self.ring(me)
+            .producer_inc
+            .store(incarnation, Ordering::Release);
     }
 
     pub fn accepted(&self, me: u32, incarnation: u64) -> bool {
@@ -524,6 +526,22 @@ fn futex_wait(word: &AtomicU32, seq: u32, timeout: Duration) {
     };
 }
 
+impl Segment {
+    /// Wakes this segment's node unconditionally (it asked to be told about ring space).
+    pub fn ring_doorbell_force(&self) {
+        let h = self.header();
+        h.doorbell.fetch_add(1, Ordering::SeqCst);
+        futex_wake(&h.doorbell);
+    }
+}
+
+impl Segment {
+    /// Unregisters a sleeper registered by `prepare_sleep` that decided not to sleep.
+    pub fn cancel_sleep(&self) {
+        self.header().sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -545,7 +563,12 @@ mod tests {
         let mut buf = vec![0u8; 3000];
         let mut next = 0u8;
         for _ in 0..10 {
-            let chunk: Vec<u8> = (0..2500).map(|_| { next = next.wrapping_add(1); next }).collect();
+            let chunk: Vec<u8> = (0..2500)
+                .map(|_| {
+                    next = next.wrapping_add(1);
+                    next
+                })
+                .collect();
             assert_eq!(peer.write(1, &[&chunk[..1000], &chunk[1000..]]), 2500);
             assert!(own.has_input(0));
             let (n, _) = own.read(1, &mut buf);
@@ -561,21 +584,5 @@ mod tests {
         drop(peer);
         drop(own);
         assert!(!segment_path(dir.path(), "t", 0).exists());
-    }
-}
-
-impl Segment {
-    /// Wakes this segment's node unconditionally (it asked to be told about ring space).
-    pub fn ring_doorbell_force(&self) {
-        let h = self.header();
-        h.doorbell.fetch_add(1, Ordering::SeqCst);
-        futex_wake(&h.doorbell);
-    }
-}
-
-impl Segment {
-    /// Unregisters a sleeper registered by `prepare_sleep` that decided not to sleep.
-    pub fn cancel_sleep(&self) {
-        self.header().sleepers.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 
 /// How long a handshake may take.
 pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(5);
-/// Handshakes in progress at once (more are refused at once).
+/// Handshakes in progress at once (beyond it, the oldest one still waiting for a hello is
+/// dropped to make room; if there is none, the new connection is refused).
 pub const MAX_HANDSHAKES: usize = 64;
 
 pub fn listen(addr: SocketAddr) -> io::Result<TcpListener> {
@@ -39,7 +40,12 @@ pub fn tune(stream: &TcpStream, dead_after: Duration) {
     let secs = dead_after.as_secs().clamp(1, 3600) as i32;
     setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, (secs / 2).max(1));
-    setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, (secs / 4).max(1));
+    setsockopt_int(
+        fd,
+        libc::IPPROTO_TCP,
+        libc::TCP_KEEPINTVL,
+        (secs / 4).max(1),
+    );
     setsockopt_int(fd, libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 2);
     setsockopt_int(
         fd,
@@ -108,9 +114,7 @@ fn sockaddr(addr: SocketAddr) -> (i32, libc::sockaddr_storage, libc::socklen_t) 
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_in fits in sockaddr_storage.
-            unsafe {
-                std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin)
-            };
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
             (
                 libc::AF_INET,
                 storage,
@@ -128,9 +132,7 @@ fn sockaddr(addr: SocketAddr) -> (i32, libc::sockaddr_storage, libc::socklen_t) 
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: sockaddr_in6 fits in sockaddr_storage.
-            unsafe {
-                std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6)
-            };
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
             (
                 libc::AF_INET6,
                 storage,
@@ -167,7 +169,11 @@ pub enum Outcome {
         stream: TcpStream,
     },
     /// The handshake failed (the reason is logged and, for a connector, reported).
-    Failed { peer: Option<u32>, why: String, refused: Option<u32> },
+    Failed {
+        peer: Option<u32>,
+        why: String,
+        refused: Option<u32>,
+    },
 }
 
 pub struct Handshake {
@@ -221,6 +227,17 @@ impl Handshake {
             target: None,
             from_addr: Some(from),
         }
+    }
+
+    /// An accepted connection whose peer has not yet said hello: when the table of
+    /// handshakes is full, the oldest of these makes room, so a flood of silent clients
+    /// delays a real peer by at most one round trip instead of locking it out.
+    pub fn awaits_hello(&self) -> bool {
+        matches!(self.step, Step::WaitHello)
+    }
+
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     pub fn fd(&self) -> i32 {
@@ -353,7 +370,9 @@ impl Handshake {
                         return Ok(Outcome::Pending);
                     }
                     let Some(hello) = Hello::decode(&self.inbuf) else {
-                        return Ok(self.fail("not a kioku MCAPI hello (garbage on the port?)", None));
+                        return Ok(
+                            self.fail("not a kioku MCAPI hello (garbage on the port?)", None)
+                        );
                     };
                     self.inbuf.clear();
                     let code = if hello.fingerprint != *cx.fingerprint
@@ -392,10 +411,9 @@ impl Handshake {
                             .verify_proof(cx.secret, &hello, &p)
                     });
                     if !ok {
-                        return Ok(self.fail(
-                            "the connecting peer does not hold the job's secret",
-                            None,
-                        ));
+                        return Ok(
+                            self.fail("the connecting peer does not hold the job's secret", None)
+                        );
                     }
                     self.inbuf.clear();
                     self.set_verdict(auth::code::OK);

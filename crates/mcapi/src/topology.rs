@@ -88,7 +88,7 @@ impl Topology {
             domain: 0,
             nodes,
             addresses: Vec::new(),
-            secret: Vec::new(),
+            secret: default_shm_secret(job),
             queue_depth: 64,
             queue_bytes: 4 << 20,
             shm_ring_bytes: 1 << 20,
@@ -143,6 +143,7 @@ impl Topology {
 
     fn from_pairs(kv: &[(String, String, String)]) -> Result<Topology, TopologyError> {
         let mut t = Topology::shm("kioku", 0);
+        t.secret.clear();
         let mut host: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let mut base_port = DEFAULT_BASE_PORT;
         let mut explicit: Vec<(u32, SocketAddr)> = Vec::new();
@@ -257,13 +258,14 @@ impl Topology {
                         .iter()
                         .find(|(id, _)| *id == i)
                         .map(|(_, a)| *a)
-                        .unwrap_or_else(|| SocketAddr::new(host, base_port.saturating_add(i as u16)))
+                        .unwrap_or_else(|| {
+                            SocketAddr::new(host, base_port.saturating_add(i as u16))
+                        })
                 })
                 .collect();
         }
         if t.secret.is_empty() {
-            // Shared memory: the segments are 0600, so the secret only ties them to the job.
-            t.secret = format!("kioku-mcapi-shm:{}", t.job).into_bytes();
+            t.secret = default_shm_secret(&t.job);
         }
         Ok(t)
     }
@@ -289,6 +291,12 @@ impl Topology {
     }
 }
 
+/// Shared memory without a secret: the segments are 0600 (only our uid reaches them), so the
+/// secret then only ties a segment to its job.
+fn default_shm_secret(job: &str) -> Vec<u8> {
+    format!("kioku-mcapi-shm:{job}").into_bytes()
+}
+
 fn parse_lines(name: &str, text: &str) -> Result<Vec<(String, String, String)>, TopologyError> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -312,7 +320,7 @@ fn parse_lines(name: &str, text: &str) -> Result<Vec<(String, String, String)>, 
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
     let s = s.trim();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())
@@ -383,6 +391,9 @@ mod tests {
             Topology::parse("nodes 2\n"),
             Err(TopologyError::Syntax { line: 1, .. })
         ));
-        assert!(matches!(Topology::parse("job = a\n"), Err(TopologyError::NoNodes)));
+        assert!(matches!(
+            Topology::parse("job = a\n"),
+            Err(TopologyError::NoNodes)
+        ));
     }
 }

@@ -36,7 +36,15 @@ fn fts() -> &'static Path {
             let exe = dir.path().join("fts");
             let lib = lib_dir();
             let o = Command::new("cc")
-                .args(["-std=c11", "-D_DEFAULT_SOURCE", "-Wall", "-Wextra", "-Werror", "-O1", "-I"])
+                .args([
+                    "-std=c11",
+                    "-D_DEFAULT_SOURCE",
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-O1",
+                    "-I",
+                ])
                 .arg(repo().join("include"))
                 .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fts.c"))
                 .arg("-o")
@@ -46,7 +54,11 @@ fn fts() -> &'static Path {
                 .arg("-lkioku_mcapi")
                 .output()
                 .unwrap();
-            assert!(o.status.success(), "cc: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(
+                o.status.success(),
+                "cc: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
             (dir, exe)
         })
         .1
@@ -125,7 +137,10 @@ fn fts_over_tcp() {
             "KIOKU_MCAPI_ADDRESSES",
             format!("0=127.0.0.1:{},1=127.0.0.1:{}", ports[0], ports[1]),
         ),
-        ("KIOKU_MCAPI_SECRET", "00112233445566778899aabbccddeeff0011".into()),
+        (
+            "KIOKU_MCAPI_SECRET",
+            "00112233445566778899aabbccddeeff0011".into(),
+        ),
     ]);
 }
 
@@ -160,7 +175,8 @@ fn declared(h: &str) -> BTreeSet<String> {
         .filter_map(|d| {
             let open = d.find('(')?;
             let name = d[..open].split_whitespace().last()?.trim_start_matches('*');
-            (name.starts_with("mcapi_") || name.starts_with("kioku_mcapi_")).then(|| name.to_string())
+            (name.starts_with("mcapi_") || name.starts_with("kioku_mcapi_"))
+                .then(|| name.to_string())
         })
         .collect()
 }
@@ -170,7 +186,8 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
     let h = header();
     let decl = declared(&h);
     assert!(decl.len() >= 50, "{decl:?}");
-    let src = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/capi.rs")).unwrap();
+    let src =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/capi.rs")).unwrap();
     let mut exported = BTreeSet::new();
     let mut rest = src.as_str();
     while let Some(i) = rest.find("extern \"C\" fn ") {
@@ -178,7 +195,10 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
         let name = &after[..after.find('(').unwrap()];
         let before = rest[..i].trim_end();
         assert!(
-            before.rsplit('\n').nth(1).is_some_and(|l| l.trim() == "#[no_mangle]"),
+            before
+                .rsplit('\n')
+                .nth(1)
+                .is_some_and(|l| l.trim() == "#[no_mangle]"),
             "{name} lacks #[no_mangle]"
         );
         exported.insert(name.to_string());
@@ -193,7 +213,10 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
         .unwrap();
     let syms = String::from_utf8_lossy(&o.stdout);
     for f in &decl {
-        assert!(syms.lines().any(|l| l.ends_with(&format!(" {f}"))), "{f} is not exported");
+        assert!(
+            syms.lines().any(|l| l.ends_with(&format!(" {f}"))),
+            "{f} is not exported"
+        );
     }
     // Every prototype has a comment right above it that says how it fails.
     let lines: Vec<&str> = h.lines().collect();
@@ -202,8 +225,14 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
             .iter()
             .position(|l| !l.starts_with(' ') && l.contains(&format!("{name}(")))
             .unwrap_or_else(|| panic!("{name} not found at the start of a line"));
-        assert!(lines[at - 1].trim_end().ends_with("*/"), "{name}: no comment above it");
-        let start = lines[..at].iter().rposition(|l| l.trim_start().starts_with("/*")).unwrap();
+        assert!(
+            lines[at - 1].trim_end().ends_with("*/"),
+            "{name}: no comment above it"
+        );
+        let start = lines[..at]
+            .iter()
+            .rposition(|l| l.trim_start().starts_with("/*"))
+            .unwrap();
         let doc = lines[start..at].join(" ");
         assert!(
             doc.contains("Errors:") || doc.contains("Never fails"),
@@ -231,7 +260,11 @@ fn the_header_constants_match_the_library() {
             .lines()
             .find(|l| l.split_whitespace().nth(1) == Some(name) && l.starts_with("#define"))
             .unwrap_or_else(|| panic!("#define {name} missing"));
-        let v = line.split_whitespace().nth(2).unwrap().trim_end_matches('u');
+        let v = line
+            .split_whitespace()
+            .nth(2)
+            .unwrap()
+            .trim_end_matches('u');
         if let Some(hex) = v.strip_prefix("0x") {
             i64::from_str_radix(hex, 16).unwrap()
         } else {
@@ -241,17 +274,41 @@ fn the_header_constants_match_the_library() {
     use kioku_mcapi::capi as c;
     assert_eq!(define("MCAPI_VERSION"), c::MCAPI_VERSION as i64);
     assert_eq!(define("KIOKU_MCAPI_ORG_ID"), c::KIOKU_MCAPI_ORG_ID as i64);
-    assert_eq!(define("KIOKU_MCAPI_IMPL_VERSION"), c::KIOKU_MCAPI_IMPL_VERSION as i64);
-    assert_eq!(define("MCAPI_MAX_MSG_SIZE"), kioku_mcapi::MAX_PAYLOAD as i64);
-    assert_eq!(define("MCAPI_MAX_PKT_SIZE"), kioku_mcapi::MAX_PAYLOAD as i64);
-    assert_eq!(define("MCAPI_MIN_PRIORITY"), kioku_mcapi::MIN_PRIORITY as i64);
+    assert_eq!(
+        define("KIOKU_MCAPI_IMPL_VERSION"),
+        c::KIOKU_MCAPI_IMPL_VERSION as i64
+    );
+    assert_eq!(
+        define("MCAPI_MAX_MSG_SIZE"),
+        kioku_mcapi::MAX_PAYLOAD as i64
+    );
+    assert_eq!(
+        define("MCAPI_MAX_PKT_SIZE"),
+        kioku_mcapi::MAX_PAYLOAD as i64
+    );
+    assert_eq!(
+        define("MCAPI_MIN_PRIORITY"),
+        kioku_mcapi::MIN_PRIORITY as i64
+    );
     assert_eq!(define("MCAPI_MAX_PORT"), kioku_mcapi::MAX_PORT as i64);
     assert_eq!(define("MCAPI_MAX_NODE"), kioku_mcapi::MAX_NODE as i64);
-    assert_eq!(define("MCAPI_ENDP_ATTR_TIMEOUT"), c::MCAPI_ENDP_ATTR_TIMEOUT as i64);
+    assert_eq!(
+        define("MCAPI_ENDP_ATTR_TIMEOUT"),
+        c::MCAPI_ENDP_ATTR_TIMEOUT as i64
+    );
     assert_eq!(define("MCAPI_ENDP_ATTR_END"), c::MCAPI_ENDP_ATTR_END as i64);
-    assert_eq!(define("KIOKU_MCAPI_NODE_ATTR_STATE"), c::KIOKU_MCAPI_NODE_ATTR_STATE as i64);
-    assert_eq!(define("KIOKU_MCAPI_NODE_FINALIZED"), c::KIOKU_MCAPI_NODE_FINALIZED as i64);
-    assert_eq!(define("MCAPI_MAX_STATUS_SIZE"), c::MCAPI_MAX_STATUS_SIZE as i64);
+    assert_eq!(
+        define("KIOKU_MCAPI_NODE_ATTR_STATE"),
+        c::KIOKU_MCAPI_NODE_ATTR_STATE as i64
+    );
+    assert_eq!(
+        define("KIOKU_MCAPI_NODE_FINALIZED"),
+        c::KIOKU_MCAPI_NODE_FINALIZED as i64
+    );
+    assert_eq!(
+        define("MCAPI_MAX_STATUS_SIZE"),
+        c::MCAPI_MAX_STATUS_SIZE as i64
+    );
 }
 
 #[test]
@@ -268,13 +325,25 @@ fn the_header_compiles_as_c_and_cxx_with_the_librarys_layouts() {
     .unwrap();
     for (cc, std) in [("cc", "-std=c99"), ("c++", "-std=c++17")] {
         let mut c = Command::new(cc);
-        c.args([std, "-Wall", "-Wextra", "-Werror", "-pedantic", "-fsyntax-only", "-I"])
-            .arg(repo().join("include"));
+        c.args([
+            std,
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+            "-fsyntax-only",
+            "-I",
+        ])
+        .arg(repo().join("include"));
         if cc == "c++" {
             c.args(["-x", "c++"]);
         }
         let o = c.arg(&src).output().unwrap();
-        assert!(o.status.success(), "{cc}: {}", String::from_utf8_lossy(&o.stderr));
+        assert!(
+            o.status.success(),
+            "{cc}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
     }
     let exe = dir.path().join("h");
     let o = Command::new("cc")

@@ -19,8 +19,14 @@ both!(endpoints, |via| {
         let other = 1 - n.id();
         let a = n.endpoint_create(5).unwrap();
         assert_eq!(a, EndpointId::new(n.id(), 5));
-        assert!(matches!(n.endpoint_create(5), Err(McapiError::EndpointExists(_))));
-        assert!(matches!(n.endpoint_create(70000), Err(McapiError::PortInvalid { .. })));
+        assert!(matches!(
+            n.endpoint_create(5),
+            Err(McapiError::EndpointExists(_))
+        ));
+        assert!(matches!(
+            n.endpoint_create(70000),
+            Err(McapiError::PortInvalid { .. })
+        ));
         let any1 = n.endpoint_create(PORT_ANY).unwrap();
         let any2 = n.endpoint_create(PORT_ANY).unwrap();
         assert_ne!(any1, any2);
@@ -28,14 +34,17 @@ both!(endpoints, |via| {
         // Getting a port the peer creates later waits for it.
         if n.id() == 0 {
             let t0 = Instant::now();
-            let r = n.endpoint_get_i(0, other, 9, ).unwrap();
+            let r = n.endpoint_get_i(0, other, 9).unwrap();
             assert_eq!(n.test(r).unwrap(), None);
             let peer9 = n.wait(r, T).unwrap().endpoint.unwrap();
             assert_eq!(peer9, EndpointId::new(other, 9));
             assert!(t0.elapsed() >= Duration::from_millis(50));
             // A port never created: the get times out, and the request is still there.
             let r = n.endpoint_get_i(0, other, 10).unwrap();
-            assert!(matches!(n.wait(r, Some(Duration::from_millis(50))), Err(McapiError::Timeout)));
+            assert!(matches!(
+                n.wait(r, Some(Duration::from_millis(50))),
+                Err(McapiError::Timeout)
+            ));
             n.cancel(r).unwrap();
             assert!(matches!(n.wait(r, T), Err(McapiError::Cancelled)));
             assert!(matches!(n.wait(r, T), Err(McapiError::RequestInvalid)));
@@ -47,17 +56,32 @@ both!(endpoints, |via| {
             std::thread::sleep(Duration::from_millis(80));
             n.endpoint_create(9).unwrap();
         }
-        assert!(matches!(n.endpoint_get(0, 7, 1, T), Err(McapiError::NodeInvalid { .. })));
-        assert!(matches!(n.endpoint_get(3, other, 1, T), Err(McapiError::DomainInvalid { .. })));
+        assert!(matches!(
+            n.endpoint_get(0, 7, 1, T),
+            Err(McapiError::NodeInvalid { .. })
+        ));
+        assert!(matches!(
+            n.endpoint_get(3, other, 1, T),
+            Err(McapiError::DomainInvalid { .. })
+        ));
         // Deleting: only local endpoints; then the value is invalid here and at the peer.
         let peer5 = n.endpoint_get(0, other, 5, T).unwrap();
-        assert!(matches!(n.endpoint_delete(peer5), Err(McapiError::EndpointRemote(_))));
+        assert!(matches!(
+            n.endpoint_delete(peer5),
+            Err(McapiError::EndpointRemote(_))
+        ));
         let gone = n.endpoint_create(6).unwrap();
         let peer6 = n.endpoint_get(0, other, 6, T).unwrap();
         sync(&n, a, peer5);
         n.endpoint_delete(gone).unwrap();
-        assert!(matches!(n.endpoint_delete(gone), Err(McapiError::EndpointInvalid(_))));
-        assert!(matches!(n.msg_available(gone), Err(McapiError::EndpointInvalid(_))));
+        assert!(matches!(
+            n.endpoint_delete(gone),
+            Err(McapiError::EndpointInvalid(_))
+        ));
+        assert!(matches!(
+            n.msg_available(gone),
+            Err(McapiError::EndpointInvalid(_))
+        ));
         sync(&n, a, peer5);
         // A message to the deleted endpoint is refused by its node; later sends fail here.
         n.msg_send(a, peer6, b"to nobody", 0).unwrap();
@@ -84,7 +108,10 @@ both!(endpoint_limit, |via| {
         for p in 0..8 {
             n.endpoint_create(p).unwrap();
         }
-        assert!(matches!(n.endpoint_create(8), Err(McapiError::EndpointLimit { max: 8 })));
+        assert!(matches!(
+            n.endpoint_create(8),
+            Err(McapiError::EndpointLimit { max: 8 })
+        ));
         n.endpoint_delete(EndpointId::new(0, 3)).unwrap();
         n.endpoint_create(PORT_ANY).unwrap();
     });
@@ -113,7 +140,10 @@ both!(messages_of_every_size, |via| {
             for (k, &s) in sizes.iter().enumerate() {
                 let m = n.msg_recv(me).unwrap();
                 assert_eq!(m.len(), s, "message {k}");
-                assert!(m.iter().enumerate().all(|(i, &b)| b == (i * 31 + k) as u8), "message {k}");
+                assert!(
+                    m.iter().enumerate().all(|(i, &b)| b == (i * 31 + k) as u8),
+                    "message {k}"
+                );
             }
             n.msg_send(me, peer, b"all", 0).unwrap();
         }
@@ -134,7 +164,10 @@ both!(priorities_and_order, |via| {
                     n.msg_send(me, peer, &[p as u8, k], p).unwrap();
                 }
             }
-            assert!(matches!(n.msg_send(me, peer, b"x", 8), Err(McapiError::Priority(8))));
+            assert!(matches!(
+                n.msg_send(me, peer, b"x", 8),
+                Err(McapiError::Priority(8))
+            ));
             n.msg_send(sync_ep, peer_sync, b"sent", 0).unwrap();
         } else {
             assert_eq!(n.msg_recv(sync_ep).unwrap(), b"sent");
@@ -171,9 +204,13 @@ both!(back_pressure, |via| {
             let fifth = n.msg_send_i(me, peer, &[4], 0).unwrap();
             std::thread::sleep(Duration::from_millis(50));
             assert!(n.is_pending(fifth).unwrap());
-            n.set_endpoint_timeout(me, Some(Duration::from_millis(40))).unwrap();
+            n.set_endpoint_timeout(me, Some(Duration::from_millis(40)))
+                .unwrap();
             let t0 = Instant::now();
-            assert!(matches!(n.msg_send(me, peer, &[99], 0), Err(McapiError::Timeout)));
+            assert!(matches!(
+                n.msg_send(me, peer, &[99], 0),
+                Err(McapiError::Timeout)
+            ));
             assert!(t0.elapsed() >= Duration::from_millis(40));
             n.set_endpoint_timeout(me, None).unwrap();
             // Other endpoints of the same node are not held up.
@@ -187,7 +224,11 @@ both!(back_pressure, |via| {
             assert_eq!(n.msg_recv(ctl).unwrap(), b"full");
             assert_eq!(n.msg_available(me).unwrap(), 4);
             for i in 0..40u8 {
-                assert_eq!(n.msg_recv(me).unwrap(), [i], "the timed-out send left nothing");
+                assert_eq!(
+                    n.msg_recv(me).unwrap(),
+                    [i],
+                    "the timed-out send left nothing"
+                );
             }
             n.msg_send(ctl, peer_ctl, b"done", 0).unwrap();
         }
@@ -195,7 +236,13 @@ both!(back_pressure, |via| {
 });
 
 /// Connect (by `connector`), open both sides, and return this node's handle.
-fn channel(n: &Node, kind: ChanKind, connector: u32, sender: u32, receiver: u32) -> Option<ChannelHandle> {
+fn channel(
+    n: &Node,
+    kind: ChanKind,
+    connector: u32,
+    sender: u32,
+    receiver: u32,
+) -> Option<ChannelHandle> {
     let me = n.id();
     let ep = if me == sender || me == receiver {
         Some(n.endpoint_create(20).unwrap())
@@ -241,7 +288,10 @@ both!(packet_channels, |via| {
                 n.wait(r, T).unwrap();
                 let c = n.close_i(h).unwrap();
                 n.wait(c, T).unwrap();
-                assert!(matches!(n.pktchan_send(h, b"x"), Err(McapiError::ChanInvalid(_))));
+                assert!(matches!(
+                    n.pktchan_send(h, b"x"),
+                    Err(McapiError::ChanInvalid(_))
+                ));
             }
             1 => {
                 let h = h.unwrap();
@@ -255,12 +305,11 @@ both!(packet_channels, |via| {
                 assert_eq!(n.pktchan_recv(h).unwrap(), b"last");
                 // The sender closed: after what it sent, receives fail.
                 let t0 = Instant::now();
-                loop {
-                    match n.pktchan_recv_i(h).and_then(|r| n.wait(r, T)) {
-                        Err(McapiError::ChanNotOpen) => break,
-                        other => panic!("{other:?}"),
-                    }
-                }
+                let after_close = n.pktchan_recv_i(h).and_then(|r| n.wait(r, T));
+                assert!(
+                    matches!(after_close, Err(McapiError::ChanNotOpen)),
+                    "{after_close:?}"
+                );
                 assert!(t0.elapsed() < Duration::from_secs(10));
                 assert_eq!(n.chan_available(h).unwrap(), 0);
                 let c = n.close_i(h).unwrap();
@@ -371,21 +420,39 @@ both!(wrong_type_channel_use, |via| {
             let c = n.connect_i(f, pf, ChanKind::Packet).unwrap();
             n.wait(c, T).unwrap();
             // Opening with the wrong kind or direction.
-            assert!(matches!(n.open_i(e, ChanKind::Packet, Direction::Send), Err(McapiError::ChanType(_))));
-            assert!(matches!(n.open_i(e, ChanKind::Scalar, Direction::Receive), Err(McapiError::ChanDirection(_))));
+            assert!(matches!(
+                n.open_i(e, ChanKind::Packet, Direction::Send),
+                Err(McapiError::ChanType(_))
+            ));
+            assert!(matches!(
+                n.open_i(e, ChanKind::Scalar, Direction::Receive),
+                Err(McapiError::ChanDirection(_))
+            ));
             // An open before any connect waits; a second open of it is refused.
             let g = n.endpoint_create(22).unwrap();
             let pending = n.open_i(g, ChanKind::Packet, Direction::Send).unwrap();
-            assert!(matches!(n.open_i(g, ChanKind::Packet, Direction::Send), Err(McapiError::ChanOpenPending(_))));
+            assert!(matches!(
+                n.open_i(g, ChanKind::Packet, Direction::Send),
+                Err(McapiError::ChanOpenPending(_))
+            ));
             assert_eq!(n.test(pending).unwrap(), None);
             n.cancel(pending).unwrap();
             assert!(matches!(n.wait(pending, T), Err(McapiError::Cancelled)));
             let r = n.open_i(e, ChanKind::Scalar, Direction::Send).unwrap();
             let h = n.wait(r, T).unwrap().handle.unwrap();
-            assert!(matches!(n.open_i(e, ChanKind::Scalar, Direction::Send), Err(McapiError::ChanOpen(_))));
+            assert!(matches!(
+                n.open_i(e, ChanKind::Scalar, Direction::Send),
+                Err(McapiError::ChanOpen(_))
+            ));
             // A scalar handle in packet calls, and the other way round.
-            assert!(matches!(n.pktchan_send(as_packet(h), b"x"), Err(McapiError::ChanInvalid(_))));
-            assert!(matches!(n.sclchan_recv(as_recv(h), 8), Err(McapiError::ChanInvalid(_))));
+            assert!(matches!(
+                n.pktchan_send(as_packet(h), b"x"),
+                Err(McapiError::ChanInvalid(_))
+            ));
+            assert!(matches!(
+                n.sclchan_recv(as_recv(h), 8),
+                Err(McapiError::ChanInvalid(_))
+            ));
             n.sclchan_send(h, 2, 513).unwrap();
             let r = n.open_i(f, ChanKind::Packet, Direction::Send).unwrap();
             let hp = n.wait(r, T).unwrap().handle.unwrap();
@@ -397,7 +464,10 @@ both!(wrong_type_channel_use, |via| {
             let hp = n.open(f, ChanKind::Packet, Direction::Receive, T).unwrap();
             assert_eq!(n.pktchan_recv(hp).unwrap(), b"pkt");
             // A connected endpoint cannot be deleted.
-            assert!(matches!(n.endpoint_delete(e), Err(McapiError::EndpointConnected(_))));
+            assert!(matches!(
+                n.endpoint_delete(e),
+                Err(McapiError::EndpointConnected(_))
+            ));
             n.msg_send(ctl, peer_ctl, b"done", 0).unwrap();
         }
     });
@@ -430,7 +500,10 @@ both!(requests_wait_any_and_cancel, |via| {
             let rm = n.msg_recv_i(me).unwrap();
             let rp = n.pktchan_recv_i(h).unwrap();
             let rg = n.endpoint_get_i(0, other, 30).unwrap();
-            assert!(matches!(n.wait_any(&[rm, rp, rg], Some(Duration::from_millis(20))), Err(McapiError::Timeout)));
+            assert!(matches!(
+                n.wait_any(&[rm, rp, rg], Some(Duration::from_millis(20))),
+                Err(McapiError::Timeout)
+            ));
             n.msg_send(me, peer, b"go", 0).unwrap();
             let mut seen = vec![];
             let mut left = vec![rm, rp, rg];
@@ -494,7 +567,8 @@ both!(receive_timeout_loses_nothing, |via| {
         let me = n.endpoint_create(1).unwrap();
         let peer = n.endpoint_get(0, 1 - n.id(), 1, T).unwrap();
         if n.id() == 1 {
-            n.set_endpoint_timeout(me, Some(Duration::from_millis(30))).unwrap();
+            n.set_endpoint_timeout(me, Some(Duration::from_millis(30)))
+                .unwrap();
             assert!(matches!(n.msg_recv(me), Err(McapiError::Timeout)));
             n.set_endpoint_timeout(me, None).unwrap();
             n.msg_send(me, peer, b"ready", 0).unwrap();
@@ -513,7 +587,12 @@ both!(finalize_with_traffic_in_flight, |via| {
         let n = Node::initialize(0, 1, t2).unwrap();
         let me = n.endpoint_create(1).unwrap();
         let h = n
-            .open(n.endpoint_create(20).unwrap(), ChanKind::Packet, Direction::Receive, T)
+            .open(
+                n.endpoint_create(20).unwrap(),
+                ChanKind::Packet,
+                Direction::Receive,
+                T,
+            )
             .unwrap();
         for i in 0..500u32 {
             assert_eq!(n.msg_recv(me).unwrap(), i.to_le_bytes());
@@ -527,8 +606,14 @@ both!(finalize_with_traffic_in_flight, |via| {
             other => panic!("{other:?}"),
         }
         let peer = EndpointId::new(0, 1);
-        assert!(matches!(n.msg_send(me, peer, b"x", 0), Err(McapiError::Transmission { node: 0, .. })));
-        assert_eq!(n.peer_state(0).unwrap(), PeerState::Lost(PeerLoss::Finalized));
+        assert!(matches!(
+            n.msg_send(me, peer, b"x", 0),
+            Err(McapiError::Transmission { node: 0, .. })
+        ));
+        assert_eq!(
+            n.peer_state(0).unwrap(),
+            PeerState::Lost(PeerLoss::Finalized)
+        );
         n.finalize(Duration::from_secs(1)).unwrap();
     });
     let n = Node::initialize(0, 0, topo).unwrap();
@@ -552,6 +637,9 @@ both!(finalize_with_traffic_in_flight, |via| {
         n.wait(r, T).unwrap();
     }
     n.finalize(Duration::from_secs(5)).unwrap();
-    assert!(matches!(n.endpoint_create(5), Err(McapiError::NotInitialized)));
+    assert!(matches!(
+        n.endpoint_create(5),
+        Err(McapiError::NotInitialized)
+    ));
     recv.join().unwrap();
 });

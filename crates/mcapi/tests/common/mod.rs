@@ -58,7 +58,10 @@ pub fn run<R: Send + 'static>(
                 .unwrap()
         })
         .collect();
-    handles.into_iter().map(|h| h.join().expect("node thread panicked")).collect()
+    handles
+        .into_iter()
+        .map(|h| h.join().expect("node thread panicked"))
+        .collect()
 }
 
 /// Both transports, as test names.
