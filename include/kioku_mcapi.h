@@ -224,6 +224,7 @@ enum mcapi_status_codes {
 #define KIOKU_MCAPI_NODE_DIED 3       /* its process died or its connection broke */
 #define KIOKU_MCAPI_NODE_FINALIZED 4  /* it called mcapi_finalize */
 #define KIOKU_MCAPI_NODE_PROTOCOL 5   /* it sent malformed frames; the link was dropped */
+#define KIOKU_MCAPI_NODE_UNREACHABLE 6 /* TCP: silent for tcp_dead_after (partition or host down) */
 
 /* Endpoint attributes: all mcapi_uint_t (4 bytes); only MCAPI_ENDP_ATTR_TIMEOUT is writable. */
 #define MCAPI_ENDP_ATTR_TYPE 0             /* MCAPI_ENDP_ATTR_TYPE_* */

@@ -66,6 +66,7 @@ pub const KIOKU_MCAPI_NODE_UP: u32 = 2;
 pub const KIOKU_MCAPI_NODE_DIED: u32 = 3;
 pub const KIOKU_MCAPI_NODE_FINALIZED: u32 = 4;
 pub const KIOKU_MCAPI_NODE_PROTOCOL: u32 = 5;
+pub const KIOKU_MCAPI_NODE_UNREACHABLE: u32 = 6;
 pub const MCAPI_ENDP_ATTR_TYPE: u32 = 0;
 pub const MCAPI_ENDP_ATTR_GET_COUNT: u32 = 1;
 pub const MCAPI_ENDP_ATTR_GET_SOURCE: u32 = 2;
@@ -513,6 +514,7 @@ pub unsafe extern "C" fn mcapi_node_get_attribute(
                         PeerState::Lost(PeerLoss::Died) => KIOKU_MCAPI_NODE_DIED,
                         PeerState::Lost(PeerLoss::Finalized) => KIOKU_MCAPI_NODE_FINALIZED,
                         PeerState::Lost(PeerLoss::Protocol(_)) => KIOKU_MCAPI_NODE_PROTOCOL,
+                        PeerState::Lost(PeerLoss::Unreachable) => KIOKU_MCAPI_NODE_UNREACHABLE,
                     }
                 }
             }

@@ -1777,7 +1777,7 @@ impl Engine {
             if link.state == LinkState::Up && link.has_out() {
                 if let Err(e) = link.flush(me) {
                     tracing::warn!("write to node {node}: {e}");
-                    self.lose(node, PeerLoss::Died);
+                    self.lose(node, loss_of(&e));
                     continue;
                 }
             }
@@ -1801,7 +1801,7 @@ impl Engine {
                 Err(e) => {
                     tracing::debug!("read from node {node}: {e}");
                     self.drain_frames(node);
-                    self.lose(node, PeerLoss::Died);
+                    self.lose(node, loss_of(&e));
                     continue;
                 }
             }
@@ -2155,4 +2155,15 @@ fn flags_chan(f: u8) -> Option<(ChanKind, Direction)> {
         _ => return None,
     };
     Some((kind, dir))
+}
+
+/// Why a link whose socket failed with `e` is gone: a timeout (keepalive or
+/// `TCP_USER_TIMEOUT`) or an unreachable network says nothing of the peer's process.
+fn loss_of(e: &std::io::Error) -> PeerLoss {
+    match e.raw_os_error() {
+        Some(libc::ETIMEDOUT | libc::EHOSTUNREACH | libc::ENETUNREACH | libc::EHOSTDOWN) => {
+            PeerLoss::Unreachable
+        }
+        _ => PeerLoss::Died,
+    }
 }

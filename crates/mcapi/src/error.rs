@@ -14,6 +14,9 @@ pub enum PeerLoss {
     Finalized,
     /// It sent bytes that break the protocol (a bug or an attack); the link was dropped.
     Protocol(String),
+    /// TCP: it stopped answering for `tcp_dead_after` (a network partition or a dead host;
+    /// which one cannot be told from here).
+    Unreachable,
 }
 
 impl std::fmt::Display for PeerLoss {
@@ -22,6 +25,9 @@ impl std::fmt::Display for PeerLoss {
             PeerLoss::Died => f.write_str("its process died"),
             PeerLoss::Finalized => f.write_str("it finalized"),
             PeerLoss::Protocol(d) => write!(f, "it broke the protocol ({d}); the link was dropped"),
+            PeerLoss::Unreachable => {
+                f.write_str("it stopped answering (network partition or host down)")
+            }
         }
     }
 }

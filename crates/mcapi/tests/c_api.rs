@@ -4,106 +4,11 @@
 //! it compiles as C and C++, declares exactly what the library exports, documents every
 //! declaration, and its constants match the library's.
 
+mod common;
+use common::cprog::{header, lib_dir, repo, run_fts_pair};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
-use std::time::Duration;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .skip(1)
-        .find(|d| d.join("libkioku_mcapi.so").exists())
-        .unwrap_or_else(|| panic!("no libkioku_mcapi.so above {}", exe.display()))
-        .to_path_buf()
-}
-
-fn header() -> String {
-    std::fs::read_to_string(repo().join("include/kioku_mcapi.h")).unwrap()
-}
-
-/// `tests/c/fts.c`, built once.
-fn fts() -> &'static Path {
-    static BUILT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    &BUILT
-        .get_or_init(|| {
-            let dir = tempfile::tempdir().unwrap();
-            let exe = dir.path().join("fts");
-            let lib = lib_dir();
-            let o = Command::new("cc")
-                .args([
-                    "-std=c11",
-                    "-D_DEFAULT_SOURCE",
-                    "-Wall",
-                    "-Wextra",
-                    "-Werror",
-                    "-O1",
-                    "-I",
-                ])
-                .arg(repo().join("include"))
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fts.c"))
-                .arg("-o")
-                .arg(&exe)
-                .arg(format!("-L{}", lib.display()))
-                .arg(format!("-Wl,-rpath,{}", lib.display()))
-                .arg("-lkioku_mcapi")
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "cc: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            (dir, exe)
-        })
-        .1
-}
-
-fn run_pair(env: &[(&str, String)]) {
-    let children: Vec<_> = (0..2)
-        .map(|i| {
-            let mut c = Command::new(fts());
-            c.arg(i.to_string());
-            for (k, v) in env {
-                c.env(k, v);
-            }
-            c.stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let mut outs = Vec::new();
-    for mut c in children {
-        loop {
-            if c.try_wait().unwrap().is_some() {
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = c.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        outs.push(c.wait_with_output().unwrap());
-    }
-    for (i, o) in outs.iter().enumerate() {
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        assert!(o.status.success(), "node {i} failed:\n{text}");
-        assert!(text.contains("checks passed"), "node {i}:\n{text}");
-        eprint!("{text}");
-    }
-}
 
 fn job(name: &str) -> String {
     format!("{name}-{}", std::process::id())
@@ -111,11 +16,14 @@ fn job(name: &str) -> String {
 
 #[test]
 fn fts_over_shared_memory() {
-    run_pair(&[
-        ("KIOKU_MCAPI_JOB", job("fts-shm")),
-        ("KIOKU_MCAPI_TRANSPORT", "shm".into()),
-        ("KIOKU_MCAPI_NODES", "2".into()),
-    ]);
+    run_fts_pair(
+        &[],
+        &[
+            ("KIOKU_MCAPI_JOB", job("fts-shm")),
+            ("KIOKU_MCAPI_TRANSPORT", "shm".into()),
+            ("KIOKU_MCAPI_NODES", "2".into()),
+        ],
+    );
 }
 
 #[test]
@@ -129,19 +37,22 @@ fn fts_over_tcp() {
                 .port()
         })
         .collect();
-    run_pair(&[
-        ("KIOKU_MCAPI_JOB", job("fts-tcp")),
-        ("KIOKU_MCAPI_TRANSPORT", "tcp".into()),
-        ("KIOKU_MCAPI_NODES", "2".into()),
-        (
-            "KIOKU_MCAPI_ADDRESSES",
-            format!("0=127.0.0.1:{},1=127.0.0.1:{}", ports[0], ports[1]),
-        ),
-        (
-            "KIOKU_MCAPI_SECRET",
-            "00112233445566778899aabbccddeeff0011".into(),
-        ),
-    ]);
+    run_fts_pair(
+        &[],
+        &[
+            ("KIOKU_MCAPI_JOB", job("fts-tcp")),
+            ("KIOKU_MCAPI_TRANSPORT", "tcp".into()),
+            ("KIOKU_MCAPI_NODES", "2".into()),
+            (
+                "KIOKU_MCAPI_ADDRESSES",
+                format!("0=127.0.0.1:{},1=127.0.0.1:{}", ports[0], ports[1]),
+            ),
+            (
+                "KIOKU_MCAPI_SECRET",
+                "00112233445566778899aabbccddeeff0011".into(),
+            ),
+        ],
+    );
 }
 
 /// Removes `/* */` comments.

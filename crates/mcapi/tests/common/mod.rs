@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 use kioku_mcapi::{Node, Topology};
+pub mod cprog;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
