@@ -21,6 +21,9 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often a TCP node looks for new connections while it is busy.
+const ACCEPT_EVERY: Duration = Duration::from_millis(1);
+
 /// What a completed request yields.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Completion {
@@ -179,6 +182,9 @@ pub enum Transport {
     Tcp {
         listener: TcpListener,
         handshakes: Vec<Handshake>,
+        /// When the listener is next polled: accept(2) allocates a socket even when nothing
+        /// waits, too dear for every pass of a spinning wait; new peers can wait a millisecond.
+        accept_at: Instant,
     },
 }
 
@@ -939,13 +945,19 @@ impl Engine {
             return;
         }
         let u = e.unreported.entry(from).or_default();
-        let was_full = u.entries + inflight.0 + entries >= self.topo.queue_depth
-            || u.bytes + inflight.1 + bytes >= self.topo.queue_bytes / 2;
+        // The sender may be blocked only if what it has outstanding (as far as we know, all of
+        // it once its last frame is consumed) leaves no room for one more entry or for a
+        // message of the largest size: then credit goes back at once. Otherwise it goes back
+        // in batches (one frame per quarter window), which halves the frames of a ping-pong.
+        let out_entries = u.entries + inflight.0 + entries;
+        let out_bytes = u.bytes + inflight.1 + bytes;
+        let was_full = out_entries >= self.topo.queue_depth
+            || out_bytes >= self.topo.queue_bytes / 2
+            || out_bytes + MAX_PAYLOAD as u64 > self.topo.queue_bytes;
         u.entries += entries;
         u.bytes += bytes;
         if now
             || was_full
-            || inflight.0 == 0
             || u.entries >= (self.topo.queue_depth / 4).max(1)
             || u.bytes >= self.topo.queue_bytes / 4
         {
@@ -1925,47 +1937,15 @@ impl Engine {
             let Transport::Tcp {
                 listener,
                 handshakes,
+                accept_at,
             } = &mut self.transport
             else {
                 return;
             };
-            loop {
-                match listener.accept() {
-                    Ok((s, addr)) => {
-                        if handshakes.len() >= tcp::MAX_HANDSHAKES {
-                            let oldest_silent = handshakes
-                                .iter()
-                                .enumerate()
-                                .filter(|(_, h)| h.awaits_hello())
-                                .min_by_key(|(_, h)| h.deadline())
-                                .map(|(i, _)| i);
-                            match oldest_silent {
-                                Some(i) => {
-                                    let h = handshakes.swap_remove(i);
-                                    tracing::warn!(
-                                        "dropping the silent connection from {:?}: {} handshakes already",
-                                        h.from_addr,
-                                        tcp::MAX_HANDSHAKES
-                                    );
-                                }
-                                None => {
-                                    tracing::warn!(
-                                        "refusing {addr}: {} handshakes already",
-                                        handshakes.len()
-                                    );
-                                    continue;
-                                }
-                            }
-                        }
-                        let _ = s.set_nonblocking(true);
-                        handshakes.push(Handshake::acceptor(s, addr));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        tracing::warn!("accept: {e}");
-                        break;
-                    }
-                }
+            let now = Instant::now();
+            if now >= *accept_at {
+                *accept_at = now + ACCEPT_EVERY;
+                accept_all(listener, handshakes);
             }
             let cx = HsContext {
                 me,
@@ -2074,6 +2054,7 @@ impl Engine {
             Transport::Tcp {
                 listener,
                 handshakes,
+                ..
             } => {
                 use std::os::fd::AsRawFd;
                 let mut fds = vec![
@@ -2165,5 +2146,49 @@ fn loss_of(e: &std::io::Error) -> PeerLoss {
             PeerLoss::Unreachable
         }
         _ => PeerLoss::Died,
+    }
+}
+
+/// Accepts every waiting connection as a handshake. When the table is full, the oldest
+/// connection still waiting for a hello makes room (so a flood of silent clients delays a
+/// real peer by one round trip instead of locking it out); if there is none, it is refused.
+fn accept_all(listener: &TcpListener, handshakes: &mut Vec<Handshake>) {
+    loop {
+        match listener.accept() {
+            Ok((s, addr)) => {
+                if handshakes.len() >= tcp::MAX_HANDSHAKES {
+                    let oldest_silent = handshakes
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, h)| h.awaits_hello())
+                        .min_by_key(|(_, h)| h.deadline())
+                        .map(|(i, _)| i);
+                    match oldest_silent {
+                        Some(i) => {
+                            let h = handshakes.swap_remove(i);
+                            tracing::warn!(
+                                "dropping the silent connection from {:?}: {} handshakes already",
+                                h.from_addr,
+                                tcp::MAX_HANDSHAKES
+                            );
+                        }
+                        None => {
+                            tracing::warn!(
+                                "refusing {addr}: {} handshakes already",
+                                handshakes.len()
+                            );
+                            continue;
+                        }
+                    }
+                }
+                let _ = s.set_nonblocking(true);
+                handshakes.push(Handshake::acceptor(s, addr));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                tracing::warn!("accept: {e}");
+                break;
+            }
+        }
     }
 }

@@ -92,6 +92,7 @@ impl Node {
                     Transport::Tcp {
                         listener,
                         handshakes: Vec::new(),
+                        accept_at: Instant::now(),
                     },
                     // SAFETY: fd is a fresh descriptor we own.
                     Some(unsafe { OwnedFd::from_raw_fd(fd) }),
@@ -176,7 +177,14 @@ impl Node {
         deadline: Option<Instant>,
         mut check: impl FnMut(&mut Engine) -> Option<Result<T>>,
     ) -> Result<T> {
-        let spin_until = Instant::now() + self.shared.topo.spin;
+        // Spinning pays over shared memory (the ring is read without a system call); over TCP
+        // every look is a read(2), and a loop of them was measured slower than poll(2) at once.
+        let spin = if self.shared.own.is_some() {
+            self.shared.topo.spin
+        } else {
+            Duration::ZERO
+        };
+        let spin_until = Instant::now() + spin;
         let mut g = self.lock()?;
         loop {
             g.progress();
@@ -250,7 +258,8 @@ impl Node {
                 let ms = slice.as_millis().min(i32::MAX as u128) as i32;
                 // SAFETY: a valid array of pollfds for the duration of the call.
                 unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-                if let Some(fd) = &self.shared.eventfd {
+                // fds[0] is the eventfd: drain it only when it fired.
+                if let Some(fd) = self.shared.eventfd.as_ref().filter(|_| fds[0].revents != 0) {
                     let mut v: u64 = 0;
                     // SAFETY: reading 8 bytes from our non-blocking eventfd.
                     unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
