@@ -209,6 +209,9 @@ impl Node {
                         break;
                     }
                 }
+                // The peer may be waiting for this very CPU (more runnable threads than cores):
+                // without a yield the spin only delays its reply.
+                std::thread::yield_now();
                 g = self.lock()?;
                 continue;
             }
