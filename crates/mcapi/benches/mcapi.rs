@@ -371,11 +371,12 @@ fn script(p: &mut dyn Pipe, me: usize, plan: Plan) -> Vec<String> {
     out
 }
 
-fn pipe_for(case: &str, me: usize, endpoint: &str) -> Box<dyn Pipe> {
+/// Side `me` of `case`; side 0 of raw TCP accepts on `listener` (bound before the peer starts).
+fn pipe_for(case: &str, me: usize, endpoint: &str, listener: Option<TcpListener>) -> Box<dyn Pipe> {
     match case {
         "raw-tcp" => {
             let s = if me == 0 {
-                TcpListener::bind(endpoint).unwrap().accept().unwrap().0
+                listener.expect("side 0 listens").accept().unwrap().0
             } else {
                 TcpStream::connect(endpoint).unwrap()
             };
@@ -415,8 +416,9 @@ impl Drop for Peer {
 }
 
 fn run_case(case: &str, round: usize, plan: Plan) -> Vec<String> {
+    let listener = (case == "raw-tcp").then(|| TcpListener::bind("127.0.0.1:0").unwrap());
     let endpoint = match case {
-        "raw-tcp" => format!("127.0.0.1:{}", free_port()),
+        "raw-tcp" => listener.as_ref().unwrap().local_addr().unwrap().to_string(),
         "raw-shm" => format!("/dev/shm/kioku-mcapi-bench-{}-{round}", std::process::id()),
         "mcapi-shm" => format!("bench{}-{round}", std::process::id()),
         _ => format!(
@@ -437,7 +439,7 @@ fn run_case(case: &str, round: usize, plan: Plan) -> Vec<String> {
             .unwrap(),
     );
     let rows = {
-        let mut p = pipe_for(case, 0, &endpoint);
+        let mut p = pipe_for(case, 0, &endpoint, listener);
         script(p.as_mut(), 0, plan)
     };
     let st = peer.0.wait().unwrap();
@@ -462,7 +464,7 @@ fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         let mut it = role.splitn(3, '|');
         let (case, endpoint, plan) = (it.next().unwrap(), it.next().unwrap(), it.next().unwrap());
-        let mut p = pipe_for(case, 1, endpoint);
+        let mut p = pipe_for(case, 1, endpoint, None);
         script(p.as_mut(), 1, Plan::from_env(plan));
         return;
     }

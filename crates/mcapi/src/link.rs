@@ -201,10 +201,12 @@ impl Link {
                         0 => return Ok(false),
                         n if n > 0 => {
                             let n = n as usize;
+                            let short = n < spare.len();
                             // SAFETY: read(2) initialized the first n bytes of the spare capacity.
                             unsafe { self.inbuf.set_len(len + n) };
                             budget -= n.min(budget);
-                            if budget == 0 {
+                            // A short read took all there was: another would only say EAGAIN.
+                            if budget == 0 || short {
                                 return Ok(true);
                             }
                         }
