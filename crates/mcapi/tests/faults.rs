@@ -51,12 +51,17 @@ fn child_role() {
     std::process::exit(0);
 }
 
-/// A child node, SIGKILLed when dropped (so a failing test leaves no process behind).
-struct ChildNode(Child);
+/// A child node, SIGKILLed when dropped (so a failing test leaves no process behind). A killed
+/// node cannot remove its shared-memory segment (the next node of its id in the job would
+/// replace it): the test removes it.
+struct ChildNode(Child, Option<std::path::PathBuf>);
 
 impl Drop for ChildNode {
     fn drop(&mut self) {
         kill(&mut self.0);
+        if let Some(segment) = &self.1 {
+            let _ = std::fs::remove_file(segment);
+        }
     }
 }
 
@@ -90,7 +95,9 @@ fn spawn_child(role: &str, topo: &Topology, via: Via) -> ChildNode {
                 .env("KIOKU_MCAPI_SECRET", hex);
         }
     }
-    ChildNode(c.spawn().unwrap())
+    let segment =
+        (via == Via::Shm).then(|| topo.shm_dir.join(format!("kioku-mcapi.{}.1", topo.job)));
+    ChildNode(c.spawn().unwrap(), segment)
 }
 
 #[test]
