@@ -1,0 +1,311 @@
+//! A link to one peer node: its state, the bytes waiting to go out, the bytes read but not yet
+//! parsed, and the transport underneath (a peer's shared-memory segment, or a TCP stream).
+
+use crate::error::PeerLoss;
+use crate::frame::{FrameError, Header, HEADER_LEN};
+use crate::shm::{Pidfd, Segment};
+use std::collections::VecDeque;
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LinkState {
+    /// Never contacted.
+    Idle,
+    /// Being set up (segment not there yet, producer not yet accepted, TCP handshake).
+    Connecting,
+    Up,
+    /// The peer is gone; operations on it fail until a new incarnation shows up.
+    Lost(PeerLoss),
+}
+
+pub enum Io {
+    None,
+    Shm {
+        peer: Segment,
+        pidfd: Option<Pidfd>,
+    },
+    /// Two one-way connections: frames go out on the one we dialled (`tx`) and come in on
+    /// the one the peer dialled (`rx`), so no tie-break between simultaneous dials is needed.
+    Tcp {
+        tx: Option<TcpStream>,
+        rx: Option<TcpStream>,
+    },
+}
+
+pub struct Link {
+    pub state: LinkState,
+    pub peer_inc: u64,
+    /// The incarnation we lost (a reappearance with it is stale).
+    pub lost_inc: u64,
+    pub io: Io,
+    /// Bytes waiting to be written, in order.
+    pub out: VecDeque<Vec<u8>>,
+    pub out_off: usize,
+    pub inbuf: Vec<u8>,
+    pub in_start: usize,
+    /// Shared memory: our producer incarnation is accepted by the peer.
+    pub accepted: bool,
+    /// Shared memory: the peer's producer into our segment is accepted.
+    pub inbound: bool,
+    pub retry_at: Instant,
+    pub backoff_ms: u64,
+    /// A connect attempt after a loss: failing it fails the waiting operations.
+    pub after_loss: bool,
+}
+
+impl Link {
+    pub fn new() -> Link {
+        Link {
+            state: LinkState::Idle,
+            peer_inc: 0,
+            lost_inc: 0,
+            io: Io::None,
+            out: VecDeque::new(),
+            out_off: 0,
+            inbuf: Vec::new(),
+            in_start: 0,
+            accepted: false,
+            inbound: false,
+            retry_at: Instant::now(),
+            backoff_ms: 1,
+            after_loss: false,
+        }
+    }
+
+    pub fn has_out(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Sockets to poll: (fd, whether we wait to write on it).
+    pub fn fds(&self) -> Vec<(i32, bool)> {
+        match &self.io {
+            Io::Tcp { tx, rx } => {
+                let mut v = Vec::new();
+                if let Some(t) = tx {
+                    v.push((t.as_raw_fd(), self.has_out()));
+                }
+                if let Some(r) = rx {
+                    v.push((r.as_raw_fd(), false));
+                }
+                v
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// TCP: the peer closed our outgoing connection (it never writes on it).
+    pub fn tx_closed(&self) -> bool {
+        let Io::Tcp { tx: Some(t), .. } = &self.io else {
+            return false;
+        };
+        let mut b = [0u8; 1];
+        // SAFETY: a peek of at most one byte into a valid buffer, non-blocking.
+        let n = unsafe {
+            libc::recv(
+                t.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
+    }
+
+    /// Writes `bufs` now as far as possible (nothing queued before them); returns bytes written.
+    pub fn write_now(&mut self, me: u32, bufs: &[&[u8]]) -> io::Result<usize> {
+        match &mut self.io {
+            Io::Shm { peer, .. } => {
+                let n = peer.write(me, bufs);
+                if n > 0 {
+                    peer.ring_doorbell();
+                }
+                Ok(n)
+            }
+            Io::Tcp { tx: Some(s), .. } => send_vectored(s.as_raw_fd(), bufs),
+            _ => Ok(0),
+        }
+    }
+
+    /// Writes what is queued; Ok(true) when the queue is empty.
+    pub fn flush(&mut self, me: u32) -> io::Result<bool> {
+        while let Some(front) = self.out.front() {
+            let rest = &front[self.out_off..];
+            let n = match &mut self.io {
+                Io::Shm { peer, .. } => {
+                    let n = peer.write(me, &[rest]);
+                    if n > 0 {
+                        peer.ring_doorbell();
+                    } else {
+                        peer.want_space(me);
+                        // Re-check after announcing: the consumer may have freed space just now.
+                        if peer.free(me) == 0 {
+                            return Ok(false);
+                        }
+                        continue;
+                    }
+                    n
+                }
+                Io::Tcp { tx: Some(s), .. } => send_vectored(s.as_raw_fd(), &[rest])?,
+                _ => return Ok(false),
+            };
+            if n == 0 {
+                return Ok(false);
+            }
+            self.out_off += n;
+            if self.out_off == front.len() {
+                self.out.pop_front();
+                self.out_off = 0;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Queues `bufs` (after what is queued already).
+    pub fn enqueue(&mut self, bufs: &[&[u8]]) {
+        let mut v = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+        for b in bufs {
+            v.extend_from_slice(b);
+        }
+        if !v.is_empty() {
+            self.out.push_back(v);
+        }
+    }
+
+    /// Reads what the transport has for us into `inbuf`. Ok(false): end of stream.
+    pub fn fill(&mut self, me: u32, own: Option<&Segment>, from: u32) -> io::Result<bool> {
+        if self.in_start > 0 && self.in_start * 2 >= self.inbuf.len() {
+            self.inbuf.drain(..self.in_start);
+            self.in_start = 0;
+        }
+        let _ = me;
+        match &mut self.io {
+            Io::Tcp { rx, .. } => {
+                let Some(s) = rx else { return Ok(true) };
+                let mut budget = 8 << 20;
+                loop {
+                    let len = self.inbuf.len();
+                    if self.inbuf.capacity() - len < 64 << 10 {
+                        self.inbuf.reserve(256 << 10);
+                    }
+                    // Read into the spare capacity: zeroing it first would cost a memset of
+                    // 256 KiB on every poll of the socket.
+                    let spare = self.inbuf.spare_capacity_mut();
+                    // SAFETY: read(2) into `spare`, writable for its whole length.
+                    let n = unsafe {
+                        libc::read(s.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len())
+                    };
+                    match n {
+                        0 => return Ok(false),
+                        n if n > 0 => {
+                            let n = n as usize;
+                            let short = n < spare.len();
+                            // SAFETY: read(2) initialized the first n bytes of the spare capacity.
+                            unsafe { self.inbuf.set_len(len + n) };
+                            budget -= n.min(budget);
+                            // A short read took all there was: another would only say EAGAIN.
+                            if budget == 0 || short {
+                                return Ok(true);
+                            }
+                        }
+                        _ => {
+                            let e = io::Error::last_os_error();
+                            match e.kind() {
+                                io::ErrorKind::WouldBlock => return Ok(true),
+                                io::ErrorKind::Interrupted => {}
+                                _ => return Err(e),
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {
+                let Some(own) = own else { return Ok(true) };
+                let pending = own.pending(from) as usize;
+                if pending == 0 {
+                    return Ok(true);
+                }
+                let len = self.inbuf.len();
+                self.inbuf.resize(len + pending, 0);
+                let (n, producer_waits) = own.read(from, &mut self.inbuf[len..]);
+                self.inbuf.truncate(len + n);
+                if producer_waits {
+                    if let Io::Shm { peer, .. } = &self.io {
+                        peer.ring_doorbell_force();
+                    }
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The next complete frame in `inbuf`, if any.
+    pub fn next_frame(&mut self) -> Result<Option<(Header, Vec<u8>)>, FrameError> {
+        let avail = self.inbuf.len() - self.in_start;
+        if avail < HEADER_LEN {
+            return Ok(None);
+        }
+        let raw: &[u8; HEADER_LEN] = self.inbuf[self.in_start..self.in_start + HEADER_LEN]
+            .try_into()
+            .expect("HEADER_LEN bytes");
+        let h = Header::decode(raw)?;
+        let total = HEADER_LEN + h.len as usize;
+        if avail < total {
+            return Ok(None);
+        }
+        let p0 = self.in_start + HEADER_LEN;
+        let payload = self.inbuf[p0..p0 + h.len as usize].to_vec();
+        self.in_start += total;
+        if self.in_start == self.inbuf.len() {
+            self.inbuf.clear();
+            self.in_start = 0;
+        }
+        Ok(Some((h, payload)))
+    }
+
+    /// Forgets the transport and what was buffered (the peer is gone).
+    pub fn reset(&mut self) {
+        self.io = Io::None;
+        self.out.clear();
+        self.out_off = 0;
+        self.inbuf.clear();
+        self.in_start = 0;
+        self.accepted = false;
+        self.inbound = false;
+    }
+}
+
+fn send_vectored(fd: i32, bufs: &[&[u8]]) -> io::Result<usize> {
+    let iov: Vec<libc::iovec> = bufs
+        .iter()
+        .filter(|b| !b.is_empty())
+        .map(|b| libc::iovec {
+            iov_base: b.as_ptr() as *mut libc::c_void,
+            iov_len: b.len(),
+        })
+        .collect();
+    if iov.is_empty() {
+        return Ok(0);
+    }
+    // SAFETY: msghdr is plain data; zeroed is valid, then we set the iovec array which
+    // outlives the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len();
+    loop {
+        // SAFETY: fd is a socket we own; msg points to valid iovecs. MSG_NOSIGNAL: a broken
+        // connection is an error, not a SIGPIPE.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(0),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
+    }
+}

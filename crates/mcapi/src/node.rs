@@ -1,0 +1,589 @@
+//! The safe Rust API: an MCAPI node of this process. Every call locks the node's engine,
+//! makes progress (moves bytes in and out) and returns; blocking calls spin briefly, then one
+//! waiting thread sleeps in the kernel (a futex on the node's shared-memory doorbell, or
+//! poll(2) on its sockets) while the others wait on a condition variable it signals.
+
+use crate::engine::{Completion, Engine, SleepPlan, Transport};
+use crate::error::{McapiError, PeerLoss, Result};
+use crate::ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId};
+use crate::link::LinkState;
+use crate::shm::Segment;
+use crate::topology::{Topology, TransportKind};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+struct Shared {
+    id: u32,
+    topo: Arc<Topology>,
+    engine: Mutex<Engine>,
+    cv: Condvar,
+    poller: AtomicBool,
+    cv_waiters: AtomicUsize,
+    eventfd: Option<OwnedFd>,
+    own: Option<Arc<Segment>>,
+    finalized: AtomicBool,
+}
+
+/// An initialized MCAPI node (cheap to clone; all clones are the same node).
+#[derive(Clone)]
+pub struct Node {
+    shared: Arc<Shared>,
+}
+
+/// What this node knows about another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    /// Not contacted yet.
+    Unknown,
+    /// Being contacted.
+    Connecting,
+    Up,
+    /// Gone: operations on it fail with `MCAPI_ERR_TRANSMISSION`.
+    Lost(PeerLoss),
+}
+
+impl Node {
+    /// Starts node `node` of `topo`'s job in domain `domain`.
+    pub fn initialize(domain: u32, node: u32, topo: Topology) -> Result<Node> {
+        if domain != topo.domain {
+            return Err(McapiError::DomainInvalid {
+                domain,
+                expected: topo.domain,
+            });
+        }
+        if node >= topo.nodes {
+            return Err(McapiError::NodeInvalid {
+                node,
+                nodes: topo.nodes,
+            });
+        }
+        let topo = Arc::new(topo);
+        let incarnation = crate::auth::random_u64();
+        let fp = topo.fingerprint();
+        let (transport, eventfd, own) = match topo.transport {
+            TransportKind::Shm => {
+                let tag = crate::auth::segment_tag(&topo.secret, &fp, node);
+                let seg = Arc::new(Segment::create(
+                    &topo.shm_dir,
+                    &topo.job,
+                    node,
+                    topo.nodes,
+                    topo.shm_ring_bytes,
+                    incarnation,
+                    tag,
+                )?);
+                (Transport::Shm { own: seg.clone() }, None, Some(seg))
+            }
+            TransportKind::Tcp => {
+                let addr = topo.addresses[node as usize];
+                let listener = crate::tcp::listen(addr).map_err(|e| McapiError::InitFailed {
+                    node,
+                    reason: format!("cannot listen at {addr}: {e}"),
+                })?;
+                tracing::info!(node, job = %topo.job, "MCAPI node {node} listens at {addr}");
+                // SAFETY: eventfd with valid flags; the result is checked.
+                let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+                if fd < 0 {
+                    return Err(McapiError::io("eventfd", std::io::Error::last_os_error()));
+                }
+                (
+                    Transport::Tcp {
+                        listener,
+                        handshakes: Vec::new(),
+                        accept_at: Instant::now(),
+                    },
+                    // SAFETY: fd is a fresh descriptor we own.
+                    Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+                    None,
+                )
+            }
+        };
+        let engine = Engine::new(node, incarnation, topo.clone(), transport);
+        Ok(Node {
+            shared: Arc::new(Shared {
+                id: node,
+                topo,
+                engine: Mutex::new(engine),
+                cv: Condvar::new(),
+                poller: AtomicBool::new(false),
+                cv_waiters: AtomicUsize::new(0),
+                eventfd,
+                own,
+                finalized: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    pub fn domain(&self) -> u32 {
+        self.shared.topo.domain
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.shared.topo
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Engine>> {
+        if self.shared.finalized.load(Ordering::Acquire) {
+            return Err(McapiError::NotInitialized);
+        }
+        let g = self.shared.engine.lock().unwrap_or_else(|p| p.into_inner());
+        if g.finalized {
+            return Err(McapiError::NotInitialized);
+        }
+        Ok(g)
+    }
+
+    /// Runs `f` on the engine after making progress, then wakes waiters if anything completed.
+    fn with<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        let mut g = self.lock()?;
+        g.progress();
+        let r = f(&mut g);
+        self.notify(&mut g);
+        r
+    }
+
+    fn notify(&self, g: &mut Engine) {
+        if !g.completed {
+            return;
+        }
+        g.completed = false;
+        if self.shared.cv_waiters.load(Ordering::Acquire) > 0 {
+            self.shared.cv.notify_all();
+        }
+        if self.shared.poller.load(Ordering::Acquire) {
+            self.wake_poller();
+        }
+    }
+
+    fn wake_poller(&self) {
+        if let Some(own) = &self.shared.own {
+            own.ring_doorbell_force();
+        } else if let Some(fd) = &self.shared.eventfd {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes to our eventfd.
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
+    }
+
+    /// Waits until `check` yields, making progress, spinning, then sleeping.
+    fn wait_until<T>(
+        &self,
+        deadline: Option<Instant>,
+        mut check: impl FnMut(&mut Engine) -> Option<Result<T>>,
+    ) -> Result<T> {
+        // Spinning pays over shared memory (the ring is read without a system call); over TCP
+        // every look is a read(2), and a loop of them was measured slower than poll(2) at once.
+        let spin = if self.shared.own.is_some() {
+            self.shared.topo.spin
+        } else {
+            Duration::ZERO
+        };
+        let spin_until = Instant::now() + spin;
+        let mut g = self.lock()?;
+        // The calls that wait made progress just before (`with`); a first look without another
+        // pass saves a system call per operation. Nothing is missed: what arrived meanwhile
+        // makes the sleep return at once (poll(2) is level-triggered; a shared-memory sleeper
+        // looks at its rings first).
+        // (A wait whose deadline has passed gets its pass: it would not sleep.)
+        let mut first = true;
+        loop {
+            if !first || deadline.is_some_and(|d| Instant::now() >= d) {
+                g.progress();
+            }
+            first = false;
+            let r = check(&mut g);
+            self.notify(&mut g);
+            if let Some(r) = r {
+                return r;
+            }
+            if g.finalized {
+                return Err(McapiError::NotInitialized);
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(McapiError::Timeout);
+            }
+            if now < spin_until {
+                drop(g);
+                let own = self.shared.own.as_deref();
+                for _ in 0..200 {
+                    std::hint::spin_loop();
+                    if own.is_some_and(|s| s.has_input(self.shared.id)) {
+                        break;
+                    }
+                }
+                // The peer may be waiting for this very CPU (more runnable threads than cores):
+                // without a yield the spin only delays its reply.
+                std::thread::yield_now();
+                g = self.lock()?;
+                continue;
+            }
+            let slice = deadline
+                .map(|d| d.saturating_duration_since(now))
+                .unwrap_or(Duration::MAX)
+                .min(Duration::from_millis(10));
+            if !self.shared.poller.swap(true, Ordering::AcqRel) {
+                let efd = self
+                    .shared
+                    .eventfd
+                    .as_ref()
+                    .map(|f| f.as_raw_fd())
+                    .unwrap_or(-1);
+                let plan = g.sleep_plan(efd);
+                drop(g);
+                self.sleep(plan, slice);
+                self.shared.poller.store(false, Ordering::Release);
+                g = self.lock()?;
+                g.check_liveness();
+            } else {
+                self.shared.cv_waiters.fetch_add(1, Ordering::AcqRel);
+                g = self
+                    .shared
+                    .cv
+                    .wait_timeout(g, slice.min(Duration::from_millis(2)))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+                self.shared.cv_waiters.fetch_sub(1, Ordering::AcqRel);
+                if g.finalized {
+                    return Err(McapiError::NotInitialized);
+                }
+            }
+        }
+    }
+
+    fn sleep(&self, plan: SleepPlan, slice: Duration) {
+        match plan {
+            SleepPlan::Shm { own, seq } => {
+                if own.has_input(self.shared.id) {
+                    own.cancel_sleep();
+                } else {
+                    own.sleep(seq, slice);
+                }
+            }
+            SleepPlan::Tcp { mut fds } => {
+                let ms = slice.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: a valid array of pollfds for the duration of the call.
+                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+                // fds[0] is the eventfd: drain it only when it fired.
+                if let Some(fd) = self.shared.eventfd.as_ref().filter(|_| fds[0].revents != 0) {
+                    let mut v: u64 = 0;
+                    // SAFETY: reading 8 bytes from our non-blocking eventfd.
+                    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ endpoints
+
+    pub fn endpoint_create(&self, port: u32) -> Result<EndpointId> {
+        self.with(|e| e.create_endpoint(port))
+    }
+
+    pub fn endpoint_get_i(&self, domain: u32, node: u32, port: u32) -> Result<RequestId> {
+        self.check_domain(domain)?;
+        self.with(|e| e.get_endpoint_i(node, port))
+    }
+
+    /// Blocks until `<domain, node, port>` exists (or `timeout`).
+    pub fn endpoint_get(
+        &self,
+        domain: u32,
+        node: u32,
+        port: u32,
+        timeout: Option<Duration>,
+    ) -> Result<EndpointId> {
+        let r = self.endpoint_get_i(domain, node, port)?;
+        let c = self.wait_or_cancel(r, timeout)?;
+        Ok(c.endpoint.expect("a get yields an endpoint"))
+    }
+
+    fn check_domain(&self, domain: u32) -> Result<()> {
+        if domain != self.shared.topo.domain {
+            return Err(McapiError::DomainInvalid {
+                domain,
+                expected: self.shared.topo.domain,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn endpoint_delete(&self, ep: EndpointId) -> Result<()> {
+        self.with(|e| e.delete_endpoint(ep))
+    }
+
+    pub fn endpoint_timeout(&self, ep: EndpointId) -> Result<Option<Duration>> {
+        self.with(|e| {
+            e.check_local(ep)?;
+            Ok(e.endpoint_timeout(ep))
+        })
+    }
+
+    pub fn set_endpoint_timeout(&self, ep: EndpointId, t: Option<Duration>) -> Result<()> {
+        self.with(|e| e.set_endpoint_timeout(ep, t))
+    }
+
+    /// (endpoint type bits, status bits, nodes that got it, queued entries).
+    pub fn endpoint_facts(&self, ep: EndpointId) -> Result<(u32, u32, u32, usize)> {
+        self.with(|e| e.endpoint_facts(ep))
+    }
+
+    // ------------------------------------------------------------ messages
+
+    pub fn msg_send_i(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[u8],
+        priority: u32,
+    ) -> Result<RequestId> {
+        self.with(|e| e.msg_send_i(from, to, data, priority))
+    }
+
+    /// Sends a message; waits while the receiver's queue is full (up to `from`'s timeout).
+    pub fn msg_send(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[u8],
+        priority: u32,
+    ) -> Result<()> {
+        let (r, t) = self.with(|e| {
+            let t = e.endpoint_timeout(from);
+            Ok((e.msg_send_i(from, to, data, priority)?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
+    }
+
+    pub fn msg_recv_i(&self, ep: EndpointId) -> Result<RequestId> {
+        self.with(|e| e.msg_recv_i(ep))
+    }
+
+    /// Receives the next message (highest priority first), waiting up to `ep`'s timeout.
+    pub fn msg_recv(&self, ep: EndpointId) -> Result<Vec<u8>> {
+        let (r, t) = self.with(|e| {
+            let t = e.endpoint_timeout(ep);
+            Ok((e.msg_recv_i(ep)?, t))
+        })?;
+        Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
+    }
+
+    pub fn msg_available(&self, ep: EndpointId) -> Result<usize> {
+        self.with(|e| e.msg_available(ep))
+    }
+
+    // ------------------------------------------------------------ channels
+
+    pub fn connect_i(
+        &self,
+        send: EndpointId,
+        recv: EndpointId,
+        kind: ChanKind,
+    ) -> Result<RequestId> {
+        self.with(|e| e.connect_i(send, recv, kind))
+    }
+
+    pub fn open_i(&self, ep: EndpointId, kind: ChanKind, dir: Direction) -> Result<RequestId> {
+        self.with(|e| e.open_i(ep, kind, dir))
+    }
+
+    /// Connects and opens in one go is the application's business; this waits for an open.
+    pub fn open(
+        &self,
+        ep: EndpointId,
+        kind: ChanKind,
+        dir: Direction,
+        timeout: Option<Duration>,
+    ) -> Result<ChannelHandle> {
+        let r = self.open_i(ep, kind, dir)?;
+        Ok(self
+            .wait_or_cancel(r, timeout)?
+            .handle
+            .expect("an open yields a handle"))
+    }
+
+    pub fn pktchan_send_i(&self, h: ChannelHandle, data: &[u8]) -> Result<RequestId> {
+        self.with(|e| e.pkt_send_i(h, data))
+    }
+
+    pub fn pktchan_send(&self, h: ChannelHandle, data: &[u8]) -> Result<()> {
+        let (r, t) = self.with(|e| {
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
+            Ok((e.pkt_send_i(h, data)?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
+    }
+
+    pub fn pktchan_recv_i(&self, h: ChannelHandle) -> Result<RequestId> {
+        self.with(|e| e.chan_recv_i(h, None))
+    }
+
+    pub fn pktchan_recv(&self, h: ChannelHandle) -> Result<Vec<u8>> {
+        let (r, t) = self.with(|e| {
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
+            Ok((e.chan_recv_i(h, None)?, t))
+        })?;
+        Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
+    }
+
+    pub fn chan_available(&self, h: ChannelHandle) -> Result<usize> {
+        self.with(|e| e.chan_available(h))
+    }
+
+    /// Sends a scalar of `width` bytes (1, 2, 4 or 8).
+    pub fn sclchan_send(&self, h: ChannelHandle, width: u8, value: u64) -> Result<()> {
+        let (r, t) = self.with(|e| {
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
+            Ok((e.scl_send_i(h, width, value)?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
+    }
+
+    /// Receives a scalar that was sent with the same `width`.
+    pub fn sclchan_recv(&self, h: ChannelHandle, width: u8) -> Result<u64> {
+        let (r, t) = self.with(|e| {
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
+            Ok((e.chan_recv_i(h, Some(width))?, t))
+        })?;
+        Ok(self.wait_or_cancel(r, t)?.scalar.unwrap_or_default())
+    }
+
+    pub fn close_i(&self, h: ChannelHandle) -> Result<RequestId> {
+        self.with(|e| e.close_i(h))
+    }
+
+    // ------------------------------------------------------------ requests
+
+    /// `Ok(None)` while pending; the result (the request is then gone) once complete.
+    pub fn test(&self, r: RequestId) -> Result<Option<Completion>> {
+        self.with(|e| match e.take(r)? {
+            None => Ok(None),
+            Some(res) => res.map(Some),
+        })
+    }
+
+    /// Waits for `r` (`None`: forever). A timeout leaves the request pending.
+    pub fn wait(&self, r: RequestId, timeout: Option<Duration>) -> Result<Completion> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.wait_until(deadline, |e| match e.take(r) {
+            Err(err) => Some(Err(err)),
+            Ok(None) => None,
+            Ok(Some(res)) => Some(res),
+        })
+    }
+
+    fn wait_or_cancel(&self, r: RequestId, timeout: Option<Duration>) -> Result<Completion> {
+        match self.wait(r, timeout) {
+            Err(McapiError::Timeout) => {
+                let mut g = self.lock()?;
+                if g.cancel(r).is_ok() {
+                    let _ = g.take(r);
+                    Err(McapiError::Timeout)
+                } else {
+                    // It completed just now.
+                    match g.take(r) {
+                        Ok(Some(res)) => res,
+                        _ => Err(McapiError::Timeout),
+                    }
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Waits for the first of `rs` to complete: its index and its result (an operation's
+    /// failure is reported with the index of the request that failed).
+    pub fn wait_any(
+        &self,
+        rs: &[RequestId],
+        timeout: Option<Duration>,
+    ) -> Result<(usize, Result<Completion>)> {
+        if rs.is_empty() {
+            return Err(McapiError::Parameter("wait_any needs at least one request"));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.wait_until(deadline, |e| {
+            for (i, &r) in rs.iter().enumerate() {
+                match e.is_pending(r) {
+                    Err(err) => return Some(Err(err)),
+                    Ok(true) => {}
+                    Ok(false) => {
+                        let res = e.take(r).expect("valid").expect("done");
+                        return Some(Ok((i, res)));
+                    }
+                }
+            }
+            None
+        })
+    }
+
+    /// Whether `r` is still pending (without consuming it).
+    pub fn is_pending(&self, r: RequestId) -> Result<bool> {
+        self.with(|e| e.is_pending(r))
+    }
+
+    pub fn cancel(&self, r: RequestId) -> Result<()> {
+        self.with(|e| e.cancel(r))
+    }
+
+    // ------------------------------------------------------------ node
+
+    /// What this node knows of `node`.
+    pub fn peer_state(&self, node: u32) -> Result<PeerState> {
+        self.with(|e| {
+            Ok(match e.link_state(node) {
+                None => {
+                    return Err(McapiError::NodeInvalid {
+                        node,
+                        nodes: e.topo.nodes,
+                    })
+                }
+                Some(LinkState::Idle) => PeerState::Unknown,
+                Some(LinkState::Connecting) => PeerState::Connecting,
+                Some(LinkState::Up) => PeerState::Up,
+                Some(LinkState::Lost(w)) => PeerState::Lost(w.clone()),
+            })
+        })
+    }
+
+    /// Flushes what is queued (up to `linger`), tells the peers, and closes. Other clones of
+    /// this node see `MCAPI_ERR_NODE_NOTINIT` from then on.
+    pub fn finalize(&self, linger: Duration) -> Result<()> {
+        let deadline = Instant::now() + linger;
+        let mut g = self.lock()?;
+        loop {
+            g.progress();
+            if g.flushed() || Instant::now() >= deadline {
+                break;
+            }
+            drop(g);
+            std::thread::sleep(Duration::from_micros(200));
+            g = self.lock()?;
+        }
+        g.say_bye();
+        g.finalized = true;
+        self.shared.finalized.store(true, Ordering::Release);
+        g.completed = true;
+        self.shared.cv.notify_all();
+        self.wake_poller();
+        Ok(())
+    }
+}
