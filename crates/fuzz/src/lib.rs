@@ -1,6 +1,6 @@
 //! Fuzz harnesses of every parser kioku runs on bytes others can write: pool files (header,
 //! commit slots, section tables, checkpoint metadata), process images, the file journal's
-//! records, and the control socket's request line. Each harness takes arbitrary bytes, must
+//! records, the control socket's request line, and MCAPI's handshake messages and frame headers. Each harness takes arbitrary bytes, must
 //! never panic, hang or allocate without bound, and checks what it can of the result.
 //!
 //! The same functions run under libFuzzer (`fuzz/`, `make fuzz`) and replay the committed
@@ -10,10 +10,12 @@
 
 mod control;
 mod journal;
+mod mcapi;
 mod pool;
 
 pub use control::control_request;
 pub use journal::journal;
+pub use mcapi::mcapi_wire;
 pub use pool::{ckpt_meta, pool_image, process_image};
 
 /// A harness: takes any bytes, panics only on a fault of kioku's.
@@ -26,4 +28,5 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("process_image", process_image),
     ("journal", journal),
     ("control_request", control_request),
+    ("mcapi_wire", mcapi_wire),
 ];

@@ -54,5 +54,5 @@ pub mod wire {
         decode_verdict, encode_proof, random_bytes, Challenge, Hello, CHALLENGE_LEN, HELLO_LEN,
         VERDICT_LEN,
     };
-    pub use crate::frame::{FrameError, Header, Kind, HEADER_LEN};
+    pub use crate::frame::{FrameError, Header, Kind, HEADER_LEN, MAX_PAYLOAD};
 }
