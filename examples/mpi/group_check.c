@@ -13,7 +13,8 @@
  * Environment: GROUP_CHECK_VERIFY=1 runs kioku_group_verify() after every checkpoint;
  * GROUP_CHECK_NO_RECOVER=1 skips kioku_group_recover() (to see it refused);
  * GROUP_CHECK_PROTECT=1 keeps the data in malloc'd memory registered with kioku_group_protect
- * instead of memory from kioku_group_alloc.
+ * instead of memory from kioku_group_alloc; GROUP_CHECK_THREADS=1 initialises MPI with
+ * MPI_THREAD_MULTIPLE, so that remote levels are encoded in the background.
  *
  * Prints, per rank: "recovered rank R epoch E iter I level L lost N", "verified rank R iter I",
  * "done rank R iter I"; errors as "error rank R <where> <code> <message>" with exit status 1.
@@ -85,7 +86,12 @@ int main(int argc, char **argv)
     int64_t die_step = argc > 6 ? atoll(argv[6]) : -1;
     int verify_each = getenv("GROUP_CHECK_VERIFY") && atoi(getenv("GROUP_CHECK_VERIFY")) == 1;
 
-    MPI_Init(&argc, &argv);
+    if (getenv("GROUP_CHECK_THREADS") && atoi(getenv("GROUP_CHECK_THREADS")) == 1) {
+        int provided = 0;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     setvbuf(stdout, NULL, _IOLBF, 0);
 

@@ -910,6 +910,28 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
+    /// Rewrites page `page` of region `name` in the valid checkpoint (the other context) with
+    /// `bytes`, which must have the checksum the checkpoint recorded for that page: repairing a
+    /// page found damaged there, with its value rebuilt elsewhere. Durable on return.
+    pub fn repair_committed(&mut self, name: &str, page: usize, bytes: &[u8]) -> Result<bool> {
+        let Some(want) = self.page_checksums(name).and_then(|c| c.get(page).copied()) else {
+            return Ok(false);
+        };
+        if bytes.len() != self.page as usize || crc32c::crc32c(bytes) != want {
+            return Ok(false);
+        }
+        let i = self.index(name)?;
+        let sec = self
+            .pool
+            .section(&section_name(self.regions[i].rec.id, 1 - self.running))
+            .expect("committed region")
+            .offset;
+        let at = sec + page as u64 * self.page;
+        self.pool.bytes_mut(at, self.page).copy_from_slice(bytes);
+        self.pool.persist(at, self.page)?;
+        Ok(true)
+    }
+
     /// The checksum of each page of region `name` as of the last checkpoint (`None` while a
     /// checkpoint is prepared, and for a region created since); as long as
     /// [`Engine::committed`]'s bytes.

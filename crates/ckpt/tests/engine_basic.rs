@@ -240,9 +240,21 @@ fn damaged_valid_context_falls_back_to_a_complete_copy_or_fails_clearly() {
     assert_eq!(sums.len(), 2);
     assert_eq!(sums[0], crc32c::crc32c(&mem(&e, "r")[..4096]));
     drop(e);
-    let (e, rec) = Engine::recover(&path, &opts()).unwrap();
+    let (mut e, rec) = Engine::recover(&path, &opts()).unwrap();
     assert!(rec.damaged.is_empty() && !rec.used_copy);
     assert_eq!((mem(&e, "r")[7], mem(&e, "r")[100]), (0, 42));
+    // A running engine repairs a damaged page of its valid checkpoint with bytes that have
+    // the recorded checksum, and with no others.
+    let valid = format!("ckpt.r1.{}", e.pool().roots()[0]);
+    let good = mem(&e, "r")[..4096].to_vec();
+    let off = e.pool().section(&valid).unwrap().offset + 100;
+    e.pool_mut().bytes_mut(off, 1)[0] ^= 1;
+    assert_ne!(e.committed("r").unwrap()[100], 42);
+    let mut bad = good.clone();
+    bad[1] ^= 1;
+    assert!(!e.repair_committed("r", 0, &bad).unwrap());
+    assert!(e.repair_committed("r", 0, &good).unwrap());
+    assert_eq!(e.committed("r").unwrap()[100], 42);
 }
 
 #[test]

@@ -32,6 +32,14 @@ pub enum GroupError {
     SizeChanged { dir: String, was: usize, now: usize },
     #[error("{path}: {detail}")]
     Pool { path: String, detail: String },
+    #[error("rank {rank}: {what} fails its checksum and cannot be rebuilt: {detail} (restore that pool from a copy, or remove all pools to start afresh)")]
+    Unrecoverable {
+        rank: usize,
+        what: String,
+        detail: String,
+    },
+    #[error("the encoding of level {level} failed, so this checkpoint was not taken ({why}); the previous one stands")]
+    FlightFailed { level: u8, why: String },
 }
 
 pub type Result<T> = std::result::Result<T, GroupError>;
