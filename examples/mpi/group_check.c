@@ -16,7 +16,8 @@
  * instead of memory from kioku_group_alloc; GROUP_CHECK_THREADS=1 initialises MPI with
  * MPI_THREAD_MULTIPLE, so that remote levels are encoded in the background.
  *
- * Prints, per rank: "recovered rank R epoch E iter I level L lost N", "verified rank R iter I",
+ * Prints, per rank: "recovered rank R epoch E iter I level L lost N healed H" (H: pages of this
+ * rank rebuilt because they failed their checksums), "verified rank R iter I",
  * "done rank R iter I"; errors as "error rank R <where> <code> <message>" with exit status 1.
  */
 #include <mpi.h>
@@ -125,9 +126,9 @@ int main(int argc, char **argv)
 
     if (recovered) {
         kioku_group_status(&st);
-        printf("recovered rank %d epoch %llu iter %lld level %d lost %llu\n", rank,
+        printf("recovered rank %d epoch %llu iter %lld level %d lost %llu healed %llu\n", rank,
                (unsigned long long)st.recovered_epoch, (long long)s->iter, st.recovered_level,
-               (unsigned long long)st.recovered_lost);
+               (unsigned long long)st.recovered_lost, (unsigned long long)st.healed_pages);
         /* Every protected byte against the data recomputed from nothing. */
         unsigned char *ref = calloc((size_t)pages, PAGE);
         for (int64_t it = 1; it <= s->iter; it++)

@@ -61,7 +61,9 @@ fn code_of(e: &GroupError, rank: usize) -> c_int {
         GroupError::Invalid(_) => KIOKU_E_INVAL,
         GroupError::Remote { .. } => KIOKU_E_REMOTE,
         GroupError::TooManyLost { .. } | GroupError::NoRedundancy { .. } => KIOKU_E_LOST,
-        GroupError::Unrecoverable { rank: r, .. } if *r == rank => KIOKU_E_CORRUPT,
+        GroupError::Unrecoverable { pages, .. } if pages.iter().any(|p| p.0 == rank) => {
+            KIOKU_E_CORRUPT
+        }
         GroupError::Unrecoverable { .. } => KIOKU_E_LOST,
         GroupError::FlightFailed { why, .. } if why.contains("checksum") => KIOKU_E_CORRUPT,
         GroupError::FlightFailed { .. } => KIOKU_E_REMOTE,

@@ -359,6 +359,7 @@ impl Flight {
 
     /// A holder's part for stripe pages `lo..hi` of held stripe `h` (parity row `t`): the `k`
     /// contributors' messages multiplied and added into new parity pages, which go to the sink.
+    #[allow(clippy::too_many_arguments)]
     fn absorb(
         &self,
         shared: &Shared,

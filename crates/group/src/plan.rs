@@ -547,9 +547,9 @@ pub fn decide(looks: &[Look], cfg: &Config) -> Result<Decision> {
         }
     };
     let mut changed = false;
-    for r in 0..n {
-        if alive[r] && deep_of(r, &rollback).is_some_and(|d| d.too_much) {
-            alive[r] = false;
+    for (r, a) in alive.iter_mut().enumerate() {
+        if *a && deep_of(r, &rollback).is_some_and(|d| d.too_much) {
+            *a = false;
             changed = true;
         }
     }
@@ -585,7 +585,7 @@ pub fn decide(looks: &[Look], cfg: &Config) -> Result<Decision> {
     }
     let levels = settle_levels(looks, &alive, &deep, e, cfg)?;
     let damaged: Vec<Vec<String>> = (0..n)
-        .map(|r| deep[r].map(|d| describe(d)).unwrap_or_default())
+        .map(|r| deep[r].map(describe).unwrap_or_default())
         .collect();
     let mut out = Decision {
         epoch: e,
@@ -643,7 +643,7 @@ pub fn decide(looks: &[Look], cfg: &Config) -> Result<Decision> {
 
     // Data must be rebuilt: the newest level that can, staying at `e` if it can.
     let mut candidates: Vec<&LevelPlan> = out.levels.iter().filter(|l| l.epoch > 0).collect();
-    candidates.sort_unstable_by(|a, b| (b.epoch, b.id).cmp(&(a.epoch, a.id)));
+    candidates.sort_unstable_by_key(|l| std::cmp::Reverse((l.epoch, l.id)));
     if candidates.is_empty() {
         if !lost.is_empty() {
             return Err(GroupError::NoRedundancy { ranks: lost });
@@ -806,9 +806,9 @@ impl Ctx<'_> {
                     let ok = mark.is_some_and(|m| m.base == l.epoch)
                         && d.is_none_or(|d| !d.journal_unusable.contains(&l.id));
                     if !ok {
-                        for j in 0..g {
+                        for (j, w) in whole.iter_mut().enumerate() {
                             if s.contributors(j).contains(&pos) {
-                                whole[j].insert(pos);
+                                w.insert(pos);
                             }
                         }
                     }
@@ -881,17 +881,24 @@ impl Ctx<'_> {
         true
     }
 
-    /// The error when damage cannot be rebuilt: names the first damaged page.
+    /// The error when damage cannot be rebuilt: names the damaged pages.
     fn unrecoverable(&self, level: Option<u8>) -> GroupError {
-        let first = self
+        let pages: Vec<(usize, String)> = self
             .deep
             .iter()
             .enumerate()
-            .find_map(|(r, d)| d.and_then(|d| describe(d).into_iter().next().map(|s| (r, s))));
-        let (rank, what) = first.unwrap_or((0, "unknown".into()));
+            .flat_map(|(r, d)| {
+                d.map(|d| {
+                    describe(d)
+                        .into_iter()
+                        .map(move |s| (r, s))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+            })
+            .collect();
         GroupError::Unrecoverable {
-            rank,
-            what,
+            pages,
             detail: match level {
                 None => "no checkpoint of a remote level exists to rebuild it from".into(),
                 Some(l) => format!(
@@ -1098,13 +1105,7 @@ mod tests {
         assert!(d.healed_on(1)[0].contains("page 7"));
         // Three members damaged in the same stripe page (k = 4: page 7 is chunk 3 of page
         // 1 of a stripe at each): more than m = 2.
-        for r in [2, 3] {
-            l[r].deep = Some(Deep {
-                data: vec![page(7)],
-                ..Deep::default()
-            });
-        }
-        // Different positions put chunk 3 in different stripes, so find a real collision.
+        // Different positions put a page in different stripes, so find a real collision.
         let s = scheme_of(RS, 6, 2);
         let j = s.stripe_of_chunk(1, 3);
         let mut ranks = vec![];
@@ -1119,15 +1120,16 @@ mod tests {
                 ..Deep::default()
             });
         }
-        for r in 0..6 {
-            if !ranks[..3].iter().any(|x| x.0 == r) {
-                l[r].deep = None;
+        for (r, x) in l.iter_mut().enumerate() {
+            if !ranks[..3].iter().any(|y| y.0 == r) {
+                x.deep = None;
             }
         }
         match decide(&l, &cfg(false)) {
-            Err(GroupError::Unrecoverable { rank, what, .. }) => {
-                assert_eq!(rank, ranks[0].0);
-                assert!(what.contains("region 'u1' page"), "{what}");
+            Err(GroupError::Unrecoverable { pages, .. }) => {
+                assert_eq!(pages.len(), 3);
+                assert_eq!(pages[0].0, ranks[0].0);
+                assert!(pages[0].1.contains("region 'u1' page"), "{pages:?}");
             }
             other => panic!("{other:?}"),
         }

@@ -97,14 +97,14 @@ pub(crate) fn decode(g: &mut Group, d: &Decode, at: At) -> Result<Repaired> {
     let mut piece = Vec::new();
     let mut decoded = vec![0u8; seg as usize * page];
     let _ = glen;
-    for j in 0..scheme.g {
+    for (j, whole_j) in whole.iter().enumerate().take(scheme.g) {
         let shard_pos: Vec<usize> = scheme
             .contributors(j)
             .into_iter()
             .chain(scheme.holders(j))
             .collect();
         let h_of_j = held.iter().position(|&(hj, _)| hj == j);
-        for (lo, hi, lost) in runs(&whole[j], pages, j, q_total) {
+        for (lo, hi, lost) in runs(whole_j, pages, j, q_total) {
             let survivors: Vec<usize> = (0..k + m)
                 .filter(|&s| !lost.contains(&shard_pos[s]))
                 .take(k)
@@ -431,15 +431,14 @@ pub(crate) fn scrub(g: &mut Group) -> Result<ScrubReport> {
     let decision = decide(&looks, &cfg)?;
     if let Some((epoch, _)) = decision.rebuild {
         if epoch != g.epoch() {
-            let first = decision
+            let pages: Vec<(usize, String)> = decision
                 .damaged
                 .iter()
                 .enumerate()
-                .find_map(|(r, v)| v.first().map(|w| (r, w.clone())))
-                .unwrap_or((0, "a page".into()));
+                .flat_map(|(r, v)| v.iter().map(move |w| (r, w.clone())))
+                .collect();
             return Err(GroupError::Unrecoverable {
-                rank: first.0,
-                what: first.1,
+                pages,
                 detail: format!(
                     "the checkpoint and the program both lost it; a restart rebuilds it by going back to epoch {epoch}"
                 ),
