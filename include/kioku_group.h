@@ -165,7 +165,8 @@ int kioku_group_status(struct kioku_group_status *out);
  * the parity, the journals) and rebuilds pages that fail from the group's parity; then
  * recomputes the parity of every level whose parity encodes the last checkpoint and compares
  * it with the parity held. *bad_pages (if not NULL) gets the number of pages, over the job,
- * that failed their checksum plus parity pages that differ (0: all sound). KIOKU_E_CORRUPT
+ * still damaged afterwards plus parity pages that differ (0: all sound now; status.healed_pages
+ * counts the pages it rebuilt). KIOKU_E_CORRUPT
  * (on the rank that holds it; KIOKU_E_LOST on the others) names a page that cannot be rebuilt.
  * Waits for a background encoding first. */
 int kioku_group_verify(uint64_t *bad_pages);

@@ -102,6 +102,8 @@ int main(int argc, char **argv)
     struct kioku_group_status st;
     kioku_group_status(&st);
     int recovered = 0;
+    if (st.must_recover)
+        printf("pools rank %d epoch %llu\n", rank, (unsigned long long)st.epoch);
     /* GROUP_CHECK_NO_RECOVER=1: a program that forgets to recover (must be refused). */
     if (st.must_recover && !getenv("GROUP_CHECK_NO_RECOVER")) {
         rc = kioku_group_recover();
@@ -169,6 +171,10 @@ int main(int argc, char **argv)
                        (unsigned long long)badp, (long long)it);
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
+            kioku_group_status(&st);
+            if (st.healed_pages > 0)
+                printf("scrub rank %d iter %lld healed %llu\n", rank, (long long)it,
+                       (unsigned long long)st.healed_pages);
         }
     }
     kioku_group_status(&st);

@@ -286,8 +286,8 @@ pub extern "C" fn kioku_group_recover() -> c_int {
 }
 
 /// Collective scrub (see `Group::verify`): `*bad_pages` gets the number of pages, over the
-/// job, that failed their checksum (rebuilt unless the call fails) plus parity pages that
-/// differ from a fresh encoding.
+/// job, still damaged after it (not rebuilt) plus parity pages that differ from a fresh
+/// encoding; the status's `healed_pages` says how many it rebuilt.
 ///
 /// # Safety
 /// `bad_pages` is NULL or writable.
@@ -295,7 +295,8 @@ pub extern "C" fn kioku_group_recover() -> c_int {
 pub unsafe extern "C" fn kioku_group_verify(bad_pages: *mut u64) -> c_int {
     with_group("kioku_group_verify", |g| {
         let r = g.verify()?;
-        let bad = r.damaged + r.mismatched.iter().map(|(_, b)| b).sum::<u64>();
+        let bad =
+            r.damaged.saturating_sub(r.healed) + r.mismatched.iter().map(|(_, b)| b).sum::<u64>();
         if !bad_pages.is_null() {
             // SAFETY: non-NULL and writable per the header.
             unsafe { bad_pages.write(bad) };

@@ -126,7 +126,6 @@ pub(crate) struct FlightReport {
     /// parity.
     pub committed: bool,
     pub failure: Option<String>,
-    pub exchange: Duration,
     pub total: Duration,
 }
 
@@ -154,7 +153,6 @@ impl Flight {
             bytes_sent: ex.bytes_sent,
             committed: false,
             failure: None,
-            exchange: ex.time,
             total: Duration::ZERO,
         };
         match agreed {

@@ -149,7 +149,7 @@ impl Shared {
 
 /// A flight running on its own thread.
 struct Running {
-    handle: std::thread::JoinHandle<(Bg, Result<FlightReport>)>,
+    handle: std::thread::JoinHandle<(Bg, Result<FlightReport>, Instant)>,
     started: Instant,
 }
 
@@ -580,7 +580,7 @@ impl Group {
             return Ok(Duration::ZERO);
         };
         let t = Instant::now();
-        let (bg, result) = run.handle.join().unwrap_or_else(|p| {
+        let (bg, result, ended) = run.handle.join().unwrap_or_else(|p| {
             let msg = p
                 .downcast_ref::<String>()
                 .cloned()
@@ -591,13 +591,14 @@ impl Group {
                 Err(GroupError::State(format!(
                     "the background encoding failed (a bug in kioku): {msg}"
                 ))),
+                Instant::now(),
             )
         });
         self.bg = Some(bg);
         let waited = t.elapsed();
         match result {
             Ok(rep) => {
-                self.took(&rep, run.started, true);
+                self.took(&rep, ended.duration_since(run.started), true);
                 Ok(waited)
             }
             Err(e) => {
@@ -608,7 +609,7 @@ impl Group {
     }
 
     /// Takes in a flight's outcome: a committed level starts a new journal.
-    fn took(&mut self, rep: &FlightReport, started: Instant, background: bool) {
+    fn took(&mut self, rep: &FlightReport, durable: Duration, background: bool) {
         if rep.committed {
             self.journals.retain(|j| j.level != rep.level);
             self.journals.push(Journal::new(rep.level, rep.epoch));
@@ -620,14 +621,9 @@ impl Group {
             failure: rep.failure.clone(),
             encoded_pages: rep.encoded_pages,
             bytes_sent: rep.bytes_sent,
-            durable: started
-                .elapsed()
-                .min(rep.total + rep.exchange.max(Duration::ZERO)),
+            durable,
             background,
         });
-        if let Some(f) = &mut self.last_flight {
-            f.durable = started.elapsed();
-        }
     }
 
     /// A collective checkpoint at `level` (1 local, 2 partner, 3 rs).
@@ -911,6 +907,8 @@ impl Group {
             });
         }
 
+        self.damage_for_tests(epoch);
+
         // (5) The level's flight in the background: the program goes on meanwhile.
         if let Some((id, mode)) = background {
             let pages: Vec<u64> = match mode {
@@ -925,7 +923,7 @@ impl Group {
                 .name("kioku-flight".into())
                 .spawn(move || {
                     let r = f.run(&shared, &mut bg);
-                    (bg, r)
+                    (bg, r, Instant::now())
                 })
                 .map_err(|e| {
                     GroupError::State(format!("cannot start the background encoding: {e}"))
@@ -949,6 +947,26 @@ impl Group {
             background: background.is_some(),
         };
         Ok(self.last.clone())
+    }
+
+    /// Fault injection for the scrub test: `KIOKU_FAULT=damage:<rank>:<epoch>` flips a bit of
+    /// the first data page of the valid checkpoint and of the first parity page this rank
+    /// holds, once that checkpoint is finished (a bit flip on the medium).
+    fn damage_for_tests(&mut self, epoch: u64) {
+        let want = format!("damage:{}:{epoch}", self.rank());
+        if std::env::var("KIOKU_FAULT").ok().as_deref() != Some(want.as_str()) {
+            return;
+        }
+        tracing::warn!(epoch, "KIOKU_FAULT: damaging this rank's pool");
+        self.with(|i| {
+            let pool = i.engine.pool_mut();
+            let valid = pool.roots()[0];
+            for name in [format!("ckpt.r1.{valid}"), format!("g.p{RS}.0")] {
+                if let Some(off) = pool.section(&name).map(|s| s.offset) {
+                    pool.bytes_mut(off + 33, 1)[0] ^= 0x20;
+                }
+            }
+        });
     }
 
     /// Collective scrub: checks every page checksum of every pool (data, parity, journals),

@@ -218,7 +218,14 @@ fn restart_without_loss_resumes_from_the_last_checkpoint() {
     let job = Job::new(6, 6, "rs");
     let args = ["8", "32", "sparse", "131"];
     job.crash(&args, 4, 5);
-    job.recover(&args, 4, 0, 0);
+    let o = job.recover(&args, 4, 0, 0);
+    // Before recovering, the status says what the pools hold.
+    assert_eq!(o.lines("pools rank").len(), 6, "{}", o.out);
+    assert!(
+        o.lines("pools rank").iter().all(|l| l.ends_with("epoch 4")),
+        "{}",
+        o.out
+    );
 }
 
 #[test]
@@ -749,4 +756,23 @@ fn a_rank_lost_at_every_step_of_a_background_encoding() {
         assert_eq!(o.lines("verified").len(), 4, "{point}: {}", o.out);
         assert_eq!(o.lines("done").len(), 4, "{point}: {}", o.out);
     }
+}
+
+/// A bit flipped on the medium while the job runs — in a data page of a rank's valid
+/// checkpoint and in a parity page it holds — is found by the next scrub
+/// (`kioku_group_verify`) and rebuilt (the data page from the program's identical copy, the
+/// parity page from the group), before any restart; the parity then matches the data.
+#[test]
+fn a_scrub_finds_and_rebuilds_damaged_pages_while_the_job_runs() {
+    need_mpi!();
+    let mut job = Job::new(6, 6, "rs");
+    job.set("KIOKU_FAULT", "damage:2:3");
+    let o = job.run(6, &["5", "32", "dense", "3"]);
+    assert!(o.ok, "{}", o.out);
+    let scrubs = o.lines("scrub");
+    assert_eq!(scrubs.len(), 6, "{}", o.out);
+    for l in scrubs {
+        assert!(l.contains("iter 3 healed 2"), "{l}\n{}", o.out);
+    }
+    assert_eq!(o.lines("done").len(), 6, "{}", o.out);
 }
