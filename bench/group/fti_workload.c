@@ -37,6 +37,15 @@ static void checkpoint(long interval, int level)
         printf("{\"interval\": %ld, \"wait_ns\": %llu}\n", interval, (unsigned long long)max);
 }
 
+/* Ends every rank without finalising (FTI keeps the checkpoint for a restart), once rank 0
+ * has printed. */
+static void crash(void)
+{
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
+    _exit(0);
+}
+
 int main(int argc, char **argv)
 {
     if (argc != 5) {
@@ -110,7 +119,7 @@ int main(int argc, char **argv)
             progress = k;
             checkpoint(k, level);
             if (k == crash_after)
-                _exit(0);
+                crash();
         }
     } else {
         for (size_t i = 0; i < n * n; i++)
@@ -126,7 +135,7 @@ int main(int argc, char **argv)
             progress = k;
             checkpoint(k, level);
             if (k == crash_after)
-                _exit(0);
+                crash();
         }
     }
     FTI_Finalize();

@@ -192,8 +192,8 @@ impl Flight {
         let window = (self.budget / (HEAD + (self.segment as usize) * (self.page + 4))).max(1) * m;
         let mut pending: VecDeque<Req> = VecDeque::new();
         let mut inbox: Vec<Vec<u8>> = vec![Vec::new(); k];
-        let mut log = Log::new(self.level);
         let held = self.scheme.held(self.pos);
+        let mut log = Log::new(self.level, held.len() as u64 * self.q_total);
         let mut recv_fault = true;
         for j in 0..g {
             if j == g / 2 && self.sink == Sink::Log {

@@ -514,11 +514,18 @@ pub struct LogEntry {
 pub struct Log {
     pub level: u8,
     pub entries: u64,
+    /// The most entries the flight can append (every page of every held stripe): the log grows
+    /// by doubling, but never past this, so that it never takes more than the parity it logs.
+    pub max_entries: u64,
 }
 
 impl Log {
-    pub fn new(level: u8) -> Log {
-        Log { level, entries: 0 }
+    pub fn new(level: u8, max_entries: u64) -> Log {
+        Log {
+            level,
+            entries: 0,
+            max_entries: max_entries.max(1),
+        }
     }
 
     /// Appends the new value of page `q` of held stripe `h` (flushed, ordered by `finish`).
@@ -532,15 +539,15 @@ impl Log {
     ) -> Result<()> {
         let slot = self.entries;
         let path = pool.path().display().to_string();
-        let grow = |pool: &mut Pool, name: &str, need: u64, min: u64| -> Result<u64> {
+        let grow = |pool: &mut Pool, name: &str, need: u64, min: u64, max: u64| -> Result<u64> {
             match pool.section(name) {
                 Some(s) if s.len >= need => Ok(s.offset),
                 Some(s) => Ok(pool
-                    .resize_section(name, need.max(2 * s.len))
+                    .resize_section(name, need.max((2 * s.len).min(max)))
                     .map_err(|e| io(&path, "cannot grow a parity log", e))?
                     .offset),
                 None => Ok(pool
-                    .create_section(name, need.max(min), 0)
+                    .create_section(name, need.max(min.min(max)), 0)
                     .map_err(|e| io(&path, "cannot create a parity log", e))?
                     .offset),
             }
@@ -550,12 +557,14 @@ impl Log {
             &log_name(self.level),
             (slot + 1) * page as u64,
             64 * page as u64,
+            self.max_entries * page as u64,
         )?;
         let ix = grow(
             pool,
             &log_index_name(self.level),
             (slot + 1) * LOG_ENTRY as u64,
             64 * LOG_ENTRY as u64,
+            self.max_entries * LOG_ENTRY as u64,
         )?;
         let at = data + slot * page as u64;
         pool.bytes_mut(at, page as u64).copy_from_slice(bytes);
@@ -721,13 +730,35 @@ mod tests {
     }
 
     #[test]
+    fn a_log_never_grows_past_the_parity_it_can_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = pool(dir.path());
+        let page = 4096;
+        let mut log = Log::new(3, 100);
+        for q in 0..100 {
+            log.append(&mut p, page, 0, q, &vec![q as u8; page])
+                .unwrap();
+        }
+        // Doubling from 64 pages would make 128; the log stops at what it can hold.
+        assert_eq!(p.section("g.l3").unwrap().len, 100 * page as u64);
+        assert_eq!(
+            p.section("g.li3").unwrap().len,
+            page as u64,
+            "sections are whole pages"
+        );
+        let mut small = Log::new(4, 3);
+        small.append(&mut p, page, 0, 0, &vec![1u8; page]).unwrap();
+        assert_eq!(p.section("g.l4").unwrap().len, 3 * page as u64);
+    }
+
+    #[test]
     fn a_log_applies_idempotently_and_checks_its_index() {
         let dir = tempfile::tempdir().unwrap();
         let mut p = pool(dir.path());
         let page = 4096;
         Parity::ensure(&mut p, page, 3, 2, 4).unwrap();
         assert_eq!(Parity::damaged(&p, page, 3, 2, 4), vec![], "zeros verify");
-        let mut log = Log::new(3);
+        let mut log = Log::new(3, 1 << 20);
         log.append(&mut p, page, 1, 3, &vec![7u8; page]).unwrap();
         log.append(&mut p, page, 0, 0, &vec![9u8; page]).unwrap();
         let (entries, index_crc) = log.finish(&p).unwrap();
