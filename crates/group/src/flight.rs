@@ -68,6 +68,11 @@ pub(crate) enum Source {
 pub(crate) enum Sink {
     /// Append them to the redo log.
     Log,
+    /// Write them in place, every page of every held stripe (zero ones too): only for a level
+    /// whose parity encodes nothing yet (the record says epoch 0), so that there is no older
+    /// parity for a log to protect — the first encoding costs no log space. The commit steps
+    /// are the same with an empty log.
+    InPlace,
     /// Compare them with the parity held, counting differences (verification).
     Compare,
 }
@@ -196,7 +201,7 @@ impl Flight {
         let mut log = Log::new(self.level, held.len() as u64 * self.q_total);
         let mut recv_fault = true;
         for j in 0..g {
-            if j == g / 2 && self.sink == Sink::Log {
+            if j == g / 2 && self.sink != Sink::Compare {
                 fault("encode", self.rank, self.epoch);
             }
             let contributors = self.scheme.contributors(j);
@@ -220,7 +225,7 @@ impl Flight {
                     .position(|&(hj, _)| hj == j)
                     .expect("a holder holds the stripe");
                 for s in 0..nseg {
-                    if recv_fault && s == nseg / 2 && self.sink == Sink::Log {
+                    if recv_fault && s == nseg / 2 && self.sink != Sink::Compare {
                         recv_fault = false;
                         fault("recv", self.rank, self.epoch);
                     }
@@ -236,7 +241,7 @@ impl Flight {
         for r in pending {
             r.wait()?;
         }
-        if self.sink == Sink::Log && out.failure.is_none() {
+        if self.sink != Sink::Compare && out.failure.is_none() {
             let mut g = shared.lock();
             match log.finish(inner(&mut g).engine.pool()) {
                 Ok(l) => out.log = l,
@@ -439,6 +444,14 @@ impl Flight {
             match self.sink {
                 Sink::Log => {
                     if let Err(e) = log.append(pool, page, h as u32, q as u32, &sum) {
+                        out.failure = Some(e.to_string());
+                        return Ok(());
+                    }
+                }
+                Sink::InPlace => {
+                    if let Err(e) =
+                        Parity::write(pool, page, self.level, h, q, &sum, crc32c::crc32c(&sum))
+                    {
                         out.failure = Some(e.to_string());
                         return Ok(());
                     }

@@ -798,6 +798,16 @@ impl Group {
         })();
         agree(&self.comm, prepared)?;
 
+        // A level whose parity encodes nothing yet is written in place (no older parity to
+        // keep); any other through a redo log.
+        let sink_for = |id: u8| {
+            if level_epochs.iter().any(|&(l, at)| l == id && at == 0) {
+                Sink::InPlace
+            } else {
+                Sink::Log
+            }
+        };
+
         // (2) Inline flights: sent, logged, agreed — before the local checkpoint commits.
         let te = Instant::now();
         let mut flights: Vec<Flight> = Vec::new();
@@ -816,7 +826,7 @@ impl Group {
                 Mode::Fresh | Mode::Full => (0..my_pages).collect(),
             };
             let q = self.level(id).scheme.stripe_pages(max_pages);
-            let f = self.flight_for(id, epoch, q, mode, Source::Live, Sink::Log, pages);
+            let f = self.flight_for(id, epoch, q, mode, Source::Live, sink_for(id), pages);
             let mut bg = self.bg.take().expect("no flight runs");
             let ex = f.exchange(&self.shared, &mut bg);
             let ex = match ex {
@@ -916,7 +926,7 @@ impl Group {
                 Mode::Fresh | Mode::Full => (0..my_pages).collect(),
             };
             let q = self.level(id).scheme.stripe_pages(max_pages);
-            let f = self.flight_for(id, epoch, q, mode, Source::Committed, Sink::Log, pages);
+            let f = self.flight_for(id, epoch, q, mode, Source::Committed, sink_for(id), pages);
             let shared = self.shared.clone();
             let mut bg = self.bg.take().expect("no flight runs");
             let handle = std::thread::Builder::new()

@@ -758,6 +758,50 @@ fn a_rank_lost_at_every_step_of_a_background_encoding() {
     }
 }
 
+/// A level's first encoding writes its parity in place (there is no older parity to keep, so
+/// no redo log). A rank killed during it, its pool lost: the level encodes nothing yet, so the
+/// restart refuses clearly (KIOKU_E_LOST) and leaves the survivors' pools as they were; killed
+/// once the flight committed, the restart finishes it and rebuilds the rank, every byte checked.
+#[test]
+fn a_rank_lost_during_the_first_encoding_in_place() {
+    need_mpi!();
+    for (point, rebuilt) in [("recv", false), ("committed", true)] {
+        let mut job = Job::new(4, 4, "rs");
+        job.set("GROUP_CHECK_THREADS", "1");
+        job.set("KIOKU_ASYNC", "1");
+        job.set("KIOKU_FAULT", &format!("{point}:1:1"));
+        let args = ["3", "24", "dense", "3"];
+        let o = job.run(4, &args);
+        assert!(!o.ok, "{point}: the job should have died:\n{}", o.out);
+        job.set("KIOKU_FAULT", "");
+        job.lose(&[1]);
+        let before: Vec<Vec<u8>> = [0, 2, 3]
+            .iter()
+            .map(|&r| std::fs::read(job.pool(r)).unwrap())
+            .collect();
+        let o = job.run(4, &args);
+        if rebuilt {
+            assert!(o.ok, "{point}: restart failed:\n{}", o.out);
+            assert_eq!(o.lines("recovered").len(), 4, "{point}: {}", o.out);
+            assert_eq!(o.lines("verified").len(), 4, "{point}: {}", o.out);
+            assert_eq!(o.lines("done").len(), 4, "{point}: {}", o.out);
+        } else {
+            assert!(!o.ok, "{point}: nothing to rebuild from:\n{}", o.out);
+            let errs = o.lines("error");
+            assert!(!errs.is_empty(), "{point}: {}", o.out);
+            for e in &errs {
+                assert!(e.contains("recover -31"), "{point}: {e}");
+            }
+            for (i, &r) in [0, 2, 3].iter().enumerate() {
+                assert!(
+                    std::fs::read(job.pool(r)).unwrap() == before[i],
+                    "{point}: pool {r} changed"
+                );
+            }
+        }
+    }
+}
+
 /// A bit flipped on the medium while the job runs — in a data page of a rank's valid
 /// checkpoint and in a parity page it holds — is found by the next scrub
 /// (`kioku_group_verify`) and rebuilt (the data page from the program's identical copy, the
