@@ -7,7 +7,10 @@
 # Writes the `group` section of docs/perf.md and docs/perf/group.png.
 #
 # Usage: FTI=/path/to/fti bench/group/run.sh   (about 25 minutes on a 2-core machine)
-# Env: MIBS (default "64 256"), MS (default "2 4"), INTERVALS (default 3), BEFORE (a commit,
+# FTI (github.com/leobago/fti, 1.6), built outside the repository: cmake -S fti -B build
+#   -DCMAKE_BUILD_TYPE=Release -DENABLE_EXAMPLES=OFF -DENABLE_FORTRAN=OFF
+#   -DCMAKE_INSTALL_PREFIX=/path/to/fti && cmake --build build -j2 && cmake --install build
+# Env: MIBS (default "64 256"), MS (default "2 4"), INTERVALS (default 4), BEFORE (a commit,
 # default eec64f5: the group library before self-healing and background encoding),
 # NO_WRITE=1 (print only).
 set -euo pipefail
