@@ -51,6 +51,10 @@
 extern "C" {
 #endif
 
+/* 2: background encoding, self-healing pages, kioku_group_wait, the status fields after
+ * last_total_ns. */
+#define KIOKU_GROUP_VERSION 2
+
 /* Checkpoint levels. */
 #define KIOKU_LEVEL_LOCAL 1   /* the rank's own pool only */
 #define KIOKU_LEVEL_PARTNER 2 /* plus a copy at another member of the group */
@@ -93,6 +97,21 @@ struct kioku_group_status {
     uint64_t last_encoded_pages; /* pages whose delta it encoded */
     uint64_t last_bytes_sent;   /* bytes it sent */
     uint64_t last_encode_ns, last_persist_ns, last_total_ns;
+    /* Since KIOKU_GROUP_VERSION 2. */
+    int32_t background;         /* 1: remote levels are encoded in the background */
+    int32_t in_flight;          /* 1: an encoding runs in the background now */
+    uint64_t partner_epoch, rs_epoch; /* the epoch each level's parity encodes (0: none), here */
+    uint64_t last_waited_ns;    /* last checkpoint: of last_total_ns, waiting for the previous
+                                   background encoding */
+    uint64_t last_journaled_pages; /* pages whose base it saved for the levels' journals */
+    int32_t flight_level, flight_committed; /* the last encoding that ended: its level, and 1
+                                   if the level committed it (0: it kept its previous parity) */
+    uint64_t flight_epoch;      /* its epoch */
+    uint64_t flight_durable_ns; /* from its checkpoint call until the level committed here */
+    uint64_t flight_bytes_sent, flight_encoded_pages; /* what this rank sent for it */
+    uint64_t healed_pages;      /* pages rebuilt from parity by the last recovery (this rank)
+                                   or kioku_group_verify (the job) */
+    uint64_t pool_bytes;        /* the size of this rank's pool file */
 };
 
 /* Collective. Sets up kioku over a duplicate of `comm` (MPI must be initialised). `config`:
@@ -118,11 +137,21 @@ void *kioku_group_alloc(uint32_t id, size_t size);
  * The buffer must stay valid until then or kioku_group_finalize(). Not collective. */
 int kioku_group_protect(uint32_t id, void *ptr, size_t size);
 
-/* Collective. A checkpoint at `level` (KIOKU_LEVEL_*); returns when it is committed on every
- * rank. No thread may write protected memory during the call. On failure the previous
- * checkpoint stays the committed one and further calls fail with KIOKU_E_STATE: restart the
- * job and recover. */
+/* Collective. A checkpoint at `level` (KIOKU_LEVEL_*). It returns once the local level is
+ * committed on every rank; a remote level (partner, rs) is then encoded and committed in the
+ * background while the program computes, when the program initialised MPI with
+ * MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...) (KIOKU_ASYNC=0 turns that off); otherwise
+ * before the call returns. A rank lost before the level commits leaves the level's previous
+ * checkpoint as what a restart rebuilds from. The next collective call waits for the
+ * encoding; kioku_group_wait() waits for it now. No thread may write protected memory during
+ * the call. On failure the previous checkpoint stays the committed one and further calls fail
+ * with KIOKU_E_STATE: restart the job and recover (except KIOKU_E_CORRUPT / KIOKU_E_REMOTE
+ * from a failed encoding: nothing was taken, call kioku_group_verify() and try again). */
 int kioku_group_checkpoint(int level);
+
+/* Not collective. Waits until this rank's background encoding (if one runs) has ended: the
+ * level committed it, or kept its previous parity (status.flight_committed says which). */
+int kioku_group_wait(void);
 
 /* Collective. After a restart: returns every rank to the newest checkpoint all of them can
  * reach, rebuilding lost ranks' memory (KIOKU_E_LOST when more than m of a group are lost),
@@ -132,9 +161,14 @@ int kioku_group_recover(void);
 /* This rank's view of the group. Not collective. */
 int kioku_group_status(struct kioku_group_status *out);
 
-/* Collective. Recomputes every kept level's parity from the data and compares it with the
- * parity held; *bad_pages (if not NULL) gets the number of differing parity pages in the
- * job (0: consistent). Call right after a checkpoint. */
+/* Collective scrub. Checks every page checksum of every rank's pool (the checkpoint's data,
+ * the parity, the journals) and rebuilds pages that fail from the group's parity; then
+ * recomputes the parity of every level whose parity encodes the last checkpoint and compares
+ * it with the parity held. *bad_pages (if not NULL) gets the number of pages, over the job,
+ * still damaged afterwards plus parity pages that differ (0: all sound now; status.healed_pages
+ * counts the pages it rebuilt). KIOKU_E_CORRUPT
+ * (on the rank that holds it; KIOKU_E_LOST on the others) names a page that cannot be rebuilt.
+ * Waits for a background encoding first. */
 int kioku_group_verify(uint64_t *bad_pages);
 
 /* The calling thread's last failure, one line ("" when none). */

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Group checkpoints of MPI programs: the thesis's two workloads (MAT: few pages change per
-# interval; LU-like: many) on 8 ranks, each with MIB of protected memory, checkpointed at the
-# rs level (RS(6,2) over one group of 8) every interval — (a) full checkpoints with full
-# encoding (KIOKU_FULL=1) and (b) kioku's incremental delta parity, in the same run; then the
-# recovery time of 1 and 2 lost ranks against their data size.
-# Writes the `group` section of docs/perf.md.
+# Group checkpoints of MPI programs: the thesis's two workloads (MAT: ~1 % of the pages change
+# per interval; LU-like: ~50 %) on 8 ranks, one group of 8, rs level every interval, at each
+# MiB per rank of MIBS and each m of MS — with the library before this work (BEFORE, built
+# from that commit in a scratch directory) and this tree's, in the same run, and with FTI's
+# level 3 when FTI names an FTI install (include/, lib/); then the recovery of one lost rank.
+# Writes the `group` section of docs/perf.md and docs/perf/group.png.
 #
-# Usage: bench/group/run.sh      (about 6 minutes on a 2-core machine)
-# Env: MIB (per rank, default 256), INTERVALS (default 8), NO_WRITE=1 (print only).
+# Usage: FTI=/path/to/fti bench/group/run.sh   (about 25 minutes on a 2-core machine)
+# FTI (github.com/leobago/fti, 1.6), built outside the repository: cmake -S fti -B build
+#   -DCMAKE_BUILD_TYPE=Release -DENABLE_EXAMPLES=OFF -DENABLE_FORTRAN=OFF
+#   -DCMAKE_INSTALL_PREFIX=/path/to/fti && cmake --build build -j2 && cmake --install build
+# Env: MIBS (default "64 256"), MS (default "2 4"), INTERVALS (default 4), BEFORE (a commit,
+# default eec64f5: the group library before self-healing and background encoding),
+# NO_WRITE=1 (print only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -16,6 +21,7 @@ load_start=$(cut -d" " -f1-3 /proc/loadavg)
 src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [ -n "$(git status --porcelain -- crates examples bench include 2>/dev/null | head -1)" ] &&
   src="$src + uncommitted changes"
+before=${BEFORE:-eec64f5}
 
 work=$(mktemp -d)
 shm=$(mktemp -d /dev/shm/kioku-group-bench.XXXXXX)
@@ -26,17 +32,29 @@ cargo build --release -q -p kioku-group
 lib="$root/target/release"
 mpicc -O2 -I include -o "$work/workload" bench/group/workload.c -L"$lib" -lkioku_group \
   -Wl,-rpath,"$lib" -lm
+mkdir -p "$work/before"
+git archive "$before" | tar -x -C "$work/before"
+(cd "$work/before" && CARGO_TARGET_DIR="${BEFORE_TARGET:-$work/before/target}" \
+  cargo build --release -q -p kioku-group)
+blib="${BEFORE_TARGET:-$work/before/target}/release"
+mpicc -O2 -I "$work/before/include" -o "$work/workload_before" bench/group/workload.c \
+  -L"$blib" -lkioku_group -Wl,-rpath,"$blib" -lm
+fti_note="FTI not measured (set FTI to an FTI install)"
+if [ -n "${FTI:-}" ]; then
+  mpicc -O2 -I "$FTI/include" -o "$work/fti_workload" bench/group/fti_workload.c \
+    -L"$FTI/lib" -lfti -Wl,-rpath,"$FTI/lib" -lm
+  fti_note="FTI $(cat "$FTI/VERSION" 2>/dev/null || echo 1.6) built from source (Release), POSIX I/O"
+fi
 
-body=$(BENCH_BIN="$work" BENCH_SHM="$shm" python3 bench/group/bench.py)
+mkdir -p docs/perf
+body=$(BENCH_BIN="$work" BENCH_SHM="$shm" PLOT="$root/docs/perf/group.png" \
+  python3 bench/group/bench.py)
 end=$(date -u +%s)
 section=$(cat <<MD
-Command: \`bench/group/run.sh\` (source $src; $(nproc) cores; load average $load_start at the
-start, $(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end - start) / 60 )) minutes). Pools on
-/dev/shm (medium shm). 8 ranks oversubscribed on these cores with Open MPI's \`mpirun\`, one group
-of 8 (RS(6,2): every rank holds parity of two stripes). "Bytes" are what all ranks sent to each
-other per checkpoint; "time" is the slowest rank's \`kioku_group_checkpoint\` (local checkpoint
-+ encoding + two-phase commit). Averages over intervals 1..N (interval 0, the first checkpoint,
-is full in both modes and not counted).
+Command: \`FTI=<fti install> bench/group/run.sh\` (source $src, before = $before; $fti_note;
+$(nproc) cores; load average $load_start at the start, $(cut -d" " -f1-3 /proc/loadavg) at the
+end; $(( (end - start) / 60 )) minutes). Pools and FTI's files on /dev/shm. 8 ranks
+oversubscribed on these cores with Open MPI's \`mpirun\` (4.1, no ULFM).
 
 $body
 MD

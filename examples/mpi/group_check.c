@@ -13,9 +13,11 @@
  * Environment: GROUP_CHECK_VERIFY=1 runs kioku_group_verify() after every checkpoint;
  * GROUP_CHECK_NO_RECOVER=1 skips kioku_group_recover() (to see it refused);
  * GROUP_CHECK_PROTECT=1 keeps the data in malloc'd memory registered with kioku_group_protect
- * instead of memory from kioku_group_alloc.
+ * instead of memory from kioku_group_alloc; GROUP_CHECK_THREADS=1 initialises MPI with
+ * MPI_THREAD_MULTIPLE, so that remote levels are encoded in the background.
  *
- * Prints, per rank: "recovered rank R epoch E iter I level L lost N", "verified rank R iter I",
+ * Prints, per rank: "recovered rank R epoch E iter I level L lost N healed H" (H: pages of this
+ * rank rebuilt because they failed their checksums), "verified rank R iter I",
  * "done rank R iter I"; errors as "error rank R <where> <code> <message>" with exit status 1.
  */
 #include <mpi.h>
@@ -85,7 +87,12 @@ int main(int argc, char **argv)
     int64_t die_step = argc > 6 ? atoll(argv[6]) : -1;
     int verify_each = getenv("GROUP_CHECK_VERIFY") && atoi(getenv("GROUP_CHECK_VERIFY")) == 1;
 
-    MPI_Init(&argc, &argv);
+    if (getenv("GROUP_CHECK_THREADS") && atoi(getenv("GROUP_CHECK_THREADS")) == 1) {
+        int provided = 0;
+        MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    } else {
+        MPI_Init(&argc, &argv);
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     setvbuf(stdout, NULL, _IOLBF, 0);
 
@@ -95,6 +102,8 @@ int main(int argc, char **argv)
     struct kioku_group_status st;
     kioku_group_status(&st);
     int recovered = 0;
+    if (st.must_recover)
+        printf("pools rank %d epoch %llu\n", rank, (unsigned long long)st.epoch);
     /* GROUP_CHECK_NO_RECOVER=1: a program that forgets to recover (must be refused). */
     if (st.must_recover && !getenv("GROUP_CHECK_NO_RECOVER")) {
         rc = kioku_group_recover();
@@ -119,9 +128,9 @@ int main(int argc, char **argv)
 
     if (recovered) {
         kioku_group_status(&st);
-        printf("recovered rank %d epoch %llu iter %lld level %d lost %llu\n", rank,
+        printf("recovered rank %d epoch %llu iter %lld level %d lost %llu healed %llu\n", rank,
                (unsigned long long)st.recovered_epoch, (long long)s->iter, st.recovered_level,
-               (unsigned long long)st.recovered_lost);
+               (unsigned long long)st.recovered_lost, (unsigned long long)st.healed_pages);
         /* Every protected byte against the data recomputed from nothing. */
         unsigned char *ref = calloc((size_t)pages, PAGE);
         for (int64_t it = 1; it <= s->iter; it++)
@@ -162,6 +171,10 @@ int main(int argc, char **argv)
                        (unsigned long long)badp, (long long)it);
                 MPI_Abort(MPI_COMM_WORLD, 1);
             }
+            kioku_group_status(&st);
+            if (st.healed_pages > 0)
+                printf("scrub rank %d iter %lld healed %llu\n", rank, (long long)it,
+                       (unsigned long long)st.healed_pages);
         }
     }
     kioku_group_status(&st);

@@ -58,6 +58,11 @@ pub struct EngineOptions {
     /// When the pool's last checkpoint is prepared but not finished ([`Engine::prepare`]),
     /// recover the checkpoint before it instead (a group that did not commit the epoch).
     pub rollback_prepared: bool,
+    /// A page of the checkpoint that fails its checksum in both contexts does not fail the
+    /// recovery: it is left as found and listed in [`Recovered::damaged`], for a caller that
+    /// can rebuild it from elsewhere (the group library, from its parity). Without this,
+    /// recovery fails with [`CkptError::ContextDamaged`] naming the page.
+    pub keep_damaged_pages: bool,
 }
 
 /// A pool's last commit, read without changing the pool ([`commit_state`]).
@@ -132,6 +137,59 @@ pub fn commit_state_of(pool: &Pool) -> Result<CommitState> {
         metadata,
         previous_metadata,
     })
+}
+
+/// What a read-only check of every page of a pool's checkpoint found ([`scan_pages`]).
+#[derive(Clone, Debug, Default)]
+pub struct PageScan {
+    /// Epoch of the checkpoint checked.
+    pub epoch: u64,
+    /// Pages recovery would repair from the other context (it holds them intact).
+    pub repairable: u64,
+    /// Pages that verify in neither context: `(region, page)`, at most the cap asked for.
+    pub damaged: Vec<(String, u64)>,
+    /// More damaged pages exist than the cap let through.
+    pub truncated: bool,
+}
+
+/// Checks every page of the checkpoint a recovery would restore (the last one, or with
+/// `rollback_prepared` the one before a prepared checkpoint) against its checksum, exactly as
+/// recovery does, without changing the pool. Lists at most `cap` damaged pages.
+pub fn scan_pages(pool: &Pool, rollback_prepared: bool, cap: usize) -> Result<PageScan> {
+    let mut r = pool.roots().to_vec();
+    if r.is_empty() {
+        return Ok(PageScan::default());
+    }
+    let (_, _, prepared) = check_roots(&r)?;
+    if prepared && rollback_prepared {
+        r[root::VALID] = 1 - r[root::RUNNING];
+        r[root::EPOCH] -= 1;
+        r[root::META_LEN] = r[root::PREV_META_LEN];
+        r[root::META_CRC] = r[root::PREV_META_CRC];
+    }
+    let valid = r[root::VALID] as usize;
+    let epoch = r[root::EPOCH];
+    let bytes = [valid, 1 - valid]
+        .into_iter()
+        .find_map(|ctx| read_meta(pool, ctx, r[root::META_LEN], r[root::META_CRC]))
+        .ok_or(CkptError::MetaDamaged { epoch })?;
+    let meta =
+        ContextMeta::decode(&bytes).map_err(|detail| CkptError::NotACheckpoint { detail })?;
+    let mut out = PageScan {
+        epoch,
+        ..Default::default()
+    };
+    for bad in bad_pages(pool, &meta, valid, usize::MAX) {
+        if bad.copy_ok {
+            out.repairable += 1;
+        } else if out.damaged.len() < cap {
+            out.damaged
+                .push((meta.regions[bad.region].name.clone(), bad.page));
+        } else {
+            out.truncated = true;
+        }
+    }
+    Ok(out)
 }
 
 /// Checks the shape of the engine's commit roots; (valid context, epoch, prepared).
@@ -213,10 +271,16 @@ pub struct Recovered {
     pub time_ns: u64,
     /// The metadata passed to that checkpoint.
     pub metadata: Vec<u8>,
-    /// Context the state came from, and whether it was the valid one or, the valid one being
-    /// damaged, the other (a complete copy).
+    /// Context the state came from.
     pub source_ctx: usize,
+    /// Whether pages of the valid context failed their checksums and were repaired from the
+    /// other context, which held the same page intact (`repaired_pages` of them).
     pub used_copy: bool,
+    pub repaired_pages: u64,
+    /// Pages that verify in neither context (only with
+    /// [`EngineOptions::keep_damaged_pages`]): `(region, page)`, left as found in both
+    /// contexts; their checksums in the engine stay the checkpoint's.
+    pub damaged: Vec<(String, u64)>,
     /// Pages copied to make the other context equal.
     pub pages_synced: u64,
 }
@@ -314,7 +378,7 @@ impl Engine<SelfSpace> {
             allow_rollback: opts.allow_rollback,
             fixed_time_ns: None,
         };
-        Engine::recover_in_with(Pool::open(path, &o)?, SelfSpace, opts.rollback_prepared)
+        Engine::recover_in_opts(Pool::open(path, &o)?, SelfSpace, opts)
     }
 
     /// `recover` from a medium built by the caller (a `sim` crash image).
@@ -398,10 +462,25 @@ impl<S: AddressSpace> Engine<S> {
     /// [`Engine::recover_in`]; with `rollback_prepared`, a checkpoint that was prepared but
     /// not finished is dropped and the one before it recovered.
     pub fn recover_in_with(
-        mut pool: Pool,
+        pool: Pool,
         space: S,
         rollback_prepared: bool,
     ) -> Result<(Self, Recovered)> {
+        let opts = EngineOptions {
+            rollback_prepared,
+            ..Default::default()
+        };
+        Engine::recover_in_opts(pool, space, &opts)
+    }
+
+    /// [`Engine::recover_in`] with the choices of `opts` (`rollback_prepared`,
+    /// `keep_damaged_pages`; the medium and commit-slot choices were made opening `pool`).
+    pub fn recover_in_opts(
+        mut pool: Pool,
+        space: S,
+        opts: &EngineOptions,
+    ) -> Result<(Self, Recovered)> {
+        let rollback_prepared = opts.rollback_prepared;
         if pool.epoch() == 0 && pool.roots().is_empty() && pool.sections().is_empty() {
             // Created, but the engine's first commit never happened (a crash right after the
             // pool file appeared): no checkpoint exists, so there is nothing to lose.
@@ -412,6 +491,8 @@ impl<S: AddressSpace> Engine<S> {
                 metadata: vec![],
                 source_ctx: 1,
                 used_copy: false,
+                repaired_pages: 0,
+                damaged: vec![],
                 pages_synced: 0,
             };
             return Ok((engine, recovered));
@@ -457,23 +538,50 @@ impl<S: AddressSpace> Engine<S> {
                 ),
             });
         }
-        // The pages: the valid context if it verifies, else the other one if it is a complete
-        // copy (for instance right after a checkpoint, before the program wrote again).
-        let (source, used_copy) = match verify_context(&pool, &meta, valid) {
-            Ok(()) => (valid, false),
-            Err((region, page_no)) => {
-                if verify_context(&pool, &meta, 1 - valid).is_ok() {
-                    tracing::warn!(epoch, region = %region, page = page_no, "valid context damaged; recovering from its complete copy");
-                    (1 - valid, true)
-                } else {
+        // The pages: the valid context's, each that fails its checksum repaired from the other
+        // context when that holds the same page intact (right after a checkpoint it is a
+        // complete copy; later, every page the program did not write since).
+        let source = valid;
+        let mut repaired_pages = 0u64;
+        let mut damaged = Vec::new();
+        for bad in bad_pages(&pool, &meta, valid, usize::MAX) {
+            let name = meta.regions[bad.region].name.clone();
+            if !bad.copy_ok {
+                if !opts.keep_damaged_pages {
                     return Err(CkptError::ContextDamaged {
                         epoch,
-                        region,
-                        page: page_no,
+                        region: name,
+                        page: bad.page,
                     });
                 }
+                damaged.push((name, bad.page));
+                continue;
             }
-        };
+            let id = meta.regions[bad.region].id;
+            let (Some(src), Some(dst)) = (
+                pool.section(&section_name(id, 1 - valid)).map(|s| s.offset),
+                pool.section(&section_name(id, valid)).map(|s| s.offset),
+            ) else {
+                return Err(CkptError::ContextDamaged {
+                    epoch,
+                    region: name,
+                    page: bad.page,
+                });
+            };
+            let at = bad.page * page;
+            let copy = pool.bytes(src + at, page).to_vec();
+            pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
+            pool.flush(dst + at, page)?;
+            repaired_pages += 1;
+        }
+        if repaired_pages > 0 {
+            tracing::warn!(
+                epoch,
+                pages = repaired_pages,
+                "valid context damaged; pages repaired from the other context"
+            );
+        }
+        let used_copy = repaired_pages > 0;
         let target = 1 - source;
         let pages_synced = sync_context(&mut pool, &meta.regions, page, source, target, None)?;
         for ctx in [source, target] {
@@ -517,6 +625,8 @@ impl<S: AddressSpace> Engine<S> {
             metadata: meta.user,
             source_ctx: source,
             used_copy,
+            repaired_pages,
+            damaged,
             pages_synced,
         };
         Ok((engine, recovered))
@@ -794,6 +904,52 @@ impl<S: AddressSpace> Engine<S> {
             .into_iter()
             .map(|(i, first, n)| (self.regions[i].rec.name.clone(), first, n))
             .collect())
+    }
+
+    /// Makes the next checkpoint take pages `first..first + n` of region `name` as written (a
+    /// caller that changed them through another mapping, e.g. repairing them).
+    pub fn mark_written(&mut self, name: &str, first: usize, n: usize) -> Result<()> {
+        let i = self.index(name)?;
+        let r = &self.regions[i].rec;
+        let page = self.page as usize;
+        let end = (first + n).min(r.len as usize / page);
+        if first < end {
+            self.carried
+                .push(PageRange::new(r.addr + first * page, r.addr + end * page));
+        }
+        Ok(())
+    }
+
+    /// Rewrites page `page` of region `name` in the valid checkpoint (the other context) with
+    /// `bytes`, which must have the checksum the checkpoint recorded for that page: repairing a
+    /// page found damaged there, with its value rebuilt elsewhere. Durable on return.
+    pub fn repair_committed(&mut self, name: &str, page: usize, bytes: &[u8]) -> Result<bool> {
+        let Some(want) = self.page_checksums(name).and_then(|c| c.get(page).copied()) else {
+            return Ok(false);
+        };
+        if bytes.len() != self.page as usize || crc32c::crc32c(bytes) != want {
+            return Ok(false);
+        }
+        let i = self.index(name)?;
+        let sec = self
+            .pool
+            .section(&section_name(self.regions[i].rec.id, 1 - self.running))
+            .expect("committed region")
+            .offset;
+        let at = sec + page as u64 * self.page;
+        self.pool.bytes_mut(at, self.page).copy_from_slice(bytes);
+        self.pool.persist(at, self.page)?;
+        Ok(true)
+    }
+
+    /// The checksum of each page of region `name` as of the last checkpoint (`None` while a
+    /// checkpoint is prepared, and for a region created since); as long as
+    /// [`Engine::committed`]'s bytes.
+    pub fn page_checksums(&self, name: &str) -> Option<&[u32]> {
+        let committed = self.committed(name)?;
+        let i = self.regions.iter().position(|r| r.rec.name == name)?;
+        let n = committed.len() / self.page as usize;
+        self.regions[i].crcs.get(..n)
     }
 
     /// Makes the next checkpoint take every page of region `name`, written or not (a full
@@ -1116,28 +1272,47 @@ fn read_meta(pool: &Pool, ctx: usize, len: u64, crc: u64) -> Option<Vec<u8>> {
     (crc32c::crc32c(b) as u64 == crc).then(|| b.to_vec())
 }
 
-/// Checks every page of context `ctx` against the metadata's checksums; the first bad page.
-fn verify_context(
-    pool: &Pool,
-    meta: &ContextMeta,
-    ctx: usize,
-) -> std::result::Result<(), (String, u64)> {
+/// A page of the valid context that fails its checksum.
+pub(crate) struct BadPage {
+    /// Index into the metadata's regions.
+    pub region: usize,
+    pub page: u64,
+    /// Whether the other context holds the page intact (same checksum).
+    pub copy_ok: bool,
+}
+
+/// Every page of context `ctx` that fails the metadata's checksum (at most `cap`), each with
+/// whether the other context's page has the checksum. A region whose section is missing or
+/// short counts as all its pages failing.
+pub(crate) fn bad_pages(pool: &Pool, meta: &ContextMeta, ctx: usize, cap: usize) -> Vec<BadPage> {
     let page = meta.page_size as usize;
-    for (r, crcs) in meta.regions.iter().zip(&meta.crcs) {
-        let Some(sec) = pool
-            .section(&section_name(r.id, ctx))
-            .filter(|s| s.len >= r.len)
-        else {
-            return Err((r.name.clone(), 0));
-        };
-        let bytes = pool.bytes(sec.offset, r.len);
-        for (i, (p, want)) in bytes.chunks_exact(page).zip(crcs).enumerate() {
-            if crc32c::crc32c(p) != *want {
-                return Err((r.name.clone(), i as u64));
+    let mut out = Vec::new();
+    let bytes_of = |id: u64, c: usize, len: u64| {
+        pool.section(&section_name(id, c))
+            .filter(|s| s.len >= len)
+            .map(|s| pool.bytes(s.offset, len))
+    };
+    for (i, (r, crcs)) in meta.regions.iter().zip(&meta.crcs).enumerate() {
+        let here = bytes_of(r.id, ctx, r.len);
+        let there = bytes_of(r.id, 1 - ctx, r.len);
+        for (p, want) in crcs.iter().enumerate() {
+            let at = p * page;
+            let ok =
+                |b: Option<&[u8]>| b.is_some_and(|b| crc32c::crc32c(&b[at..at + page]) == *want);
+            if ok(here) {
+                continue;
+            }
+            out.push(BadPage {
+                region: i,
+                page: p as u64,
+                copy_ok: ok(there),
+            });
+            if out.len() >= cap {
+                return out;
             }
         }
     }
-    Ok(())
+    out
 }
 
 /// Makes context `to` equal to context `from` for the regions of `meta`: sections created,

@@ -34,8 +34,8 @@ pub mod meta;
 pub mod space;
 
 pub use engine::{
-    commit_state, commit_state_of, CheckpointStats, CommitState, Engine, EngineOptions, Recovered,
-    RegionInfo, RegionOptions, POOL_KIND,
+    commit_state, commit_state_of, scan_pages, CheckpointStats, CommitState, Engine, EngineOptions,
+    PageScan, Recovered, RegionInfo, RegionOptions, POOL_KIND,
 };
 pub use error::{CkptError, Result};
 pub use space::{AddressSpace, MovableSelfSpace, SelfSpace};

@@ -185,19 +185,76 @@ fn damaged_valid_context_falls_back_to_a_complete_copy_or_fails_clearly() {
     flip_in_section(&path, "ckpt.r1.1", 100);
     let (e, rec) = Engine::recover(&path, &opts()).unwrap();
     assert!(rec.used_copy);
+    assert_eq!(rec.repaired_pages, 1);
     assert_eq!(mem(&e, "r")[100], 42);
     drop(e);
-    // Now make the running context differ from the checkpoint, then damage the valid one.
+    // Now make the running context differ from the checkpoint in page 0, then damage the
+    // valid context's page 1 (which the running context still holds intact): repaired page
+    // by page.
     let (e, _) = Engine::recover(&path, &opts()).unwrap();
     let running_is = 1 - e.pool().roots()[0] as usize;
     mem(&e, "r")[200] = 1; // not checkpointed
     drop(e);
-    flip_in_section(&path, &format!("ckpt.r1.{}", 1 - running_is), 4096 + 3);
+    let valid = format!("ckpt.r1.{}", 1 - running_is);
+    flip_in_section(&path, &valid, 4096 + 3);
+    let (e, rec) = Engine::recover(&path, &opts()).unwrap();
+    assert_eq!(rec.repaired_pages, 1);
+    assert_eq!((mem(&e, "r")[100], mem(&e, "r")[200]), (42, 0));
+    drop(e);
+    // Damage in a page the running context no longer holds as checkpointed: refused, naming
+    // the page — or, with keep_damaged_pages, listed and left for the caller to rebuild.
+    let (e, _) = Engine::recover(&path, &opts()).unwrap();
+    let running_is = 1 - e.pool().roots()[0] as usize;
+    mem(&e, "r")[200] = 1;
+    drop(e);
+    flip_in_section(&path, &format!("ckpt.r1.{}", 1 - running_is), 7);
+    let scan = {
+        let o = kioku_pool::OpenOptions::default();
+        let pool = kioku_pool::Pool::open(&path, &o).unwrap();
+        kioku_ckpt::scan_pages(&pool, false, 10).unwrap()
+    };
+    assert_eq!(scan.damaged, vec![("r".to_string(), 0)]);
+    let before = std::fs::read(&path).unwrap();
     let err = Engine::recover(&path, &opts()).unwrap_err();
     assert!(
-        matches!(err, CkptError::ContextDamaged { page: 1, .. }),
+        matches!(err, CkptError::ContextDamaged { page: 0, .. }),
         "{err}"
     );
+    assert!(
+        std::fs::read(&path).unwrap() == before,
+        "a refused recovery changes nothing"
+    );
+    let keep = EngineOptions {
+        keep_damaged_pages: true,
+        ..opts()
+    };
+    let (mut e, rec) = Engine::recover(&path, &keep).unwrap();
+    assert_eq!(rec.damaged, vec![("r".to_string(), 0)]);
+    // The caller rebuilds the page and has the next checkpoint take it.
+    mem(&e, "r")[7] = 0;
+    e.mark_written("r", 0, 1).unwrap();
+    // A page changed behind the tracker's back (here: not at all) is taken when marked.
+    e.mark_written("r", 1, 1).unwrap();
+    assert_eq!(e.checkpoint(b"m2").unwrap().dirty_pages, 2);
+    let sums = e.page_checksums("r").unwrap().to_vec();
+    assert_eq!(sums.len(), 2);
+    assert_eq!(sums[0], crc32c::crc32c(&mem(&e, "r")[..4096]));
+    drop(e);
+    let (mut e, rec) = Engine::recover(&path, &opts()).unwrap();
+    assert!(rec.damaged.is_empty() && !rec.used_copy);
+    assert_eq!((mem(&e, "r")[7], mem(&e, "r")[100]), (0, 42));
+    // A running engine repairs a damaged page of its valid checkpoint with bytes that have
+    // the recorded checksum, and with no others.
+    let valid = format!("ckpt.r1.{}", e.pool().roots()[0]);
+    let good = mem(&e, "r")[..4096].to_vec();
+    let off = e.pool().section(&valid).unwrap().offset + 100;
+    e.pool_mut().bytes_mut(off, 1)[0] ^= 1;
+    assert_ne!(e.committed("r").unwrap()[100], 42);
+    let mut bad = good.clone();
+    bad[1] ^= 1;
+    assert!(!e.repair_committed("r", 0, &bad).unwrap());
+    assert!(e.repair_committed("r", 0, &good).unwrap());
+    assert_eq!(e.committed("r").unwrap()[100], 42);
 }
 
 #[test]

@@ -86,3 +86,48 @@ fn inspect_of_a_missing_file() {
     assert_eq!(code, 1);
     assert!(err.contains("No such file"), "{err}");
 }
+
+/// `--deep` reads every page of a checkpoint pool: a page damaged in both contexts is named
+/// and the exit status says so; without `--deep` the pages are not read.
+#[test]
+fn inspect_deep_names_pages_that_fail_their_checksums() {
+    use kioku_ckpt::{Engine, EngineOptions, RegionOptions};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.pool");
+    let opts = EngineOptions {
+        medium: kioku_pool::MediumChoice::Exactly(kioku_pool::MediumKind::File),
+        ..Default::default()
+    };
+    let mut e = Engine::create(&p, &opts).unwrap();
+    e.create_region("data", 3 * 4096, RegionOptions::default())
+        .unwrap();
+    e.checkpoint(b"m").unwrap();
+    drop(e);
+    let ps = p.to_str().unwrap();
+    let (code, out, err) = kioku(&["pool", "inspect", ps, "--deep"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("every page of epoch 1 verifies"), "{out}");
+    let r = kioku_pool::inspect::inspect(&p).unwrap();
+    let slot = r.slots.iter().find(|s| s.role == "live").unwrap();
+    let kioku_pool::examine::SlotState::Intact { sections, .. } = &slot.state else {
+        panic!()
+    };
+    let f = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+    for ctx in 0..2 {
+        let s = sections
+            .iter()
+            .find(|s| s.name == format!("ckpt.r1.{ctx}"))
+            .unwrap();
+        f.write_all_at(&[0xff], s.offset + 2 * 4096 + 1).unwrap();
+    }
+    let (code, _, _) = kioku(&["pool", "inspect", ps]);
+    assert_eq!(code, 0);
+    let (code, out, err) = kioku(&["pool", "inspect", ps, "--deep"]);
+    assert_ne!(code, 0);
+    assert!(
+        out.contains("region 'data' page 2 fails its checksum in both contexts"),
+        "{out}"
+    );
+    assert!(err.contains("1 page(s) of the checkpoint fail"), "{err}");
+}

@@ -8,6 +8,7 @@
 #include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Implemented in Rust (src/capi.rs). */
@@ -15,6 +16,10 @@ int kioku_group_start(const char *config);
 int kioku_group_stop(void);
 
 static MPI_Comm kcomm = MPI_COMM_NULL;
+/* A second duplicate, for the encoding flights (run on a background thread when the program
+ * initialised MPI with MPI_THREAD_MULTIPLE, else inline), so that their messages never match
+ * the collective calls the program's own thread makes meanwhile. */
+static MPI_Comm kcomm_bg = MPI_COMM_NULL;
 
 /* KIOKU_E_STATE / KIOKU_E_INVAL of kioku.h. */
 #define E_STATE (-22)
@@ -38,10 +43,17 @@ int kioku_shim_init(MPI_Comm comm, const char *config)
     if (MPI_Comm_dup(comm, &kcomm) != MPI_SUCCESS)
         return E_MPI;
     MPI_Comm_set_errhandler(kcomm, MPI_ERRORS_RETURN);
-    int rc = kioku_group_start(config);
-    if (rc != 0) {
+    if (MPI_Comm_dup(kcomm, &kcomm_bg) != MPI_SUCCESS) {
         MPI_Comm_free(&kcomm);
         kcomm = MPI_COMM_NULL;
+        return E_MPI;
+    }
+    MPI_Comm_set_errhandler(kcomm_bg, MPI_ERRORS_RETURN);
+    int rc = kioku_group_start(config);
+    if (rc != 0) {
+        MPI_Comm_free(&kcomm_bg);
+        MPI_Comm_free(&kcomm);
+        kcomm = kcomm_bg = MPI_COMM_NULL;
     }
     return rc;
 }
@@ -57,8 +69,9 @@ int kioku_shim_finalize(void)
     if (kcomm == MPI_COMM_NULL)
         return E_STATE;
     int rc = kioku_group_stop();
+    MPI_Comm_free(&kcomm_bg);
     MPI_Comm_free(&kcomm);
-    kcomm = MPI_COMM_NULL;
+    kcomm = kcomm_bg = MPI_COMM_NULL;
     return rc;
 }
 
@@ -138,4 +151,107 @@ void kioku_mpi_error_string(int code, char *buf, size_t len)
     s[n < MPI_MAX_ERROR_STRING ? n : MPI_MAX_ERROR_STRING - 1] = 0;
     strncpy(buf, s, len - 1);
     buf[len - 1] = 0;
+}
+
+/* 1 when the program initialised MPI with MPI_THREAD_MULTIPLE (flights may then run on a
+ * thread of their own). */
+int kioku_mpi_thread_multiple(int *yes)
+{
+    int provided = MPI_THREAD_SINGLE;
+    int rc = MPI_Query_thread(&provided);
+    *yes = provided == MPI_THREAD_MULTIPLE;
+    return rc;
+}
+
+/* Nonblocking operations on the flights' communicator. A request is an MPI_Request the shim
+ * allocates; kioku_bg_test frees it once complete. */
+int kioku_bg_isend(int dest, int tag, const void *buf, size_t len, void **req)
+{
+    *req = NULL;
+    if (len > (size_t)INT32_MAX)
+        return MPI_ERR_COUNT;
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r)
+        return MPI_ERR_NO_MEM;
+    int rc = MPI_Isend(buf, (int)len, MPI_BYTE, dest, tag, kcomm_bg, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return rc;
+    }
+    *req = r;
+    return MPI_SUCCESS;
+}
+
+int kioku_bg_test(void *req, int *done)
+{
+    MPI_Request *r = req;
+    int rc = MPI_Test(r, done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS || *done)
+        free(r);
+    return rc;
+}
+
+/* A message from `src` with `tag`, if one has arrived: its length and a handle to receive it
+ * with kioku_bg_mrecv (matched probe: safe beside other threads' receives). */
+int kioku_bg_improbe(int src, int tag, int *found, size_t *len, void **msg)
+{
+    *msg = NULL;
+    MPI_Message m;
+    MPI_Status st;
+    int rc = MPI_Improbe(src, tag, kcomm_bg, found, &m, &st);
+    if (rc != MPI_SUCCESS || !*found)
+        return rc;
+    int n = 0;
+    rc = MPI_Get_count(&st, MPI_BYTE, &n);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    MPI_Message *h = malloc(sizeof *h);
+    if (!h)
+        return MPI_ERR_NO_MEM;
+    *h = m;
+    *len = (size_t)n;
+    *msg = h;
+    return MPI_SUCCESS;
+}
+
+int kioku_bg_mrecv(void *msg, void *buf, size_t len)
+{
+    MPI_Message *h = msg;
+    int rc = MPI_Mrecv(buf, (int)len, MPI_BYTE, h, MPI_STATUS_IGNORE);
+    free(h);
+    return rc;
+}
+
+/* Nonblocking max over u64 values, in place. */
+int kioku_bg_iallreduce_max(uint64_t *vals, int n, void **req)
+{
+    *req = NULL;
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r)
+        return MPI_ERR_NO_MEM;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, vals, n, MPI_UINT64_T, MPI_MAX, kcomm_bg, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return rc;
+    }
+    *req = r;
+    return MPI_SUCCESS;
+}
+
+/* Nonblocking gather of every rank's `len` bytes (the same len everywhere) into `all`. */
+int kioku_bg_iallgather(const void *mine, size_t len, void *all, void **req)
+{
+    *req = NULL;
+    if (len > (size_t)INT32_MAX)
+        return MPI_ERR_COUNT;
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r)
+        return MPI_ERR_NO_MEM;
+    int rc = MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, kcomm_bg, r);
+    if (rc != MPI_SUCCESS) {
+        free(r);
+        return rc;
+    }
+    *req = r;
+    return MPI_SUCCESS;
 }

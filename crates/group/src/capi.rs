@@ -49,7 +49,9 @@ fn set_error(msg: &str) {
     LAST_ERROR.with(|e| *e.borrow_mut() = c);
 }
 
-fn code_of(e: &GroupError) -> c_int {
+/// The code of `e` as rank `rank` reports it: the rank whose page cannot be rebuilt says
+/// `KIOKU_E_CORRUPT`, the others `KIOKU_E_LOST`.
+fn code_of(e: &GroupError, rank: usize) -> c_int {
     use kioku_ckpt::CkptError as C;
     use kioku_pool::PoolError as P;
     match e {
@@ -59,6 +61,12 @@ fn code_of(e: &GroupError) -> c_int {
         GroupError::Invalid(_) => KIOKU_E_INVAL,
         GroupError::Remote { .. } => KIOKU_E_REMOTE,
         GroupError::TooManyLost { .. } | GroupError::NoRedundancy { .. } => KIOKU_E_LOST,
+        GroupError::Unrecoverable { pages, .. } if pages.iter().any(|p| p.0 == rank) => {
+            KIOKU_E_CORRUPT
+        }
+        GroupError::Unrecoverable { .. } => KIOKU_E_LOST,
+        GroupError::FlightFailed { why, .. } if why.contains("checksum") => KIOKU_E_CORRUPT,
+        GroupError::FlightFailed { .. } => KIOKU_E_REMOTE,
         GroupError::Pool { .. } => KIOKU_E_IO,
         GroupError::Ec(_) => KIOKU_E_INTERNAL,
         GroupError::Ckpt(c) => match c {
@@ -82,7 +90,10 @@ fn with_group(what: &str, f: impl FnOnce(&mut Group) -> Result<c_int, GroupError
                 KIOKU_E_STATE,
                 format!("{what}: call kioku_group_init first"),
             )),
-            Some(g) => f(g).map_err(|e| (code_of(&e), format!("{what}: {e}"))),
+            Some(g) => {
+                let rank = g.rank();
+                f(g).map_err(|e| (code_of(&e, rank), format!("{what}: {e}")))
+            }
         }
     }));
     match r {
@@ -181,7 +192,7 @@ pub unsafe extern "C" fn kioku_group_start(config: *const c_char) -> c_int {
                 "kioku_group_init: already initialised".into(),
             ));
         }
-        let fail = |e: GroupError| (code_of(&e), format!("kioku_group_init: {e}"));
+        let fail = |e: GroupError| (code_of(&e, usize::MAX), format!("kioku_group_init: {e}"));
         let cfg = Config::load(path.as_deref(), &|k| std::env::var(k).ok()).map_err(fail)?;
         let comm = Comm::attach().map_err(fail)?;
         guard.0 = Some(Group::start(comm, cfg).map_err(fail)?);
@@ -205,10 +216,17 @@ pub unsafe extern "C" fn kioku_group_start(config: *const c_char) -> c_int {
 pub extern "C" fn kioku_group_stop() -> c_int {
     let r = catch_unwind(|| {
         let mut guard = GROUP.lock().unwrap_or_else(|p| p.into_inner());
-        guard.0.take().map(|mut g| g.close())
+        guard.0.take().map(|mut g| {
+            let rank = g.rank();
+            g.close().map_err(|e| (code_of(&e, rank), e.to_string()))
+        })
     });
     match r {
-        Ok(Some(())) => KIOKU_OK,
+        Ok(Some(Ok(()))) => KIOKU_OK,
+        Ok(Some(Err((code, msg)))) => {
+            set_error(&format!("kioku_group_finalize: {msg}"));
+            code
+        }
         Ok(None) => {
             set_error("kioku_group_finalize: not initialised");
             KIOKU_E_STATE
@@ -267,8 +285,9 @@ pub extern "C" fn kioku_group_recover() -> c_int {
     })
 }
 
-/// Collective check of the parity (see `Group::verify`); `*bad_pages` gets the number of
-/// parity pages, over the job, that differ from a fresh encoding.
+/// Collective scrub (see `Group::verify`): `*bad_pages` gets the number of pages, over the
+/// job, still damaged after it (not rebuilt) plus parity pages that differ from a fresh
+/// encoding; the status's `healed_pages` says how many it rebuilt.
 ///
 /// # Safety
 /// `bad_pages` is NULL or writable.
@@ -276,11 +295,23 @@ pub extern "C" fn kioku_group_recover() -> c_int {
 pub unsafe extern "C" fn kioku_group_verify(bad_pages: *mut u64) -> c_int {
     with_group("kioku_group_verify", |g| {
         let r = g.verify()?;
-        let bad = r.iter().map(|(_, b)| b).sum();
+        let bad =
+            r.damaged.saturating_sub(r.healed) + r.mismatched.iter().map(|(_, b)| b).sum::<u64>();
         if !bad_pages.is_null() {
             // SAFETY: non-NULL and writable per the header.
             unsafe { bad_pages.write(bad) };
         }
+        Ok(KIOKU_OK)
+    })
+}
+
+/// Waits for this rank's background encoding, if one runs (not collective): `KIOKU_OK` once
+/// the level is committed or, if the encoding failed somewhere, the level kept its previous
+/// parity (`kioku_group_status` says which).
+#[no_mangle]
+pub extern "C" fn kioku_group_wait() -> c_int {
+    with_group("kioku_group_wait", |g| {
+        g.wait()?;
         Ok(KIOKU_OK)
     })
 }
@@ -311,6 +342,20 @@ pub struct GroupStatus {
     pub last_encode_ns: u64,
     pub last_persist_ns: u64,
     pub last_total_ns: u64,
+    pub background: i32,
+    pub in_flight: i32,
+    pub partner_epoch: u64,
+    pub rs_epoch: u64,
+    pub last_waited_ns: u64,
+    pub last_journaled_pages: u64,
+    pub flight_level: i32,
+    pub flight_committed: i32,
+    pub flight_epoch: u64,
+    pub flight_durable_ns: u64,
+    pub flight_bytes_sent: u64,
+    pub flight_encoded_pages: u64,
+    pub healed_pages: u64,
+    pub pool_bytes: u64,
 }
 
 /// Fills `*out` with this rank's view.
@@ -327,6 +372,8 @@ pub unsafe extern "C" fn kioku_group_status(out: *mut GroupStatus) -> c_int {
         let (gi, pos, glen) = g.group();
         let (k, m) = g.rs_code().unwrap_or((0, 0));
         let rec = g.recovered.clone().unwrap_or_default();
+        let fl = g.last_flight.clone().unwrap_or_default();
+        let healed = g.scrubbed.as_ref().map_or(rec.healed_pages, |s| s.healed);
         let s = GroupStatus {
             rank: g.rank() as i32,
             size: g.size() as i32,
@@ -350,6 +397,20 @@ pub unsafe extern "C" fn kioku_group_status(out: *mut GroupStatus) -> c_int {
             last_encode_ns: g.last.encode.as_nanos() as u64,
             last_persist_ns: g.last.persist.as_nanos() as u64,
             last_total_ns: g.last.total.as_nanos() as u64,
+            background: g.background() as i32,
+            in_flight: g.in_flight() as i32,
+            partner_epoch: g.level_epoch(crate::PARTNER),
+            rs_epoch: g.level_epoch(crate::RS),
+            last_waited_ns: g.last.waited.as_nanos() as u64,
+            last_journaled_pages: g.last.journaled_pages,
+            flight_level: fl.level as i32,
+            flight_committed: fl.committed as i32,
+            flight_epoch: fl.epoch,
+            flight_durable_ns: fl.durable.as_nanos() as u64,
+            flight_bytes_sent: fl.bytes_sent,
+            flight_encoded_pages: fl.encoded_pages,
+            healed_pages: healed,
+            pool_bytes: g.pool_bytes(),
         };
         // SAFETY: non-NULL and writable per the header.
         unsafe { out.write(s) };

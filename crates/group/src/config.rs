@@ -11,10 +11,23 @@
 //! | `levels` | `KIOKU_LEVELS` | `rs` | remote levels kept besides `local`: `partner`, `rs`, or both (`partner,rs`) |
 //! | `segment_pages` | `KIOKU_SEGMENT_PAGES` | 256 | pages per pipeline step |
 //! | `full` | `KIOKU_FULL` | 0 | 1: every checkpoint sends and encodes whole images (the baseline benchmarks compare with) |
+//! | `async` | `KIOKU_ASYNC` | `auto` | encode remote levels in the background: `auto` (when MPI was initialised with `MPI_THREAD_MULTIPLE`), `1` (required), `0` (never) |
+//! | `flight_mib` | `KIOKU_FLIGHT_MIB` | 32 | MiB of messages an encoding may have in flight per rank |
 
 use crate::error::{GroupError, Result};
 use kioku_pool::{MediumChoice, MediumKind};
 use std::path::PathBuf;
+
+/// Whether remote levels are encoded in the background.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncMode {
+    /// When MPI allows it (`MPI_THREAD_MULTIPLE`).
+    Auto,
+    /// Always (refused at init when MPI does not allow it).
+    On,
+    /// Never: encoding happens inside the checkpoint call.
+    Off,
+}
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -27,6 +40,8 @@ pub struct Config {
     pub rs: bool,
     pub segment_pages: usize,
     pub full: bool,
+    pub async_mode: AsyncMode,
+    pub flight_mib: usize,
 }
 
 impl Default for Config {
@@ -41,6 +56,8 @@ impl Default for Config {
             rs: true,
             segment_pages: 256,
             full: false,
+            async_mode: AsyncMode::Auto,
+            flight_mib: 32,
         }
     }
 }
@@ -54,6 +71,8 @@ const KEYS: &[&str] = &[
     "levels",
     "segment_pages",
     "full",
+    "async",
+    "flight_mib",
 ];
 
 impl Config {
@@ -119,6 +138,15 @@ impl Config {
                 "parity" => c.parity = num(1, 32)?,
                 "segment_pages" => c.segment_pages = num(1, 1 << 16)?,
                 "full" => c.full = num(0, 1)? == 1,
+                "flight_mib" => c.flight_mib = num(1, 1 << 16)?,
+                "async" => {
+                    c.async_mode = match v.as_str() {
+                        "auto" => AsyncMode::Auto,
+                        "1" | "on" | "yes" => AsyncMode::On,
+                        "0" | "off" | "no" => AsyncMode::Off,
+                        _ => return Err(bad("auto, 1 or 0")),
+                    }
+                }
                 "levels" => {
                     c.partner = false;
                     c.rs = false;

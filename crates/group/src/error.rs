@@ -32,6 +32,26 @@ pub enum GroupError {
     SizeChanged { dir: String, was: usize, now: usize },
     #[error("{path}: {detail}")]
     Pool { path: String, detail: String },
+    #[error("pages fail their checksums and cannot be rebuilt ({}): {detail}; restore those pools from a copy, or remove all pools to start afresh", list_pages(.pages))]
+    Unrecoverable {
+        /// `(rank, what)` of the damaged pages (the first few).
+        pages: Vec<(usize, String)>,
+        detail: String,
+    },
+    #[error("the encoding of level {level} failed, so this checkpoint was not taken ({why}); the previous one stands")]
+    FlightFailed { level: u8, why: String },
+}
+
+fn list_pages(pages: &[(usize, String)]) -> String {
+    let mut v: Vec<String> = pages
+        .iter()
+        .take(4)
+        .map(|(r, w)| format!("rank {r}: {w}"))
+        .collect();
+    if pages.len() > 4 {
+        v.push(format!("and {} more", pages.len() - 4));
+    }
+    v.join("; ")
 }
 
 pub type Result<T> = std::result::Result<T, GroupError>;

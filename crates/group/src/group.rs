@@ -1,41 +1,45 @@
-//! One rank's side of a group checkpoint: its pool (the checkpoint engine, two contexts), the
-//! regions the program protects, the journals that keep each remote level's base, the parity
-//! it holds for others, and the collective checkpoint and recovery.
+//! One rank's side of a group checkpoint: its pool (the checkpoint engine's two contexts for
+//! the protected data, and the library's own sections: each kept level's parity, journal and
+//! redo log, and the record of what the parity encodes), and the collective checkpoint.
+//!
+//! A checkpoint of a remote level makes the local level durable everywhere (prepare, agree,
+//! finish), then encodes the level: in the background when MPI allows threads
+//! (`MPI_THREAD_MULTIPLE`), so that the program computes while the deltas are encoded and the
+//! level commits ([`crate::flight`]); otherwise inline, before the local checkpoint commits.
 
-use crate::config::Config;
+use crate::config::{AsyncMode, Config};
 use crate::error::{GroupError, Result};
+use crate::flight::{Flight, FlightReport, Mode, Sink, Source};
 use crate::layout::{Groups, Scheme};
 use crate::meta::{GroupMeta, Table, MAGIC, VERSION};
-use crate::mpi::{Comm, Op};
-use crate::pages::{Mem, Sparse};
+use crate::mpi::{Bg, Comm, Op};
+use crate::pages::{DataView, Mem};
+use crate::store::{Journal, LevelState, Parity, Record};
 use kioku_ckpt::{CkptError, MovableSelfSpace, RegionOptions};
+use kioku_ec::Codec;
+use serde::Serialize;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// The engine of a rank's pool; regions are found by name, so recovery may place them anywhere.
 pub type Engine = kioku_ckpt::Engine<MovableSelfSpace>;
-use kioku_ec::Codec;
-use serde::Serialize;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// Checkpoint levels.
 pub const LOCAL: u8 = 1;
 pub const PARTNER: u8 = 2;
 pub const RS: u8 = 3;
 
-const TAG_ENCODE: u32 = 11;
-const TAG_DECODE: u32 = 12;
-/// Address space kept for growth of the library's own regions (journals, parity).
-const AUX_RESERVE: usize = 64 << 30;
+pub(crate) const TAG_DECODE: u32 = 12;
 
 /// A remote level as this job keeps it.
-struct Level {
-    id: u8,
-    scheme: Scheme,
-    codec: Arc<Codec>,
+pub(crate) struct Level {
+    pub id: u8,
+    pub scheme: Scheme,
+    pub codec: Arc<Codec>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum State {
+pub(crate) enum State {
     /// No pool of an earlier run exists: regions may be allocated, checkpoints taken.
     Running,
     /// Pools of an earlier run exist: `recover` first.
@@ -51,13 +55,37 @@ pub struct CheckpointReport {
     pub level: u8,
     /// Data pages written since the previous checkpoint.
     pub dirty_pages: u64,
-    /// Pages whose delta went into the encoding.
+    /// Pages whose delta went into an inline encoding.
     pub encoded_pages: u64,
-    /// Bytes this rank sent to others.
+    /// Bytes this rank sent to others during the call.
     pub bytes_sent: u64,
+    /// Pages whose base was journaled.
+    pub journaled_pages: u64,
+    /// Waiting for the previous checkpoint's background flight.
+    pub waited: Duration,
+    /// Encoding inline (the call's own flights).
     pub encode: Duration,
+    /// The local checkpoint: prepare, agreement, finish.
     pub persist: Duration,
+    /// The whole call: the time the program waited.
     pub total: Duration,
+    /// The level's encoding went on in the background after the call returned.
+    pub background: bool,
+}
+
+/// What the last flight (encoding of a remote level) did, once it ended.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FlightStatus {
+    pub level: u8,
+    pub epoch: u64,
+    /// The level now encodes `epoch` (else `failure` says why it kept its previous parity).
+    pub committed: bool,
+    pub failure: Option<String>,
+    pub encoded_pages: u64,
+    pub bytes_sent: u64,
+    /// From the start of the checkpoint call to the level's commit on this rank.
+    pub durable: Duration,
+    pub background: bool,
 }
 
 /// What a recovery did.
@@ -67,60 +95,102 @@ pub struct RecoveryReport {
     pub epoch: u64,
     /// Ranks whose pools were missing or damaged and were rebuilt.
     pub lost: Vec<usize>,
-    /// The level they were rebuilt from (0: none lost).
+    /// The level they (or damaged pages) were rebuilt from (0: none).
     pub level: u8,
     /// Ranks that rolled a prepared, unagreed checkpoint back.
     pub rolled_back: usize,
     pub bytes_received: u64,
+    /// Pages of surviving pools that failed their checksums and were rebuilt from parity
+    /// (this rank's), with the first few named.
+    pub healed_pages: u64,
+    pub healed: Vec<String>,
     /// Decoding the lost ranks' shards (receiving included).
     pub decode: Duration,
     pub total: Duration,
 }
 
-/// One rank's view of the job's group checkpoints.
-pub struct Group {
-    comm: Comm,
-    cfg: Config,
-    groups: Groups,
-    gi: usize,
-    pos: usize,
-    members: Vec<usize>,
-    page: usize,
-    state: State,
-    engine: Option<Engine>,
-    table: Table,
-    levels: Vec<Level>,
-    /// The last committed checkpoint's metadata.
-    meta: Option<GroupMeta>,
-    /// Buffers of the program's own registered with `protect`: (region id, address, bytes).
-    protected: Vec<(u32, *mut u8, usize)>,
-    pub last: CheckpointReport,
-    pub recovered: Option<RecoveryReport>,
+/// What a scrub (`kioku_group_verify`) found and did, over the job.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ScrubReport {
+    /// Pages that failed their checksum (data, parity and journal pages of every rank).
+    pub damaged: u64,
+    /// Of those, pages rebuilt (from the other context or the group's parity).
+    pub healed: u64,
+    /// Parity pages that differ from a fresh encoding of the data, per level checked.
+    pub mismatched: Vec<(u8, u64)>,
 }
 
-fn user_name(id: u32) -> String {
-    format!("u{id}")
+/// The pool's contents shared between the program's thread and a background flight: each
+/// touches them only under the lock.
+pub(crate) struct Inner {
+    pub engine: Engine,
+    pub record: Record,
 }
-fn journal_name(level: u8) -> String {
-    format!("j{level}")
-}
-fn bitmap_name(level: u8) -> String {
-    format!("b{level}")
-}
-fn parity_name(level: u8, stripe: usize) -> String {
-    format!("x{level}.{stripe}")
-}
-fn aux() -> RegionOptions {
-    RegionOptions {
-        addr: None,
-        reserve: Some(AUX_RESERVE),
+
+/// [`Inner`] behind its lock.
+pub(crate) struct Shared(Mutex<Option<Inner>>);
+
+// SAFETY: `Inner` is only reached through the mutex, one thread at a time. What it owns — a
+// pool mapping, the page tracker's state (userfaultfd or write-protection, process-wide),
+// region mappings — is not tied to the thread that created it; a flight's thread only reads
+// and writes pool sections through it and never maps, tracks or unmaps.
+unsafe impl Send for Shared {}
+// SAFETY: as above: every access goes through the mutex.
+unsafe impl Sync for Shared {}
+
+impl Shared {
+    pub(crate) fn new() -> Shared {
+        Shared(Mutex::new(None))
+    }
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Inner>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
+/// A flight running on its own thread.
+struct Running {
+    handle: std::thread::JoinHandle<(Bg, Result<FlightReport>, Instant)>,
+    started: Instant,
+}
+
+/// One rank's view of the job's group checkpoints.
+pub struct Group {
+    pub(crate) comm: Comm,
+    /// The flights' communicator (away while a flight runs in the background).
+    pub(crate) bg: Option<Bg>,
+    pub(crate) cfg: Config,
+    pub(crate) groups: Groups,
+    pub(crate) gi: usize,
+    pub(crate) pos: usize,
+    pub(crate) members: Vec<usize>,
+    pub(crate) page: usize,
+    pub(crate) state: State,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) table: Table,
+    pub(crate) levels: Vec<Level>,
+    /// The last committed checkpoint's metadata.
+    pub(crate) meta: Option<GroupMeta>,
+    /// Journals of the levels whose parity exists.
+    pub(crate) journals: Vec<Journal>,
+    /// Buffers of the program's own registered with `protect`: (region id, address, bytes).
+    protected: Vec<(u32, *mut u8, usize)>,
+    /// Flights run on a thread of their own.
+    background: bool,
+    flight: Option<Running>,
+    pub last: CheckpointReport,
+    pub last_flight: Option<FlightStatus>,
+    pub recovered: Option<RecoveryReport>,
+    pub scrubbed: Option<ScrubReport>,
+}
+
+pub(crate) fn user_region_name(id: u32) -> String {
+    format!("u{id}")
+}
+
 /// Fault injection for the crash tests: `KIOKU_FAULT=<point>:<rank>:<epoch>` makes that rank
-/// kill itself with SIGKILL at that point of that checkpoint (points: `encode`, half-way through
-/// its part of the pipeline; `prepared`, after its prepare and before the agreement).
-fn fault(point: &str, rank: usize, epoch: u64) {
+/// kill itself with SIGKILL at that point of that epoch's checkpoint (points: `prepared`, after
+/// its prepare and before the agreement; the flight's steps, see [`crate::flight`]).
+pub(crate) fn fault(point: &str, rank: usize, epoch: u64) {
     let Ok(spec) = std::env::var("KIOKU_FAULT") else {
         return;
     };
@@ -136,15 +206,17 @@ fn fault(point: &str, rank: usize, epoch: u64) {
 }
 
 /// Errors of all ranks, gathered: `Ok` when every rank succeeded, else the first failure
-/// (every rank returns the same error, so the program sees one collective outcome).
-fn agree(comm: &Comm, mine: std::result::Result<(), String>) -> Result<()> {
+/// (every rank returns the same error, so the program sees one collective outcome; the rank
+/// that failed gets its own typed error back).
+pub(crate) fn agree(comm: &Comm, mine: Result<()>) -> Result<()> {
     let text = match &mine {
         Ok(()) => Vec::new(),
-        Err(e) => e.clone().into_bytes(),
+        Err(e) => e.to_string().into_bytes(),
     };
     let all = comm.allgather_var(&text)?;
     match all.iter().position(|e| !e.is_empty()) {
         None => Ok(()),
+        Some(rank) if rank == comm.rank() => mine,
         Some(rank) => Err(GroupError::Remote {
             rank,
             detail: String::from_utf8_lossy(&all[rank]).into_owned(),
@@ -152,82 +224,8 @@ fn agree(comm: &Comm, mine: std::result::Result<(), String>) -> Result<()> {
     }
 }
 
-fn xor_into(dst: &mut [u8], a: &[u8], b: &[u8]) {
-    for ((d, x), y) in dst.iter_mut().zip(a).zip(b) {
-        *d = x ^ y;
-    }
-}
-
-/// Where each data page is, live and as last committed. Valid while no region is created,
-/// resized or deleted and the engine is not closed (one pass of a collective operation).
-pub(crate) struct DataView {
-    page: usize,
-    regions: Vec<ViewedRegion>,
-}
-
-/// One region of a [`DataView`].
-struct ViewedRegion {
-    /// First data page and pages.
-    offset: u64,
-    pages: u64,
-    live: Mem,
-    /// The committed bytes, if the region existed at the last checkpoint.
-    committed: Option<(*const u8, usize)>,
-}
-
-impl DataView {
-    fn find(&self, p: u64) -> Option<&ViewedRegion> {
-        let i = self.regions.partition_point(|r| r.offset + r.pages <= p);
-        self.regions.get(i).filter(|r| r.offset <= p)
-    }
-
-    /// Live bytes of data page `p` (`None` past the data space).
-    pub(crate) fn live(&self, p: u64) -> Option<&[u8]> {
-        let r = self.find(p)?;
-        r.live.page(p - r.offset).map(|s| {
-            // SAFETY: the page lies in a region the engine keeps mapped for this view's use
-            // (see the type's contract); `Mem::page` already checked the bounds.
-            unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }
-        })
-    }
-
-    /// Data page `p` as of the last checkpoint (`None`: it did not exist then — zero).
-    pub(crate) fn committed(&self, p: u64) -> Option<&[u8]> {
-        let r = self.find(p)?;
-        let (ptr, len) = r.committed?;
-        let at = (p - r.offset) as usize * self.page;
-        (at + self.page <= len).then(|| {
-            // SAFETY: `[ptr, ptr+len)` is the valid context's section in the pool mapping,
-            // unchanged during the view's use (no checkpoint runs meanwhile); `at + page <=
-            // len` was checked.
-            unsafe { std::slice::from_raw_parts(ptr.add(at), self.page) }
-        })
-    }
-}
-
-/// How pages enter an encoding.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    /// Deltas against each page's base; zero deltas are skipped.
-    Delta,
-    /// Whole pages against zeroed parity, zero pages skipped (rebuilding after recovery,
-    /// verifying).
-    Rebuild,
-    /// Whole pages, every one of them, against zeroed parity (the baseline: full checkpoints
-    /// with full encoding).
-    Full,
-}
-
-/// Where a holder puts what it receives.
-enum Target<'a> {
-    /// XOR into the parity regions.
-    Regions,
-    /// Into zeroed scratch stripes (verification), by held stripe.
-    Scratch(&'a mut Vec<Vec<u8>>),
-}
-
 /// The remote levels `cfg` keeps, for a group of `g` members.
-fn make_levels(cfg: &Config, g: usize) -> Result<Vec<Level>> {
+pub(crate) fn make_levels(cfg: &Config, g: usize) -> Result<Vec<Level>> {
     let mut levels = Vec::new();
     if cfg.partner {
         levels.push(Level {
@@ -260,37 +258,67 @@ impl Group {
         let groups = Groups::new(&nodes, cfg.group_size, min)?;
         let (gi, pos) = groups.place(comm.rank());
         let members = groups.groups[gi].clone();
-        let g = members.len();
-        let levels = make_levels(&cfg, g)?;
+        let levels = make_levels(&cfg, members.len())?;
+        let threads = comm.thread_multiple()?;
+        let background = match cfg.async_mode {
+            AsyncMode::Off => false,
+            AsyncMode::Auto => threads,
+            AsyncMode::On if threads => true,
+            AsyncMode::On => {
+                return Err(GroupError::Config(
+                    "KIOKU_ASYNC=1 needs MPI initialised with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...); use it, or KIOKU_ASYNC=auto".into(),
+                ))
+            }
+        };
+        tracing::info!(
+            background,
+            "remote levels encoded {}",
+            if background {
+                "in the background"
+            } else {
+                "inline"
+            }
+        );
         let path = cfg.pool_path(comm.rank());
         let mut exists = [u64::from(path.exists())];
         comm.allreduce(&mut exists, Op::Max)?;
+        let bg = Bg::attach(&comm);
         let mut me = Group {
             page: kioku_pool::system_page_size() as usize,
             comm,
+            bg: Some(bg),
             cfg,
             groups,
             gi,
             pos,
             members,
             state: State::MustRecover,
-            engine: None,
+            shared: Arc::new(Shared::new()),
             table: Table::default(),
             levels,
             meta: None,
+            journals: Vec::new(),
             protected: Vec::new(),
+            background,
+            flight: None,
             last: CheckpointReport::default(),
+            last_flight: None,
             recovered: None,
+            scrubbed: None,
         };
         if exists[0] == 0 {
             let made = me.create_pool();
-            agree(&me.comm, made.map_err(|e| e.to_string()))?;
+            agree(&me.comm, made)?;
             me.state = State::Running;
+        } else {
+            // What this rank's pool holds, for the status before recovery (read only).
+            me.meta = crate::plan::look_at(&path, me.cfg.medium, false).meta;
         }
         Ok(me)
     }
 
-    fn create_pool(&mut self) -> Result<()> {
+    /// A new pool for this rank: the engine's, plus the record of the kept levels.
+    pub(crate) fn create_pool(&mut self) -> Result<()> {
         let path = self.cfg.pool_path(self.comm.rank());
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| GroupError::Pool {
@@ -300,12 +328,27 @@ impl Group {
         }
         let mut c = kioku_pool::CreateOptions::new(kioku_ckpt::POOL_KIND);
         c.medium = self.cfg.medium;
-        let pool = kioku_pool::Pool::create(&path, &c).map_err(CkptError::from)?;
+        let mut pool = kioku_pool::Pool::create(&path, &c).map_err(CkptError::from)?;
+        let mut record = Record {
+            seq: 0,
+            levels: self
+                .levels
+                .iter()
+                .map(|l| LevelState {
+                    id: l.id,
+                    epoch: 0,
+                    stripe_pages: 0,
+                    flight: None,
+                })
+                .collect(),
+        };
+        record.create(&mut pool)?;
         let mut engine = Engine::init(pool, MovableSelfSpace::default())?;
         // Exact written pages, never whole regions: a page reported written costs a delta
         // computation and a zero check here, more than its write-protect fault.
         engine.set_adaptive(false)?;
-        self.engine = Some(engine);
+        *self.shared.lock() = Some(Inner { engine, record });
+        self.journals.clear();
         Ok(())
     }
 
@@ -318,6 +361,10 @@ impl Group {
     pub fn group(&self) -> (usize, usize, usize) {
         (self.gi, self.pos, self.members.len())
     }
+    /// The members of every group (world ranks, position order).
+    pub fn groups(&self) -> &[Vec<usize>] {
+        &self.groups.groups
+    }
     pub fn config(&self) -> &Config {
         &self.cfg
     }
@@ -325,12 +372,30 @@ impl Group {
     pub fn must_recover(&self) -> bool {
         self.state == State::MustRecover
     }
-    /// The last committed group epoch (0: none).
+    /// Whether remote levels are encoded in the background.
+    pub fn background(&self) -> bool {
+        self.background
+    }
+    /// The last committed group epoch (0: none); before recovery, what this rank's pool holds.
     pub fn epoch(&self) -> u64 {
         self.meta.as_ref().map_or(0, |m| m.epoch)
     }
     pub fn last_level(&self) -> u8 {
         self.meta.as_ref().map_or(0, |m| m.level)
+    }
+    /// The epoch whose data level `id`'s parity encodes (0: none yet), as committed on this
+    /// rank.
+    pub fn level_epoch(&self, id: u8) -> u64 {
+        self.shared
+            .lock()
+            .as_ref()
+            .map_or(0, |i| i.record.epoch(id))
+    }
+    /// Whether a background flight is running.
+    pub fn in_flight(&mut self) -> bool {
+        self.flight
+            .as_ref()
+            .is_some_and(|f| !f.handle.is_finished())
     }
     /// The (k, m) of the rs level.
     pub fn rs_code(&self) -> Option<(usize, usize)> {
@@ -339,8 +404,12 @@ impl Group {
             .find(|l| l.id == RS)
             .map(|l| (l.scheme.k, l.scheme.m))
     }
+    /// The size of this rank's pool file.
+    pub fn pool_bytes(&self) -> u64 {
+        std::fs::metadata(self.cfg.pool_path(self.rank())).map_or(0, |m| m.len())
+    }
 
-    fn running(&self) -> Result<()> {
+    pub(crate) fn running(&self) -> Result<()> {
         match &self.state {
             State::Running => Ok(()),
             State::MustRecover => Err(GroupError::State(format!(
@@ -353,16 +422,18 @@ impl Group {
         }
     }
 
-    fn engine(&self) -> &Engine {
-        self.engine.as_ref().expect("engine open while running")
+    pub(crate) fn level(&self, id: u8) -> &Level {
+        self.levels.iter().find(|l| l.id == id).expect("level kept")
     }
 
-    fn engine_mut(&mut self) -> &mut Engine {
-        self.engine.as_mut().expect("engine open while running")
+    /// Runs `f` on the open pool's contents under the lock.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        let mut g = self.shared.lock();
+        f(g.as_mut().expect("the pool is open"))
     }
 
-    fn mem(&self, name: &str) -> Option<Mem> {
-        Mem::of(self.engine(), name, self.page)
+    pub(crate) fn journal(&self, id: u8) -> Option<&Journal> {
+        self.journals.iter().find(|j| j.level == id)
     }
 
     /// Memory for protected region `id` of `size` bytes: a new zeroed region, or after
@@ -380,11 +451,12 @@ impl Group {
                     e.bytes
                 )));
             }
-            return Ok(self
-                .engine()
-                .region(&user_name(id))
-                .expect("table and engine agree")
-                .as_ptr());
+            return Ok(self.with(|i| {
+                i.engine
+                    .region(&user_region_name(id))
+                    .expect("table and engine agree")
+                    .as_ptr()
+            }));
         }
         let ptr = self.create_user_region(id, size)?;
         self.table.add(id, size as u64, pages);
@@ -393,16 +465,18 @@ impl Group {
 
     /// Creates the engine region of protected region `id` (`size` bytes, reserving no room to
     /// grow: protected regions keep their size).
-    fn create_user_region(&mut self, id: u32, size: usize) -> Result<*mut u8> {
+    pub(crate) fn create_user_region(&mut self, id: u32, size: usize) -> Result<*mut u8> {
         let reserve = size.div_ceil(self.page) * self.page;
-        let r = self.engine_mut().create_region(
-            &user_name(id),
-            size,
-            RegionOptions {
-                addr: None,
-                reserve: Some(reserve),
-            },
-        )?;
+        let r = self.with(|i| {
+            i.engine.create_region(
+                &user_region_name(id),
+                size,
+                RegionOptions {
+                    addr: None,
+                    reserve: Some(reserve),
+                },
+            )
+        })?;
         Ok(r.as_ptr())
     }
 
@@ -448,36 +522,27 @@ impl Group {
 
     /// Copies the changed pages of protected buffers into their regions.
     fn sync_protected(&mut self) {
-        for &(id, ptr, size) in &self.protected {
-            let mem = self.mem(&user_name(id)).expect("protected region");
-            let region = &mut mem.bytes_mut()[..size];
-            // SAFETY: `ptr` is valid for `size` bytes per `protect`'s contract, and the
-            // program does not write it during the collective call.
-            let buf = unsafe { std::slice::from_raw_parts(ptr, size) };
-            for (dst, src) in region.chunks_mut(self.page).zip(buf.chunks(self.page)) {
-                if dst != src {
-                    dst.copy_from_slice(src);
+        let page = self.page;
+        let protected = self.protected.clone();
+        self.with(|i| {
+            for &(id, ptr, size) in &protected {
+                let mem =
+                    Mem::of(&i.engine, &user_region_name(id), page).expect("protected region");
+                let region = &mut mem.bytes_mut()[..size];
+                // SAFETY: `ptr` is valid for `size` bytes per `protect`'s contract, and the
+                // program does not write it during the collective call.
+                let buf = unsafe { std::slice::from_raw_parts(ptr, size) };
+                for (dst, src) in region.chunks_mut(page).zip(buf.chunks(page)) {
+                    if dst != src {
+                        dst.copy_from_slice(src);
+                    }
                 }
             }
-        }
-    }
-
-    /// Makes `len` pages of region `name` exist (creating or growing it, never shrinking).
-    fn ensure_region(&mut self, name: &str, len: usize) -> Result<()> {
-        let len = len.max(self.page).div_ceil(self.page) * self.page;
-        match self.engine().region(name) {
-            Some(r) if r.len >= len => Ok(()),
-            Some(_) => self.engine_mut().resize_region(name, len).map(|_| ()),
-            None => self
-                .engine_mut()
-                .create_region(name, len, aux())
-                .map(|_| ()),
-        }
-        .map_err(GroupError::from)
+        })
     }
 
     /// The tables of this rank's group members (position order), from every rank's.
-    fn group_tables(&self) -> Result<Vec<Table>> {
+    pub(crate) fn group_tables(&self) -> Result<Vec<Table>> {
         let mine = serde_json::to_vec(&self.table).expect("table serialises");
         let all = self.comm.allgather_var(&mine)?;
         self.members
@@ -493,7 +558,7 @@ impl Group {
 
     /// Data pages written since the last checkpoint, ascending.
     fn written_data_pages(&mut self) -> Result<Vec<u64>> {
-        let runs = self.engine_mut().written()?;
+        let runs = self.with(|i| i.engine.written())?;
         let mut out = Vec::new();
         for (name, first, n) in runs {
             let Some(id) = name.strip_prefix('u').and_then(|s| s.parse::<u32>().ok()) else {
@@ -507,30 +572,58 @@ impl Group {
         Ok(out)
     }
 
-    /// The data space's pages, live and as last committed, located once for a pass over
-    /// many pages.
-    fn data_view(&self) -> DataView {
-        let engine = self.engine();
-        let regions = self
-            .table
-            .regions
-            .iter()
-            .map(|e| {
-                let name = user_name(e.id);
-                let live = Mem::of(engine, &name, self.page).expect("region of the table");
-                let committed = engine.committed(&name).map(|b| (b.as_ptr(), b.len()));
-                ViewedRegion {
-                    offset: e.offset,
-                    pages: e.pages,
-                    live,
-                    committed,
-                }
-            })
-            .collect();
-        DataView {
-            page: self.page,
-            regions,
+    /// Waits for the background flight, if one runs, and takes in its outcome: `Ok` with the
+    /// time waited; an error only when the flight could not finish its protocol (MPI, the
+    /// pool), which breaks the group.
+    pub fn wait(&mut self) -> Result<Duration> {
+        let Some(run) = self.flight.take() else {
+            return Ok(Duration::ZERO);
+        };
+        let t = Instant::now();
+        let (bg, result, ended) = run.handle.join().unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            (
+                Bg::attach(&self.comm),
+                Err(GroupError::State(format!(
+                    "the background encoding failed (a bug in kioku): {msg}"
+                ))),
+                Instant::now(),
+            )
+        });
+        self.bg = Some(bg);
+        let waited = t.elapsed();
+        match result {
+            Ok(rep) => {
+                self.took(&rep, ended.duration_since(run.started), true);
+                Ok(waited)
+            }
+            Err(e) => {
+                self.state = State::Broken(e.to_string());
+                Err(e)
+            }
         }
+    }
+
+    /// Takes in a flight's outcome: a committed level starts a new journal.
+    fn took(&mut self, rep: &FlightReport, durable: Duration, background: bool) {
+        if rep.committed {
+            self.journals.retain(|j| j.level != rep.level);
+            self.journals.push(Journal::new(rep.level, rep.epoch));
+        }
+        self.last_flight = Some(FlightStatus {
+            level: rep.level,
+            epoch: rep.epoch,
+            committed: rep.committed,
+            failure: rep.failure.clone(),
+            encoded_pages: rep.encoded_pages,
+            bytes_sent: rep.bytes_sent,
+            durable,
+            background,
+        });
     }
 
     /// A collective checkpoint at `level` (1 local, 2 partner, 3 rs).
@@ -548,23 +641,58 @@ impl Group {
         }
         let r = self.checkpoint_inner(level, None);
         if let Err(e) = &r {
-            if !matches!(e, GroupError::Invalid(_)) {
+            if !matches!(e, GroupError::Invalid(_) | GroupError::FlightFailed { .. }) {
                 self.state = State::Broken(e.to_string());
             }
         }
         r
     }
 
-    /// A checkpoint at `level`; with `rebuild` (after a recovery that rebuilt lost ranks
-    /// from level `decoded`, whose parity is current again), every other kept level is
-    /// encoded afresh.
-    fn checkpoint_inner(
+    /// The flight of level `id` for epoch `epoch`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn flight_for(
+        &self,
+        id: u8,
+        epoch: u64,
+        q_total: u64,
+        mode: Mode,
+        source: Source,
+        sink: Sink,
+        pages: Vec<u64>,
+    ) -> Flight {
+        let l = self.level(id);
+        Flight {
+            level: id,
+            scheme: l.scheme,
+            codec: l.codec.clone(),
+            epoch,
+            q_total,
+            pos: self.pos,
+            rank: self.rank(),
+            members: self.members.clone(),
+            page: self.page,
+            segment: self.cfg.segment_pages as u64,
+            budget: self.cfg.flight_mib << 20,
+            mode,
+            source,
+            sink,
+            pages,
+            table: self.table.clone(),
+            journal: self.journal(id).cloned(),
+        }
+    }
+
+    /// A checkpoint at `level`; with `rebuild_from` (the end of a recovery that rebuilt lost
+    /// ranks or pages from level `decoded`, whose parity matches the data again), every other
+    /// kept level is encoded afresh, and `decoded` is relabelled to this epoch.
+    pub(crate) fn checkpoint_inner(
         &mut self,
         level: u8,
         rebuild_from: Option<u8>,
     ) -> Result<CheckpointReport> {
-        let rebuild = rebuild_from.is_some();
         let t0 = Instant::now();
+        let waited = self.wait()?;
+        let rebuild = rebuild_from.is_some();
         let epoch = self.epoch() + 1;
         let rank = self.rank();
         let tables = self.group_tables()?;
@@ -573,106 +701,166 @@ impl Group {
         if self.cfg.full && !rebuild {
             // The baseline: a full checkpoint writes every page, written or not.
             for id in self.table.regions.iter().map(|r| r.id).collect::<Vec<_>>() {
-                self.engine_mut().take_whole_next(&user_name(id))?;
+                self.with(|i| i.engine.take_whole_next(&user_region_name(id)))?;
             }
         }
         self.sync_protected();
         let dirty = self.written_data_pages()?;
-        let prev = self.meta.clone();
+        let page = self.page;
 
-        // Journals, bitmaps and parity regions sized for the data (a local failure here is
-        // agreed on before anyone starts sending).
-        let prepared = (|| -> Result<()> {
-            let ids: Vec<(u8, Scheme)> = self.levels.iter().map(|l| (l.id, l.scheme)).collect();
-            for (id, scheme) in ids {
-                // A level's journal exists from the first other checkpoint after the level's
-                // own first one (before that its base is all zeros: nothing to keep).
-                let encoded_before = prev.as_ref().is_some_and(|m| m.last(id) > 0);
-                let journaled = self.engine().region(&journal_name(id)).is_some();
-                if journaled || (encoded_before && id != level && !rebuild) {
-                    self.ensure_region(&journal_name(id), my_pages as usize * self.page)?;
-                    self.ensure_region(&bitmap_name(id), (my_pages as usize).div_ceil(8))?;
-                }
-                if id == level || rebuild {
-                    let q = scheme.stripe_pages(max_pages) as usize;
-                    for (j, _) in scheme.held(self.pos) {
-                        self.ensure_region(&parity_name(id, j), q * self.page)?;
-                    }
-                }
-            }
-            Ok(())
-        })();
-        agree(&self.comm, prepared.map_err(|e| e.to_string()))?;
-
-        // Journals: the first write since a level's last checkpoint saves the page's base.
-        let view = self.data_view();
-        for l in &self.levels {
-            if l.id == level || rebuild {
-                continue;
-            }
-            let (Some(j), Some(b)) = (self.mem(&journal_name(l.id)), self.mem(&bitmap_name(l.id)))
-            else {
-                continue; // Never encoded yet: its first encoding takes everything.
-            };
-            for &p in &dirty {
-                if !b.bit(p) {
-                    let dst = j.page_mut(p).expect("journal covers the data");
-                    match view.committed(p) {
-                        Some(old) => dst.copy_from_slice(old),
-                        None => dst.fill(0),
-                    }
-                    b.set_bit(p);
-                }
-            }
-        }
-
-        let te = Instant::now();
-        let mut encoded = 0;
-        self.comm.take_sent();
-        let mut encode_levels: Vec<u8> = Vec::new();
-        if let Some(decoded) = rebuild_from {
-            encode_levels.extend(self.levels.iter().map(|l| l.id).filter(|&id| id != decoded));
-        } else if level != LOCAL {
-            encode_levels.push(level);
-        }
-        for id in &encode_levels {
-            let mode = if rebuild || prev.as_ref().is_none_or(|m| m.last(*id) == 0) {
-                Mode::Rebuild
+        // Which levels are encoded by this call, how, and where.
+        let level_epochs: Vec<(u8, u64)> = self
+            .levels
+            .iter()
+            .map(|l| (l.id, self.level_epoch(l.id)))
+            .collect();
+        let mut inline: Vec<(u8, Mode)> = Vec::new();
+        let mut background: Option<(u8, Mode)> = None;
+        for &(id, at) in &level_epochs {
+            let fresh = rebuild || at == 0;
+            let mode = if fresh {
+                Mode::Fresh
             } else if self.cfg.full {
                 Mode::Full
             } else {
                 Mode::Delta
             };
-            if mode != Mode::Delta {
-                let l = self.levels.iter().find(|l| l.id == *id).expect("level");
-                for (j, _) in l.scheme.held(self.pos) {
-                    self.mem(&parity_name(*id, j))
-                        .expect("parity")
-                        .bytes_mut()
-                        .fill(0);
+            if rebuild {
+                if Some(id) != rebuild_from {
+                    inline.push((id, Mode::Fresh));
+                }
+            } else if id == level {
+                if self.background && !self.cfg.full {
+                    background = Some((id, mode));
+                } else {
+                    inline.push((id, mode));
                 }
             }
-            encoded += self.encode(*id, &tables, &dirty, mode, Target::Regions)?;
-            if let Some(b) = self.mem(&bitmap_name(*id)) {
-                b.clear_bits();
-            }
         }
-        if let Some(decoded) = rebuild_from {
-            if let Some(b) = self.mem(&bitmap_name(decoded)) {
-                b.clear_bits();
+
+        // (1) Parity sized for the data, journals for the levels whose base moves on: a local
+        // failure here is agreed on before anyone sends.
+        let mut journaled = 0u64;
+        let prepared = (|| -> Result<()> {
+            let encoded: Vec<u8> = inline
+                .iter()
+                .map(|x| x.0)
+                .chain(background.map(|x| x.0))
+                .collect();
+            for &id in &encoded {
+                let scheme = self.level(id).scheme;
+                let q = scheme.stripe_pages(max_pages);
+                self.with(|i| Parity::ensure(i.engine.pool_mut(), page, id, scheme.m, q))?;
             }
+            if rebuild {
+                return Ok(());
+            }
+            // The first write since a level's commit saves the page's value as of then (the
+            // valid checkpoint's) — except for a level encoded inline now, whose deltas are
+            // taken before this checkpoint's finish.
+            for &(id, at) in &level_epochs {
+                if at == 0 || inline.iter().any(|x| x.0 == id) {
+                    continue;
+                }
+                if self.journal(id).is_none_or(|j| j.base != at) {
+                    self.journals.retain(|j| j.level != id);
+                    self.journals.push(Journal::new(id, at));
+                }
+                let mut j = self.journal(id).cloned().expect("just made");
+                let table = self.table.clone();
+                journaled += self.with(|i| -> Result<u64> {
+                    let new = dirty.iter().filter(|&&p| !j.contains(p)).count() as u64;
+                    j.reserve(i.engine.pool_mut(), page, new)?;
+                    let view = DataView::of(&i.engine, &table, page);
+                    let zero = vec![0u8; page];
+                    let zero_crc = crate::store::zero_crc(page);
+                    let mut n = 0;
+                    for &p in &dirty {
+                        if j.contains(p) {
+                            continue;
+                        }
+                        let (bytes, want) = view.committed(p).unwrap_or((&zero, zero_crc));
+                        let bytes = bytes.to_vec();
+                        j.append(i.engine.pool_mut(), page, p, &bytes, want)?;
+                        n += 1;
+                    }
+                    Ok(n)
+                })?;
+                self.journals.retain(|x| x.level != id);
+                self.journals.push(j);
+            }
+            if journaled > 0 {
+                self.with(|i| i.engine.pool().drain())
+                    .map_err(CkptError::from)?;
+            }
+            let _ = my_pages;
+            Ok(())
+        })();
+        agree(&self.comm, prepared)?;
+
+        // A level whose parity encodes nothing yet is written in place (no older parity to
+        // keep); any other through a redo log.
+        let sink_for = |id: u8| {
+            if level_epochs.iter().any(|&(l, at)| l == id && at == 0) {
+                Sink::InPlace
+            } else {
+                Sink::Log
+            }
+        };
+
+        // (2) Inline flights: sent, logged, agreed — before the local checkpoint commits.
+        let te = Instant::now();
+        let mut flights: Vec<Flight> = Vec::new();
+        let mut encoded_pages = 0;
+        let mut bytes_sent = 0;
+        for &(id, mode) in &inline {
+            let pages: Vec<u64> = match mode {
+                Mode::Delta => {
+                    let mut v = self.journal(id).map(Journal::pages).unwrap_or_default();
+                    v.extend_from_slice(&dirty);
+                    v.sort_unstable();
+                    v.dedup();
+                    v.retain(|&p| p < my_pages);
+                    v
+                }
+                Mode::Fresh | Mode::Full => (0..my_pages).collect(),
+            };
+            let q = self.level(id).scheme.stripe_pages(max_pages);
+            let f = self.flight_for(id, epoch, q, mode, Source::Live, sink_for(id), pages);
+            let mut bg = self.bg.take().expect("no flight runs");
+            let ex = f.exchange(&self.shared, &mut bg);
+            let ex = match ex {
+                Ok(ex) => ex,
+                Err(e) => {
+                    self.bg = Some(bg);
+                    return Err(e);
+                }
+            };
+            let mut failure = ex.failure.clone();
+            if failure.is_none() {
+                if let Err(e) = f.mark_logged(&self.shared, ex.log) {
+                    failure = Some(e.to_string());
+                }
+            }
+            let agreed = crate::flight::agree(&bg, failure);
+            self.bg = Some(bg);
+            match agreed? {
+                Ok(()) => {}
+                Err(why) => {
+                    for f in flights.iter().chain(std::iter::once(&f)) {
+                        f.discard(&self.shared)?;
+                    }
+                    return Err(GroupError::FlightFailed { level: id, why });
+                }
+            }
+            encoded_pages += ex.encoded_pages;
+            bytes_sent += ex.bytes_sent;
+            flights.push(f);
         }
-        let bytes_sent = self.comm.take_sent();
         let t_encode = te.elapsed();
 
-        // The checkpoint itself: prepared everywhere, agreed, finished.
-        let q_of = |id: u8| {
-            self.levels
-                .iter()
-                .find(|l| l.id == id)
-                .map_or(0, |l| l.scheme.stripe_pages(max_pages))
-        };
-        let encoded_now = |id: u8| encode_levels.contains(&id) || rebuild_from == Some(id);
+        // (3) The local checkpoint: prepared everywhere, agreed, finished.
+        let journals = self.journals.iter().map(Journal::mark).collect();
         let meta = GroupMeta {
             magic: MAGIC.into(),
             version: VERSION,
@@ -680,279 +868,160 @@ impl Group {
             rank,
             epoch,
             level,
-            last_partner: if encoded_now(PARTNER) {
-                epoch
-            } else {
-                prev.as_ref().map_or(0, |m| m.last_partner)
-            },
-            last_rs: if encoded_now(RS) {
-                epoch
-            } else {
-                prev.as_ref().map_or(0, |m| m.last_rs)
-            },
-            stripe_pages_partner: if encoded_now(PARTNER) {
-                q_of(PARTNER)
-            } else {
-                prev.as_ref().map_or(0, |m| m.stripe_pages_partner)
-            },
-            stripe_pages_rs: if encoded_now(RS) {
-                q_of(RS)
-            } else {
-                prev.as_ref().map_or(0, |m| m.stripe_pages_rs)
-            },
             members: self.members.clone(),
             tables,
             group_size: self.cfg.group_size,
             parity: self.cfg.parity,
             partner: self.cfg.partner,
             rs: self.cfg.rs,
+            journals,
         };
         let tp = Instant::now();
-        let prepared = self.engine_mut().prepare(&meta.encode());
+        let prepared = self
+            .with(|i| i.engine.prepare(&meta.encode()))
+            .map_err(GroupError::from);
         fault("prepared", rank, epoch);
-        agree(&self.comm, prepared.map_err(|e| e.to_string()))?;
-        self.engine_mut().finish()?;
+        agree(&self.comm, prepared)?;
+        self.with(|i| i.engine.finish())?;
         let t_persist = tp.elapsed();
         self.meta = Some(meta);
+
+        // (4) The inline flights commit; a rebuilt level now encodes this epoch's data.
+        for f in &flights {
+            f.commit_and_apply(&self.shared)?;
+            self.journals.retain(|j| j.level != f.level);
+            self.journals.push(Journal::new(f.level, epoch));
+        }
+        if let Some(decoded) = rebuild_from {
+            self.with(|i| -> Result<()> {
+                let l = i.record.level_mut(decoded).expect("kept level");
+                l.epoch = epoch;
+                i.record.write(i.engine.pool_mut())
+            })?;
+            self.journals.clear();
+            for &(id, _) in &level_epochs {
+                self.journals.push(Journal::new(id, epoch));
+            }
+        }
+        if !flights.is_empty() {
+            let f = flights.last().expect("nonempty");
+            self.last_flight = Some(FlightStatus {
+                level: f.level,
+                epoch,
+                committed: true,
+                failure: None,
+                encoded_pages,
+                bytes_sent,
+                durable: t0.elapsed(),
+                background: false,
+            });
+        }
+
+        self.damage_for_tests(epoch);
+
+        // (5) The level's flight in the background: the program goes on meanwhile.
+        if let Some((id, mode)) = background {
+            let pages: Vec<u64> = match mode {
+                Mode::Delta => self.journal(id).map(Journal::pages).unwrap_or_default(),
+                Mode::Fresh | Mode::Full => (0..my_pages).collect(),
+            };
+            let q = self.level(id).scheme.stripe_pages(max_pages);
+            let f = self.flight_for(id, epoch, q, mode, Source::Committed, sink_for(id), pages);
+            let shared = self.shared.clone();
+            let mut bg = self.bg.take().expect("no flight runs");
+            let handle = std::thread::Builder::new()
+                .name("kioku-flight".into())
+                .spawn(move || {
+                    let r = f.run(&shared, &mut bg);
+                    (bg, r, Instant::now())
+                })
+                .map_err(|e| {
+                    GroupError::State(format!("cannot start the background encoding: {e}"))
+                })?;
+            self.flight = Some(Running {
+                handle,
+                started: t0,
+            });
+        }
         self.last = CheckpointReport {
             epoch,
             level,
             dirty_pages: dirty.len() as u64,
-            encoded_pages: encoded,
+            encoded_pages,
             bytes_sent,
+            journaled_pages: journaled,
+            waited,
             encode: t_encode,
             persist: t_persist,
             total: t0.elapsed(),
+            background: background.is_some(),
         };
         Ok(self.last.clone())
     }
 
-    /// This rank's part of encoding level `id` over its group: the pipeline of the thesis.
-    /// Stripe by stripe (every member walks them in the same order), the stripe's pages go in
-    /// segments along its contributors; each adds `C[t][i] · delta` of its own pages to the
-    /// running partial sums (sparse: only pages someone changed) and passes them on; the last
-    /// hands parity `t` to holder `t`, who XORs it into its parity. Segments keep every link
-    /// of the chain busy at once. Returns the pages this rank contributed.
-    fn encode(
-        &mut self,
-        id: u8,
-        tables: &[Table],
-        dirty: &[u64],
-        mode: Mode,
-        mut target: Target,
-    ) -> Result<u64> {
-        let l = self.levels.iter().find(|l| l.id == id).expect("level");
-        let (scheme, codec) = (l.scheme, l.codec.clone());
-        let (k, m) = (scheme.k, scheme.m);
-        let page = self.page;
-        let max_pages = tables.iter().map(Table::pages).max().unwrap_or(0);
-        let q_total = scheme.stripe_pages(max_pages);
-        let seg = self.cfg.segment_pages as u64;
-        let nseg = q_total.div_ceil(seg);
-        let my_pages = self.table.pages();
-
-        // The pages this rank feeds in, by chunk: q = p / k of pages p with p % k == chunk.
-        let pages: Vec<u64> = match mode {
-            Mode::Delta => {
-                let mut e = self
-                    .mem(&bitmap_name(id))
-                    .map(|b| b.set_bits())
-                    .unwrap_or_default();
-                e.retain(|&p| p < my_pages);
-                e.extend_from_slice(dirty);
-                e.sort_unstable();
-                e.dedup();
-                e
-            }
-            Mode::Rebuild | Mode::Full => (0..my_pages).collect(),
-        };
-        let mut by_chunk: Vec<Vec<u64>> = vec![Vec::new(); k];
-        for &p in &pages {
-            by_chunk[(p % k as u64) as usize].push(p / k as u64);
+    /// Fault injection for the scrub test: `KIOKU_FAULT=damage:<rank>:<epoch>` flips a bit of
+    /// the first data page of the valid checkpoint and of the first parity page this rank
+    /// holds, once that checkpoint is finished (a bit flip on the medium).
+    fn damage_for_tests(&mut self, epoch: u64) {
+        let want = format!("damage:{}:{epoch}", self.rank());
+        if std::env::var("KIOKU_FAULT").ok().as_deref() != Some(want.as_str()) {
+            return;
         }
-        let journaled = self.mem(&bitmap_name(id)).zip(self.mem(&journal_name(id)));
-        let zero = vec![0u8; page];
-        let mut delta = vec![0u8; page];
-        let view = self.data_view();
-        let mut contributed = 0u64;
-        let mut wire = Vec::new();
-        let mut inbox = Vec::new();
-        let mut in_qs: Vec<u32> = Vec::new();
-        let mut out = Sparse::new(m * page);
-        let members = self.members.clone();
-        let peer = |pos: usize| members[pos];
-
-        for j in 0..scheme.g {
-            if j == scheme.g / 2 && matches!(target, Target::Regions) {
-                // Half-way through this rank's part of a checkpoint's pipeline.
-                fault("encode", self.comm.rank(), self.epoch() + 1);
-            }
-            let contributors = scheme.contributors(j);
-            let holders = scheme.holders(j);
-            if let Some(i) = contributors.iter().position(|&p| p == self.pos) {
-                let mine = &by_chunk[i];
-                let mut at = 0usize;
-                for s in 0..nseg {
-                    let (lo, hi) = (s * seg, ((s + 1) * seg).min(q_total));
-                    let incoming: &[u8] = if i > 0 {
-                        let from = peer(contributors[i - 1]);
-                        self.comm.recv_into(from, TAG_ENCODE, &mut inbox)?;
-                        Sparse::parse(&inbox, m * page, &mut in_qs).ok_or_else(|| {
-                            GroupError::Remote {
-                                rank: from,
-                                detail: "malformed encoding message".into(),
-                            }
-                        })?
-                    } else {
-                        in_qs.clear();
-                        &[]
-                    };
-                    let entry_in = |a: usize| &incoming[a * m * page..(a + 1) * m * page];
-                    // Merge: incoming partial sums plus this rank's contributions.
-                    out.clear();
-                    let mut a = 0usize;
-                    while at < mine.len() && mine[at] < hi {
-                        let q = mine[at];
-                        at += 1;
-                        if q < lo {
-                            continue;
-                        }
-                        let p = q * k as u64 + i as u64;
-                        let new = view.live(p).unwrap_or(&zero);
-                        let base: &[u8] = match mode {
-                            Mode::Delta if journaled.as_ref().is_some_and(|(b, _)| b.bit(p)) => {
-                                journaled
-                                    .as_ref()
-                                    .and_then(|(_, j)| j.page(p))
-                                    .unwrap_or(&zero)
-                            }
-                            Mode::Delta => view.committed(p).unwrap_or(&zero),
-                            Mode::Rebuild | Mode::Full => &zero,
-                        };
-                        xor_into(&mut delta, new, base);
-                        if mode != Mode::Full && delta.iter().all(|&b| b == 0) {
-                            continue;
-                        }
-                        contributed += 1;
-                        while a < in_qs.len() && (in_qs[a] as u64) < q {
-                            out.push(in_qs[a], entry_in(a));
-                            a += 1;
-                        }
-                        let entry = if a < in_qs.len() && in_qs[a] as u64 == q {
-                            out.push(in_qs[a], entry_in(a));
-                            a += 1;
-                            let n = out.len();
-                            &mut out.data[(n - 1) * m * page..n * m * page]
-                        } else {
-                            out.push_zero(q as u32)
-                        };
-                        let mut parts: Vec<&mut [u8]> = entry.chunks_mut(page).collect();
-                        codec.update_delta(i, 0, &delta, &mut parts)?;
-                    }
-                    while a < in_qs.len() {
-                        out.push(in_qs[a], entry_in(a));
-                        a += 1;
-                    }
-                    if i + 1 < k {
-                        out.encode_into(&mut wire);
-                        self.comm
-                            .send(peer(contributors[i + 1]), TAG_ENCODE, &wire)?;
-                    } else {
-                        for (t, &h) in holders.iter().enumerate() {
-                            out.encode_part_into(t, page, &mut wire);
-                            self.comm.send(peer(h), TAG_ENCODE, &wire)?;
-                        }
-                    }
-                }
-            } else if holders.contains(&self.pos) {
-                let from = peer(contributors[k - 1]);
-                let held = scheme
-                    .held(self.pos)
-                    .iter()
-                    .position(|&(hj, _)| hj == j)
-                    .expect("held stripe");
-                for _ in 0..nseg {
-                    self.comm.recv_into(from, TAG_ENCODE, &mut inbox)?;
-                    let got = Sparse::parse(&inbox, page, &mut in_qs).ok_or_else(|| {
-                        GroupError::Remote {
-                            rank: from,
-                            detail: "malformed parity message".into(),
-                        }
-                    })?;
-                    let region;
-                    let dst: &mut [u8] = match &mut target {
-                        Target::Regions => {
-                            region = self.mem(&parity_name(id, j)).expect("parity");
-                            region.bytes_mut()
-                        }
-                        Target::Scratch(bufs) => &mut bufs[held][..],
-                    };
-                    for (e, &q) in in_qs.iter().enumerate() {
-                        let at = q as usize * page;
-                        let d = dst
-                            .get_mut(at..at + page)
-                            .ok_or_else(|| GroupError::Remote {
-                                rank: from,
-                                detail: format!("parity page {q} beyond the stripe"),
-                            })?;
-                        for (x, y) in d.iter_mut().zip(&got[e * page..(e + 1) * page]) {
-                            *x ^= y;
-                        }
-                    }
+        tracing::warn!(epoch, "KIOKU_FAULT: damaging this rank's pool");
+        self.with(|i| {
+            let pool = i.engine.pool_mut();
+            let valid = pool.roots()[0];
+            for name in [format!("ckpt.r1.{valid}"), format!("g.p{RS}.0")] {
+                if let Some(off) = pool.section(&name).map(|s| s.offset) {
+                    pool.bytes_mut(off + 33, 1)[0] ^= 0x20;
                 }
             }
-        }
-        Ok(contributed)
+        });
     }
 
-    /// Checks that the parity this group holds for every level kept equals the encoding of
-    /// the data as of that level's last checkpoint (computed afresh, through the same
-    /// pipeline, into scratch buffers). Collective; call it right after a checkpoint (the
-    /// program's data must be what that checkpoint holds). Returns the parity pages that
-    /// differ, summed over the job, per level checked.
-    pub fn verify(&mut self) -> Result<Vec<(u8, u64)>> {
+    /// Collective scrub: checks every page checksum of every pool (data, parity, journals),
+    /// rebuilds what fails from the other context or the group's parity, then recomputes
+    /// every kept level's parity afresh and compares it with the parity held. Call it between
+    /// checkpoints (it waits for a background encoding first).
+    pub fn verify(&mut self) -> Result<ScrubReport> {
         self.running()?;
+        self.wait()?;
+        let mut report = crate::repair::scrub(self)?;
         let tables = self.group_tables()?;
-        let Some(meta) = self.meta.clone() else {
-            return Ok(vec![]);
-        };
-        let mut out = Vec::new();
-        let ids: Vec<(u8, Scheme)> = self.levels.iter().map(|l| (l.id, l.scheme)).collect();
-        for (id, scheme) in ids {
-            if meta.last(id) != meta.epoch {
+        let max_pages = tables.iter().map(Table::pages).max().unwrap_or(0);
+        let my_pages = self.table.pages();
+        let epoch = self.epoch();
+        let ids: Vec<u8> = self.levels.iter().map(|l| l.id).collect();
+        for id in ids {
+            if self.level_epoch(id) != epoch || epoch == 0 {
                 continue; // Parity of an earlier epoch: the data moved on since.
             }
-            let q = meta.stripe_pages(id) as usize;
-            let held = scheme.held(self.pos);
-            let mut scratch: Vec<Vec<u8>> = vec![vec![0u8; q * self.page]; held.len()];
-            self.encode(
+            let q = self.level(id).scheme.stripe_pages(max_pages);
+            let f = self.flight_for(
                 id,
-                &tables,
-                &[],
-                Mode::Rebuild,
-                Target::Scratch(&mut scratch),
-            )?;
-            let mut bad = 0u64;
-            for (h, (j, _)) in held.iter().enumerate() {
-                let have = self.mem(&parity_name(id, *j)).expect("parity");
-                let have = &have.bytes()[..q * self.page];
-                bad += have
-                    .chunks(self.page)
-                    .zip(scratch[h].chunks(self.page))
-                    .filter(|(a, b)| a != b)
-                    .count() as u64;
-            }
-            let mut sum = [bad];
+                epoch,
+                q,
+                Mode::Fresh,
+                Source::Committed,
+                Sink::Compare,
+                (0..my_pages).collect(),
+            );
+            let mut bg = self.bg.take().expect("no flight runs");
+            let ex = f.exchange(&self.shared, &mut bg);
+            self.bg = Some(bg);
+            let ex = ex?;
+            let mut sum = [ex.mismatches];
             self.comm.allreduce(&mut sum, Op::Sum)?;
-            out.push((id, sum[0]));
+            report.mismatched.push((id, sum[0]));
         }
-        Ok(out)
+        self.scrubbed = Some(report.clone());
+        Ok(report)
     }
 
     /// Collective recovery after a restart: agrees on the epoch every rank can return to,
-    /// rolls back checkpoints that were prepared but not agreed, rebuilds lost ranks (missing
-    /// or damaged pools) from the others' data and parity, and takes a checkpoint at every
-    /// level kept so that the group is protected again before the program goes on.
+    /// rolls back checkpoints that were prepared but not agreed, finishes or forgets flights,
+    /// rebuilds lost ranks (missing or damaged pools) and damaged pages from the others' data
+    /// and the parity, and protects the group again before the program goes on.
     pub fn recover(&mut self) -> Result<RecoveryReport> {
         if self.state != State::MustRecover {
             return Err(GroupError::State(
@@ -971,92 +1040,11 @@ impl Group {
         r
     }
 
-    /// Drops the engine: the pool keeps the last checkpoint.
-    pub fn close(&mut self) {
-        self.engine = None;
-    }
-}
-
-/// What recovery needs of the group's internals.
-pub(crate) mod internals {
-    use super::*;
-
-    impl Group {
-        pub(crate) fn comm_mut(&mut self) -> &mut Comm {
-            &mut self.comm
-        }
-        pub(crate) fn page_size(&self) -> usize {
-            self.page
-        }
-        pub(crate) fn group_members(&self) -> &[usize] {
-            &self.members
-        }
-        /// Takes the groups a checkpoint recorded (a restart may place ranks differently).
-        pub(crate) fn set_groups(&mut self, groups: Groups) -> Result<()> {
-            let (gi, pos) = groups.place(self.comm.rank());
-            self.members = groups.groups[gi].clone();
-            self.levels = make_levels(&self.cfg, self.members.len())?;
-            self.groups = groups;
-            self.gi = gi;
-            self.pos = pos;
-            Ok(())
-        }
-        pub(crate) fn set_engine(&mut self, e: Engine, table: Table, meta: Option<GroupMeta>) {
-            self.engine = Some(e);
-            self.table = table;
-            self.meta = meta;
-        }
-        pub(crate) fn set_table_meta(&mut self, table: Table, meta: GroupMeta) {
-            self.table = table;
-            self.meta = Some(meta);
-        }
-        pub(crate) fn create_fresh_pool(&mut self) -> Result<()> {
-            self.create_pool()
-        }
-        pub(crate) fn level_scheme(&self, id: u8) -> (Scheme, Arc<Codec>) {
-            let l = self.levels.iter().find(|l| l.id == id).expect("level kept");
-            (l.scheme, l.codec.clone())
-        }
-        pub(crate) fn memory(&self, name: &str) -> Option<Mem> {
-            self.mem(name)
-        }
-        pub(crate) fn table(&self) -> &Table {
-            &self.table
-        }
-        pub(crate) fn view(&self) -> DataView {
-            self.data_view()
-        }
-        /// The checkpoint that ends a recovery which rebuilt lost ranks from level `decoded`.
-        pub(crate) fn rebuild_checkpoint(&mut self, decoded: u8) -> Result<CheckpointReport> {
-            let level = self.levels.iter().map(|l| l.id).max().unwrap_or(LOCAL);
-            self.checkpoint_inner(level, Some(decoded))
-        }
-        pub(crate) fn ensure(&mut self, name: &str, len: usize) -> Result<()> {
-            self.ensure_region(name, len)
-        }
-        /// Recreates a lost rank's protected region (its table entry comes with the group's
-        /// record, not from an allocation).
-        pub(crate) fn recreate_user_region(&mut self, id: u32, bytes: u64) -> Result<()> {
-            self.create_user_region(id, bytes as usize).map(|_| ())
-        }
-    }
-
-    pub(crate) fn user_region(id: u32) -> String {
-        user_name(id)
-    }
-    pub(crate) fn journal(level: u8) -> String {
-        journal_name(level)
-    }
-    pub(crate) fn bitmap(level: u8) -> String {
-        bitmap_name(level)
-    }
-    pub(crate) fn parity(level: u8, stripe: usize) -> String {
-        parity_name(level, stripe)
-    }
-
-    pub(crate) const DECODE_TAG: u32 = TAG_DECODE;
-
-    pub(crate) fn agree_all(comm: &Comm, r: std::result::Result<(), String>) -> Result<()> {
-        agree(comm, r)
+    /// Waits for a background flight, then drops the engine: the pool keeps the last
+    /// checkpoint.
+    pub fn close(&mut self) -> Result<()> {
+        let r = self.wait().map(|_| ());
+        *self.shared.lock() = None;
+        r
     }
 }

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 pub const MAGIC: &str = "kioku.group";
-pub const VERSION: u32 = 1;
+/// 2: parity, journals and the level record moved out of the engine's regions into the
+/// library's own sections (one copy each).
+pub const VERSION: u32 = 2;
 
 /// One protected region: `kioku_group_alloc(id, size)`, placed at `offset` pages of the rank's data
 /// space (offsets never move, so a new region adds pages at the end and no delta elsewhere).
@@ -58,7 +60,9 @@ impl Table {
     }
 }
 
-/// Caller metadata of every checkpoint of a group pool.
+/// Caller metadata of every checkpoint of a group pool (the engine commits it with the
+/// checkpoint, in both contexts). What each level's parity encodes is in the pool's record
+/// ([`crate::store::Record`]), which changes between checkpoints when flights commit.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupMeta {
     pub magic: String,
@@ -70,13 +74,6 @@ pub struct GroupMeta {
     pub epoch: u64,
     /// Level of this checkpoint: 1 local, 2 partner, 3 rs.
     pub level: u8,
-    /// Epoch of the last checkpoint of the partner and rs levels (0: none yet); the parity
-    /// those levels keep is of that epoch.
-    pub last_partner: u64,
-    pub last_rs: u64,
-    /// Stripe pages of each level at its last encoding.
-    pub stripe_pages_partner: u64,
-    pub stripe_pages_rs: u64,
     /// Members of this rank's group (world ranks, position order) and their tables, so that a
     /// lost member's layout is known to the others.
     pub members: Vec<usize>,
@@ -86,6 +83,8 @@ pub struct GroupMeta {
     pub parity: usize,
     pub partner: bool,
     pub rs: bool,
+    /// The journals' valid entries as of this checkpoint (levels with parity only).
+    pub journals: Vec<crate::store::JournalMark>,
 }
 
 impl GroupMeta {
@@ -93,25 +92,25 @@ impl GroupMeta {
         serde_json::to_vec(self).expect("metadata serialises")
     }
 
-    /// `None` when the bytes are not a group checkpoint's.
+    /// `None` when the bytes are not a group checkpoint's (of this version).
     pub fn decode(b: &[u8]) -> Option<GroupMeta> {
         let m: GroupMeta = serde_json::from_slice(b).ok()?;
         (m.magic == MAGIC && m.version == VERSION).then_some(m)
     }
 
-    pub fn last(&self, level: u8) -> u64 {
-        if level == 2 {
-            self.last_partner
-        } else {
-            self.last_rs
+    /// Whether the bytes are a group checkpoint's of another version.
+    pub fn other_version(b: &[u8]) -> Option<u32> {
+        #[derive(Deserialize)]
+        struct Head {
+            magic: String,
+            version: u32,
         }
+        let h: Head = serde_json::from_slice(b).ok()?;
+        (h.magic == MAGIC && h.version != VERSION).then_some(h.version)
     }
 
-    pub fn stripe_pages(&self, level: u8) -> u64 {
-        if level == 2 {
-            self.stripe_pages_partner
-        } else {
-            self.stripe_pages_rs
-        }
+    /// The journal mark of level `id`, if it has one.
+    pub fn journal(&self, id: u8) -> Option<&crate::store::JournalMark> {
+        self.journals.iter().find(|j| j.level == id)
     }
 }

@@ -1,7 +1,9 @@
-//! Page-granular views of engine regions (the memory a rank's data, journals and parity live
-//! in), and the sparse page lists the encoding pipeline passes along.
+//! Page-granular views of a rank's data: its regions' live memory (the engine's running
+//! context, which the program writes) and their committed bytes (the valid checkpoint), with
+//! the checksums the checkpoint recorded.
 
 use crate::group::Engine;
+use crate::meta::Table;
 
 /// A region's memory: valid while the engine keeps the region mapped and the region is not
 /// resized (callers take a new view after `resize_region`).
@@ -89,110 +91,109 @@ impl Mem {
     }
 }
 
-/// A sparse list of stripe pages, each `width` bytes (m parity pages in a partial sum, one
-/// page for a holder), as sent between ranks: `count u32, count × q u32, count × width bytes`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Sparse {
-    pub qs: Vec<u32>,
-    pub data: Vec<u8>,
-    pub width: usize,
+/// Where each data page is, live and as last committed, with its committed checksum. Valid
+/// while no region is created, resized or deleted, no checkpoint runs and the pool does not
+/// grow (taken under the engine's lock, used before it is released).
+pub(crate) struct DataView {
+    page: usize,
+    regions: Vec<ViewedRegion>,
 }
 
-impl Sparse {
-    pub fn new(width: usize) -> Sparse {
-        Sparse {
-            qs: vec![],
-            data: vec![],
-            width,
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.qs.len()
-    }
-
-    /// Empties the list, keeping its buffers.
-    pub fn clear(&mut self) {
-        self.qs.clear();
-        self.data.clear();
-    }
-
-    /// Reads a message in place: its page numbers into `qs`, its entries as the returned
-    /// bytes (`qs.len() × width`).
-    pub fn parse<'a>(b: &'a [u8], width: usize, qs: &mut Vec<u32>) -> Option<&'a [u8]> {
-        let n = u32::from_le_bytes(b.get(..4)?.try_into().ok()?) as usize;
-        let qs_end = 4 + 4 * n;
-        qs.clear();
-        qs.extend(
-            b.get(4..qs_end)?
-                .chunks_exact(4)
-                .map(|c| u32::from_le_bytes(c.try_into().expect("4 bytes"))),
-        );
-        let data = b.get(qs_end..)?;
-        (data.len() == n * width).then_some(data)
-    }
-
-    /// Writes the message of entries' bytes `part` (a `width`-wide slice at `part × width`
-    /// of each entry) into `out`: what holder `part` of a partial sum receives.
-    pub fn encode_part_into(&self, part: usize, width: usize, out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(&(self.qs.len() as u32).to_le_bytes());
-        for q in &self.qs {
-            out.extend_from_slice(&q.to_le_bytes());
-        }
-        for e in 0..self.len() {
-            out.extend_from_slice(&self.entry(e)[part * width..(part + 1) * width]);
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.qs.is_empty()
-    }
-
-    pub fn entry(&self, i: usize) -> &[u8] {
-        &self.data[i * self.width..(i + 1) * self.width]
-    }
-
-    pub fn push(&mut self, q: u32, bytes: &[u8]) {
-        debug_assert!(self.qs.last().is_none_or(|&l| l < q));
-        self.qs.push(q);
-        self.data.extend_from_slice(bytes);
-    }
-
-    /// Appends a zeroed entry for `q` and returns it.
-    pub fn push_zero(&mut self, q: u32) -> &mut [u8] {
-        self.qs.push(q);
-        let at = self.data.len();
-        self.data.resize(at + self.width, 0);
-        &mut self.data[at..]
-    }
-
-    pub fn encode_into(&self, out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(&(self.qs.len() as u32).to_le_bytes());
-        for q in &self.qs {
-            out.extend_from_slice(&q.to_le_bytes());
-        }
-        out.extend_from_slice(&self.data);
-    }
+/// One region of a [`DataView`].
+struct ViewedRegion {
+    name: String,
+    /// First data page and pages.
+    offset: u64,
+    pages: u64,
+    live: Mem,
+    /// The committed bytes and checksums, if the region existed at the last checkpoint.
+    committed: Option<(*const u8, usize)>,
+    crcs: (*const u32, usize),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+impl DataView {
+    pub(crate) fn of(engine: &Engine, table: &Table, page: usize) -> DataView {
+        let regions = table
+            .regions
+            .iter()
+            .map(|e| {
+                let name = crate::group::user_region_name(e.id);
+                let live = Mem::of(engine, &name, page).expect("region of the table");
+                let committed = engine.committed(&name).map(|b| (b.as_ptr(), b.len()));
+                let crcs = engine
+                    .page_checksums(&name)
+                    .map_or((std::ptr::null(), 0), |c| (c.as_ptr(), c.len()));
+                ViewedRegion {
+                    name,
+                    offset: e.offset,
+                    pages: e.pages,
+                    live,
+                    committed,
+                    crcs,
+                }
+            })
+            .collect();
+        DataView { page, regions }
+    }
 
-    #[test]
-    fn sparse_round_trips() {
-        let mut s = Sparse::new(3);
-        s.push(1, &[1, 2, 3]);
-        s.push_zero(7)[2] = 9;
-        let mut b = Vec::new();
-        s.encode_into(&mut b);
-        let mut qs = vec![];
-        assert_eq!(Sparse::parse(&b[..b.len() - 1], 3, &mut qs), None);
-        assert_eq!(Sparse::parse(&b, 3, &mut qs), Some(&[1, 2, 3, 0, 0, 9][..]));
-        assert_eq!(qs, vec![1, 7]);
-        s.encode_part_into(1, 1, &mut b);
-        assert_eq!(Sparse::parse(&b, 1, &mut qs), Some(&[2, 0][..]));
+    fn find(&self, p: u64) -> Option<&ViewedRegion> {
+        let i = self.regions.partition_point(|r| r.offset + r.pages <= p);
+        self.regions.get(i).filter(|r| r.offset <= p)
+    }
+
+    /// The region and page index of data page `p`.
+    pub(crate) fn locate(&self, p: u64) -> Option<(&str, u64)> {
+        self.find(p).map(|r| (r.name.as_str(), p - r.offset))
+    }
+
+    /// Live bytes of data page `p` (`None` past the data space).
+    pub(crate) fn live(&self, p: u64) -> Option<&[u8]> {
+        let r = self.find(p)?;
+        r.live.page(p - r.offset).map(|s| {
+            // SAFETY: the page lies in a region the engine keeps mapped for this view's use
+            // (see the type's contract); `Mem::page` already checked the bounds.
+            unsafe { std::slice::from_raw_parts(s.as_ptr(), s.len()) }
+        })
+    }
+
+    /// Live bytes of data page `p`, writable (repair; the program is inside a collective call).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) fn live_mut(&self, p: u64) -> Option<&mut [u8]> {
+        let r = self.find(p)?;
+        r.live.page_mut(p - r.offset)
+    }
+
+    /// Data page `p` as of the last checkpoint and its checksum (`None`: it did not exist
+    /// then, so it was zero).
+    pub(crate) fn committed(&self, p: u64) -> Option<(&[u8], u32)> {
+        let r = self.find(p)?;
+        let (ptr, len) = r.committed?;
+        let i = (p - r.offset) as usize;
+        let at = i * self.page;
+        if i >= r.crcs.1 {
+            return None;
+        }
+        // SAFETY: the engine's checksum table of the region, alive and unchanged during the
+        // view's use (see the type's contract); `i` is in bounds.
+        let crc = unsafe { *r.crcs.0.add(i) };
+        (at + self.page <= len).then(|| {
+            // SAFETY: `[ptr, ptr+len)` is the valid context's section in the pool mapping,
+            // unchanged during the view's use (see the type's contract); `at + page <= len`
+            // was checked.
+            (
+                unsafe { std::slice::from_raw_parts(ptr.add(at), self.page) },
+                crc,
+            )
+        })
+    }
+
+    /// Data page `p` as of the last checkpoint: `Ok(None)` zero (it did not exist then),
+    /// `Err(())` when it fails its checksum.
+    pub(crate) fn committed_intact(&self, p: u64) -> std::result::Result<Option<&[u8]>, ()> {
+        match self.committed(p) {
+            None => Ok(None),
+            Some((b, want)) if crc32c::crc32c(b) == want => Ok(Some(b)),
+            Some(_) => Err(()),
+        }
     }
 }

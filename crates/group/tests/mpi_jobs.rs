@@ -218,7 +218,14 @@ fn restart_without_loss_resumes_from_the_last_checkpoint() {
     let job = Job::new(6, 6, "rs");
     let args = ["8", "32", "sparse", "131"];
     job.crash(&args, 4, 5);
-    job.recover(&args, 4, 0, 0);
+    let o = job.recover(&args, 4, 0, 0);
+    // Before recovering, the status says what the pools hold.
+    assert_eq!(o.lines("pools rank").len(), 6, "{}", o.out);
+    assert!(
+        o.lines("pools rank").iter().all(|l| l.ends_with("epoch 4")),
+        "{}",
+        o.out
+    );
 }
 
 #[test]
@@ -571,4 +578,245 @@ fn a_fortran_program_checkpoints_and_recovers() {
     assert!(ok, "{out}");
     assert_eq!(out.matches("recovered step 3 ok").count(), 4, "{out}");
     assert_eq!(out.matches(" done 8").count(), 4, "{out}");
+}
+
+/// The pool-file offset of byte `at` of section `name` (as the live commit places it).
+fn section_at(pool: &Path, name: &str, at: u64) -> u64 {
+    let r = kioku_pool::inspect::inspect(pool).unwrap();
+    let slot = r.slots.iter().find(|s| s.role == "live").unwrap();
+    let kioku_pool::examine::SlotState::Intact { sections, .. } = &slot.state else {
+        panic!("{}: no intact live commit", pool.display())
+    };
+    let s = sections
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("{}: no section {name}", pool.display()));
+    assert!(at < s.len, "{name} is {} bytes", s.len);
+    s.offset + at
+}
+
+/// The valid context of a checkpoint pool (the one recovery restores).
+fn valid_ctx(pool: &Path) -> usize {
+    let r = kioku_pool::inspect::inspect(pool).unwrap();
+    kioku_ckpt::inspect::inspect(pool, &r)
+        .unwrap()
+        .unwrap()
+        .valid_ctx
+}
+
+/// Flips one bit of the byte at `off` of `pool`.
+fn flip(pool: &Path, off: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(pool)
+        .unwrap();
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, off).unwrap();
+    f.write_all_at(&[b[0] ^ 0x04], off).unwrap();
+}
+
+/// Damages data page `page` of protected region 1 in both contexts (the program's copy too:
+/// only the group's parity holds it then). Region 1 is the engine's region 1 (`u1`).
+fn damage_data_page(pool: &Path, page: u64) {
+    for ctx in 0..2 {
+        flip(
+            pool,
+            section_at(pool, &format!("ckpt.r1.{ctx}"), page * 4096 + 77),
+        );
+    }
+}
+
+fn healed(line: &str) -> u64 {
+    line.split_whitespace()
+        .skip_while(|w| *w != "healed")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no healed count in {line}"))
+}
+
+/// The trial, and worse: a flipped byte in a data page of a rank's checkpoint (in both
+/// contexts, so that only the parity has it), in a parity page of another rank, in the
+/// metadata of a third's valid checkpoint: the restart rebuilds them, every byte exact, on
+/// every rank, and the parity is whole again (verified after every later checkpoint).
+#[test]
+fn damaged_data_parity_and_metadata_pages_are_rebuilt_from_parity() {
+    need_mpi!();
+    let job = Job::new(6, 6, "rs");
+    let o = job.run(6, &["4", "48", "dense", "3"]);
+    assert!(o.ok, "{}", o.out);
+    damage_data_page(&job.pool(2), 7);
+    damage_data_page(&job.pool(1), 20);
+    flip(&job.pool(4), section_at(&job.pool(4), "g.p3.0", 100));
+    let p5 = job.pool(5);
+    flip(
+        &p5,
+        section_at(&p5, &format!("ckpt.meta.{}", valid_ctx(&p5)), 20),
+    );
+    let o = job.recover(&["6", "48", "dense", "3"], 4, 0, 3);
+    let rec = o.lines("recovered");
+    for (r, line) in rec.iter().enumerate() {
+        let r: usize = line.split_whitespace().nth(2).unwrap().parse().unwrap_or(r);
+        let want = u64::from(r == 1 || r == 2 || r == 4);
+        assert_eq!(healed(line), want, "rank {r}: {line}\n{}", o.out);
+    }
+    assert!(!p5.with_extension("pool.damaged").exists());
+}
+
+/// A flipped byte in a journaled page, needed when a lost rank makes the job go back to the
+/// rs level's epoch, and metadata damaged in both contexts (the pool is lost whole): both
+/// rebuilt. Then more damage in one stripe than m: refused, every pool byte for byte as it
+/// was, KIOKU_E_CORRUPT on the damaged ranks naming the page, KIOKU_E_LOST on the others.
+#[test]
+fn a_damaged_journal_page_is_rebuilt_and_more_damage_than_m_is_refused_untouched() {
+    need_mpi!();
+    let job = Job::new(6, 6, "rs");
+    // Levels "31": even iterations rs, odd local; 5 iterations: rs at 4, local 5 journaled.
+    let o = job.run(6, &["5", "48", "dense", "31"]);
+    assert!(o.ok, "{}", o.out);
+    flip(&job.pool(3), section_at(&job.pool(3), "g.j3", 10));
+    let p0 = job.pool(0);
+    for ctx in 0..2 {
+        flip(&p0, section_at(&p0, &format!("ckpt.meta.{ctx}"), 20));
+    }
+    // On to 8, an rs checkpoint: nothing journaled, no earlier epoch to go back to.
+    let o = job.recover(&["8", "48", "dense", "31"], 4, 1, 3);
+    let line = o.lines("recovered rank 3 ")[0].to_string();
+    assert_eq!(healed(&line), 1, "{line}");
+    assert!(p0.with_extension("pool.damaged").exists());
+
+    // Stripe 0, page 0 of RS(4,2) over 6: data chunks of positions 2, 3, 4 (pages 0, 1, 2).
+    for (r, page) in [(2, 0), (3, 1), (4, 2)] {
+        damage_data_page(&job.pool(r), page);
+    }
+    let before: Vec<Vec<u8>> = (0..6)
+        .map(|r| std::fs::read(job.pool(r)).unwrap())
+        .collect();
+    let o = job.run(6, &["9", "48", "dense", "31"]);
+    assert!(!o.ok, "{}", o.out);
+    let errs = o.lines("error");
+    assert_eq!(errs.len(), 6, "{}", o.out);
+    for e in errs {
+        let r: usize = e.split_whitespace().nth(2).unwrap().parse().unwrap();
+        let code = if (2..=4).contains(&r) { "-8" } else { "-31" };
+        assert!(e.contains(&format!("recover {code} ")), "{e}");
+        assert!(
+            e.contains("rank 2: region 'u1' page 0; rank 3: region 'u1' page 1")
+                && e.contains("fail their checksums"),
+            "{e}"
+        );
+    }
+    for (r, b) in before.iter().enumerate() {
+        assert!(
+            std::fs::read(job.pool(r)).unwrap() == *b,
+            "pool {r} changed"
+        );
+    }
+}
+
+/// Background encoding (MPI_THREAD_MULTIPLE): a rank killed at every step of a flight, its
+/// pool lost. Before every survivor has logged the flight the job goes back to the previous
+/// rs epoch through the journals; after the agreement it finishes the flight and resumes at
+/// its epoch. Every byte checked.
+#[test]
+fn a_rank_lost_at_every_step_of_a_background_encoding() {
+    need_mpi!();
+    for (point, iters) in [
+        ("encode", &[2][..]),
+        ("recv", &[2]),
+        ("logged", &[2, 3]),
+        ("agreed", &[3]),
+        ("committed", &[3]),
+        ("applying", &[3]),
+        ("applied", &[3]),
+    ] {
+        let mut job = Job::new(4, 4, "rs");
+        job.set("GROUP_CHECK_THREADS", "1");
+        job.set("KIOKU_ASYNC", "1");
+        job.set("KIOKU_FAULT", &format!("{point}:1:3"));
+        let args = ["5", "24", "dense", "3"];
+        let o = job.run(4, &args);
+        assert!(!o.ok, "{point}: the job should have died:\n{}", o.out);
+        job.set("KIOKU_FAULT", "");
+        job.lose(&[1]);
+        let o = job.run(4, &args);
+        assert!(o.ok, "{point}: restart failed:\n{}", o.out);
+        let rec = o.lines("recovered");
+        assert_eq!(rec.len(), 4, "{point}: {}", o.out);
+        let at: Vec<u64> = rec
+            .iter()
+            .map(|l| l.split_whitespace().nth(6).unwrap().parse().unwrap())
+            .collect();
+        assert!(
+            at.iter().all(|&i| i == at[0]) && iters.contains(&at[0]),
+            "{point}: recovered at {at:?}, want one of {iters:?}\n{}",
+            o.out
+        );
+        assert_eq!(o.lines("verified").len(), 4, "{point}: {}", o.out);
+        assert_eq!(o.lines("done").len(), 4, "{point}: {}", o.out);
+    }
+}
+
+/// A level's first encoding writes its parity in place (there is no older parity to keep, so
+/// no redo log). A rank killed during it, its pool lost: the level encodes nothing yet, so the
+/// restart refuses clearly (KIOKU_E_LOST) and leaves the survivors' pools as they were; killed
+/// once the flight committed, the restart finishes it and rebuilds the rank, every byte checked.
+#[test]
+fn a_rank_lost_during_the_first_encoding_in_place() {
+    need_mpi!();
+    for (point, rebuilt) in [("recv", false), ("committed", true)] {
+        let mut job = Job::new(4, 4, "rs");
+        job.set("GROUP_CHECK_THREADS", "1");
+        job.set("KIOKU_ASYNC", "1");
+        job.set("KIOKU_FAULT", &format!("{point}:1:1"));
+        let args = ["3", "24", "dense", "3"];
+        let o = job.run(4, &args);
+        assert!(!o.ok, "{point}: the job should have died:\n{}", o.out);
+        job.set("KIOKU_FAULT", "");
+        job.lose(&[1]);
+        let before: Vec<Vec<u8>> = [0, 2, 3]
+            .iter()
+            .map(|&r| std::fs::read(job.pool(r)).unwrap())
+            .collect();
+        let o = job.run(4, &args);
+        if rebuilt {
+            assert!(o.ok, "{point}: restart failed:\n{}", o.out);
+            assert_eq!(o.lines("recovered").len(), 4, "{point}: {}", o.out);
+            assert_eq!(o.lines("verified").len(), 4, "{point}: {}", o.out);
+            assert_eq!(o.lines("done").len(), 4, "{point}: {}", o.out);
+        } else {
+            assert!(!o.ok, "{point}: nothing to rebuild from:\n{}", o.out);
+            let errs = o.lines("error");
+            assert!(!errs.is_empty(), "{point}: {}", o.out);
+            for e in &errs {
+                assert!(e.contains("recover -31"), "{point}: {e}");
+            }
+            for (i, &r) in [0, 2, 3].iter().enumerate() {
+                assert!(
+                    std::fs::read(job.pool(r)).unwrap() == before[i],
+                    "{point}: pool {r} changed"
+                );
+            }
+        }
+    }
+}
+
+/// A bit flipped on the medium while the job runs — in a data page of a rank's valid
+/// checkpoint and in a parity page it holds — is found by the next scrub
+/// (`kioku_group_verify`) and rebuilt (the data page from the program's identical copy, the
+/// parity page from the group), before any restart; the parity then matches the data.
+#[test]
+fn a_scrub_finds_and_rebuilds_damaged_pages_while_the_job_runs() {
+    need_mpi!();
+    let mut job = Job::new(6, 6, "rs");
+    job.set("KIOKU_FAULT", "damage:2:3");
+    let o = job.run(6, &["5", "32", "dense", "3"]);
+    assert!(o.ok, "{}", o.out);
+    let scrubs = o.lines("scrub");
+    assert_eq!(scrubs.len(), 6, "{}", o.out);
+    for l in scrubs {
+        assert!(l.contains("iter 3 healed 2"), "{l}\n{}", o.out);
+    }
+    assert_eq!(o.lines("done").len(), 6, "{}", o.out);
 }
