@@ -158,8 +158,16 @@ int kioku_group_wait(void);
  * and protects the group again before returning. */
 int kioku_group_recover(void);
 
-/* This rank's view of the group. Not collective. */
+/* This rank's view of the group. Not collective. Fills the first `size` bytes of *out (at
+ * most the struct of this version): call it through the macro kioku_group_status(out), which
+ * passes the size the program was compiled with, so that a program built against an older
+ * header is never overrun by a newer library. */
+int kioku_group_status_size(struct kioku_group_status *out, size_t size);
+/* The function itself fills only KIOKU_GROUP_VERSION 1's fields (up to last_total_ns): what
+ * programs built against that header call, and bindings that declare that struct
+ * (examples/mpi/group_fortran.f90). */
 int kioku_group_status(struct kioku_group_status *out);
+#define kioku_group_status(out) kioku_group_status_size((out), sizeof *(out))
 
 /* Collective scrub. Checks every page checksum of every rank's pool (the checkpoint's data,
  * the parity, the journals) and rebuilds pages that fail from the group's parity; then

@@ -11,7 +11,8 @@ program group_fortran
   use, intrinsic :: iso_c_binding
   implicit none
 
-  ! struct kioku_group_status of kioku_group.h.
+  ! struct kioku_group_status of kioku_group.h, version 1: the fields kioku_group_status
+  ! fills (kioku_group_status_size fills the newer ones too).
   type, bind(c) :: group_status
     integer(c_int32_t) :: rank, size, group, group_size, position, rs_k, rs_m, must_recover
     integer(c_int64_t) :: epoch

@@ -358,17 +358,41 @@ pub struct GroupStatus {
     pub pool_bytes: u64,
 }
 
-/// Fills `*out` with this rank's view.
+/// Bytes of the status as `KIOKU_GROUP_VERSION` 1 defined it (the fields before `background`):
+/// all that `kioku_group_status` writes, so that programs built against that header, and
+/// bindings that declare its struct, are never overrun.
+const STATUS_V1_LEN: usize = std::mem::offset_of!(GroupStatus, background);
+
+/// Fills the first `STATUS_V1_LEN` bytes of `*out` with this rank's view (the header's macro
+/// of the same name calls [`kioku_group_status_size`] instead).
 ///
 /// # Safety
-/// `out` is a writable `struct kioku_group_status`.
+/// `out` is a writable `struct kioku_group_status` of version 1 or later.
 #[no_mangle]
 pub unsafe extern "C" fn kioku_group_status(out: *mut GroupStatus) -> c_int {
+    // SAFETY: the caller's promise, passed on with the version-1 size.
+    unsafe { status_into(out, STATUS_V1_LEN, "kioku_group_status") }
+}
+
+/// Fills the first `size` bytes of `*out` (at most the whole status of this version).
+///
+/// # Safety
+/// `out` points to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn kioku_group_status_size(out: *mut GroupStatus, size: usize) -> c_int {
+    let len = size.min(std::mem::size_of::<GroupStatus>());
+    // SAFETY: the caller's promise; `len` is no more than `size`.
+    unsafe { status_into(out, len, "kioku_group_status_size") }
+}
+
+/// # Safety
+/// `out` points to `len` writable bytes, `len` ≤ the size of [`GroupStatus`].
+unsafe fn status_into(out: *mut GroupStatus, len: usize, what: &str) -> c_int {
     if out.is_null() {
-        set_error("kioku_group_status: out is NULL");
+        set_error(&format!("{what}: out is NULL"));
         return KIOKU_E_INVAL;
     }
-    with_group("kioku_group_status", |g| {
+    with_group(what, |g| {
         let (gi, pos, glen) = g.group();
         let (k, m) = g.rs_code().unwrap_or((0, 0));
         let rec = g.recovered.clone().unwrap_or_default();
@@ -412,8 +436,15 @@ pub unsafe extern "C" fn kioku_group_status(out: *mut GroupStatus) -> c_int {
             healed_pages: healed,
             pool_bytes: g.pool_bytes(),
         };
-        // SAFETY: non-NULL and writable per the header.
-        unsafe { out.write(s) };
+        // SAFETY: `out` is non-NULL with `len` writable bytes (the caller's promise), `len` is
+        // at most the size of `s`, and a local cannot overlap the caller's buffer.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&s as *const GroupStatus).cast::<u8>(),
+                out.cast::<u8>(),
+                len,
+            )
+        };
         Ok(KIOKU_OK)
     })
 }
