@@ -89,7 +89,9 @@ fn the_shared_library_exports_the_same_api() {
         .arg(common::repo_root().join("include"))
         .arg(&src)
         .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        // DT_RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which can hold a
+        // stale copy of the library in target/debug).
+        .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()))
         .arg("-Wl,--disable-new-dtags") // RPATH: searched before LD_LIBRARY_PATH
         .args(["-lkioku", "-o"])
         .arg(&exe)

@@ -48,7 +48,9 @@ fn program() -> Option<PathBuf> {
                 .arg(&out)
                 .arg(format!("-L{}", lib.display()))
                 .arg("-lkioku_group")
-                .arg(format!("-Wl,-rpath,{}", lib.display()))
+                // DT_RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which can
+                // hold a stale copy of the library in target/debug).
+                .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()))
                 .output()
                 .unwrap();
             assert!(o.status.success(), "mpicc: {}", String::from_utf8_lossy(&o.stderr));
@@ -544,7 +546,11 @@ fn a_fortran_program_checkpoints_and_recovers() {
         .arg(repo().join("examples/mpi/group_fortran.f90"))
         .arg(format!("-L{}", lib.display()))
         .arg("-lkioku_group")
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg(
+            // DT_RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which can hold
+            // a stale copy of the library in target/debug).
+            format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()),
+        )
         .output()
         .unwrap();
     assert!(
