@@ -80,9 +80,23 @@ fn protect(start: usize, len: usize, prot: libc::c_int) -> bool {
     unsafe { libc::mprotect(start as *mut libc::c_void, len, prot) == 0 }
 }
 
-fn write_stderr(msg: &[u8]) {
+pub(crate) fn write_stderr(msg: &[u8]) {
     // SAFETY: write(2) of a static buffer is async-signal-safe.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// The page size as seen by signal handlers (set when the handler is installed).
+pub(crate) fn page_size_for_handler() -> usize {
+    PAGE_SIZE.load(Ordering::Relaxed)
+}
+
+/// Whether `r` overlaps a range an mprotect write tracker of this process tracks.
+pub(crate) fn overlaps_active(r: PageRange) -> bool {
+    SLOTS.iter().any(|s| {
+        s.state.load(Ordering::SeqCst) == ACTIVE
+            && s.start.load(Ordering::Acquire) < r.end
+            && r.start < s.end.load(Ordering::Acquire)
+    })
 }
 
 /// Sets every bit of a slot (used when a per-page mprotect fails: whole-range over-report).
@@ -102,6 +116,8 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
     let handled = handle_fault(info);
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    // Faults outside the write tracker's ranges may be the access sampler's.
+    let handled = handled || crate::access::protnone::handle_fault(info, ctx);
     // SAFETY: restoring this thread's errno.
     unsafe { *errno_slot = saved_errno };
     if !handled {
@@ -195,7 +211,9 @@ fn reset_default(sig: libc::c_int) {
     }
 }
 
-fn install_handler() -> Result<(), TrackError> {
+/// Installs the process-wide SIGSEGV handler (once); it serves the write tracker and the
+/// access sampler's protection probe.
+pub(crate) fn install_handler() -> Result<(), TrackError> {
     static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
     let r = INSTALLED.get_or_init(|| {
         PAGE_SIZE.store(crate::page_size(), Ordering::Relaxed);
@@ -398,7 +416,14 @@ impl PageTracker for MprotectTracker {
         range.check()?;
         let _g = Self::lock();
         for part in self.tracked.missing(range) {
-            // Refuse ranges another tracker of this process holds.
+            // Refuse ranges another tracker of this process holds (a write tracker here, or
+            // the access sampler's protection probe).
+            if crate::access::protnone::overlaps_active(part) {
+                return Err(TrackError::Overlap {
+                    start: part.start,
+                    end: part.end,
+                });
+            }
             for slot in SLOTS.iter() {
                 if slot.state.load(Ordering::SeqCst) == ACTIVE {
                     let s = slot.start.load(Ordering::Acquire);
