@@ -13,7 +13,7 @@
 //! A write between the swap and the re-protect lands on a page this scan reports; a fault after
 //! the re-protect sets the bit for the next scan.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::rangeset::RangeSet;
@@ -62,6 +62,8 @@ static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(4096);
 /// The SIGSEGV disposition found when our handler was installed.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// `KIOKU_SEGV_DEBUG` was set when the handler was installed: faults passed on are printed.
+static SEGV_DEBUG: AtomicBool = AtomicBool::new(false);
 /// Serialises track/untrack of all mprotect trackers (never taken in the handler).
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
 
@@ -121,6 +123,17 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     // SAFETY: restoring this thread's errno.
     unsafe { *errno_slot = saved_errno };
     if !handled {
+        if SEGV_DEBUG.load(Ordering::Relaxed) {
+            // SAFETY: valid siginfo from the kernel.
+            let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+            let mut buf = *b"kioku-track: unhandled SIGSEGV at 0x0000000000000000 code 0\n";
+            for i in 0..16 {
+                let nib = (addr >> (60 - 4 * i)) & 0xf;
+                buf[36 + i] = b"0123456789abcdef"[nib];
+            }
+            buf[58] = b'0' + (code as u8 % 10);
+            write_stderr(&buf);
+        }
         chain(sig, info, ctx);
     }
 }
@@ -217,6 +230,10 @@ pub(crate) fn install_handler() -> Result<(), TrackError> {
     static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
     let r = INSTALLED.get_or_init(|| {
         PAGE_SIZE.store(crate::page_size(), Ordering::Relaxed);
+        SEGV_DEBUG.store(
+            std::env::var_os("KIOKU_SEGV_DEBUG").is_some(),
+            Ordering::Relaxed,
+        );
         // SAFETY: a zeroed sigaction is a valid starting point; we fill handler and flags.
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = on_segv as *const () as usize;

@@ -131,19 +131,20 @@ impl Counts {
             .then(|| (at, (addr - s.range.start) / self.ps))
     }
 
-    /// Records one observation of the page at `addr` (ignored when it is not tracked).
-    pub(crate) fn observe(&mut self, addr: usize, accessed: bool) {
-        let Some((s, i)) = self.locate(addr) else {
-            return;
-        };
+    /// Records one observation of the page at `addr` (ignored when it is not tracked). Returns
+    /// the count before and after.
+    pub(crate) fn observe(&mut self, addr: usize, accessed: bool) -> Option<(u8, u8)> {
+        let (s, i) = self.locate(addr)?;
         let s = &mut self.spans[s];
+        let before = s.count[i];
         s.seen[i] = s.seen[i].saturating_add(1);
         if accessed {
             s.hits[i] = s.hits[i].saturating_add(1);
-            s.count[i] = s.count[i].saturating_add(1);
+            s.count[i] = before.saturating_add(1);
         } else {
-            s.count[i] /= 2;
+            s.count[i] = before / 2;
         }
+        Some((before, s.count[i]))
     }
 
     /// The counts of the page at `addr`, if tracked.

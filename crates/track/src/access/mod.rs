@@ -57,6 +57,9 @@ pub struct AccessOptions {
     pub min_sample_pages: usize,
     /// Upper bound of the adapted sample size.
     pub max_sample_pages: usize,
+    /// The count at which a page is *hot*: scans report pages crossing it in either direction
+    /// ([`AccessScan::became_hot`], [`AccessTracker::drain_changed`]).
+    pub hot_threshold: u8,
 }
 
 impl Default for AccessOptions {
@@ -67,6 +70,7 @@ impl Default for AccessOptions {
             cpu_budget: 0.01,
             min_sample_pages: 64,
             max_sample_pages: 1 << 16,
+            hot_threshold: 2,
         }
     }
 }
@@ -94,6 +98,10 @@ pub struct AccessScan {
     pub rotations: u64,
     /// Pages tracked.
     pub tracked_pages: usize,
+    /// Observed pages whose count reached the hot threshold in this scan.
+    pub became_hot: usize,
+    /// Observed pages whose count fell below the hot threshold in this scan.
+    pub became_cold: usize,
 }
 
 /// Heat of a range, from its pages' counts.
@@ -202,6 +210,7 @@ impl AccessTrackerBuilder {
             spent_since: None,
             last: AccessScan::default(),
             buf: vec![sys::PageRegion::default(); INITIAL_REGIONS],
+            changed: Vec::new(),
         })
     }
 }
@@ -247,6 +256,8 @@ pub struct AccessTracker {
     spent_since: Option<Instant>,
     last: AccessScan,
     buf: Vec<sys::PageRegion>,
+    /// Pages that crossed the hot threshold since the last `drain_changed`.
+    changed: Vec<usize>,
 }
 
 impl AccessTracker {
@@ -313,6 +324,22 @@ impl AccessTracker {
     /// Sets the counts of the pages of `r` back to zero (their contents moved away).
     pub fn reset(&mut self, r: PageRange) {
         self.counts.reset(r);
+    }
+
+    /// Moves into `out` the pages whose count crossed the hot threshold (either way) since the
+    /// last call, in the order they did (a page may appear more than once).
+    pub fn drain_changed(&mut self, out: &mut Vec<usize>) {
+        out.clear();
+        out.append(&mut self.changed);
+    }
+
+    /// Ends the current sampling period without arming a new one: what the armed pages saw is
+    /// counted and they are disarmed. Nothing is observed until the next scan arms again, so a
+    /// program whose placement has settled runs without sampling faults.
+    pub fn pause(&mut self) -> Result<AccessScan, TrackError> {
+        let mut out = Vec::new();
+        self.scan_phase(&mut out, false)?;
+        Ok(self.last)
     }
 
     fn choose_backend(&mut self, r: PageRange) -> Result<(), TrackError> {
@@ -394,6 +421,14 @@ impl AccessTracker {
     }
 
     fn scan_impl(&mut self, out: &mut Vec<PageRange>) -> Result<ScanStats, TrackError> {
+        self.scan_phase(out, true)
+    }
+
+    fn scan_phase(
+        &mut self,
+        out: &mut Vec<PageRange>,
+        rearm: bool,
+    ) -> Result<ScanStats, TrackError> {
         let t0 = Instant::now();
         let ps = crate::page_size();
         out.clear();
@@ -408,6 +443,7 @@ impl AccessTracker {
             Probe::ProtNone(p) => p.collect(&self.armed, &mut self.accessed, true),
         };
         // (2) Count every observation.
+        let threshold = self.options.hot_threshold.max(1);
         let mut hit = self.accessed.iter().peekable();
         for r in &self.armed {
             for p in r.pages() {
@@ -415,11 +451,31 @@ impl AccessTracker {
                 let accessed = hit.next_if(|&&a| a == p).is_some();
                 stats.observed += 1;
                 stats.accessed += accessed as usize;
-                self.counts.observe(p, accessed);
+                if let Some((before, after)) = self.counts.observe(p, accessed) {
+                    if before < threshold && after >= threshold {
+                        stats.became_hot += 1;
+                        self.changed.push(p);
+                    } else if before >= threshold && after < threshold {
+                        stats.became_cold += 1;
+                        self.changed.push(p);
+                    }
+                }
             }
         }
         for &p in &self.accessed {
             push_coalesced(out, PageRange::new(p, p + ps));
+        }
+        self.armed.clear();
+        if !rearm {
+            stats.work = t0.elapsed();
+            stats.faults = self.touch_cost() * stats.accessed as u32;
+            stats.tracked_pages = self.counts.pages();
+            self.last = stats;
+            return Ok(ScanStats {
+                ranges: out.len(),
+                pages: stats.accessed,
+                syscalls: stats.syscalls,
+            });
         }
         // (3) Choose the next sample: a new rotation when this one is done.
         if self.rotation.finished() {
@@ -432,7 +488,6 @@ impl AccessTracker {
         self.runs.clear();
         self.rotation.next_phase(&mut self.runs);
         // (4) Arm it.
-        self.armed.clear();
         let probe = self.probe.as_mut().expect("checked above");
         stats.syscalls += match probe {
             Probe::Refault(p) => p.arm(&self.runs, &mut self.armed)?,
