@@ -23,6 +23,9 @@ use crate::policy::{Decision, Policy, RangeFacts, Why};
 use crate::promote::{self, huge_page_size, CollapseFailure};
 use crate::HugeError;
 
+/// Collapses one placement pass makes at most (the rest wait for the next period).
+const MAX_COLLAPSES_PER_PASS: usize = 32;
+
 /// An application's name for one of its arenas (handed back to the compaction callback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ArenaId(pub u64);
@@ -680,6 +683,7 @@ fn place<'a>(
     let now = Instant::now();
     let dirty: Vec<usize> = std::mem::take(&mut st.dirty).into_iter().collect();
     let mut compact: BTreeMap<ArenaId, Vec<PageCount>> = BTreeMap::new();
+    let mut promote: Vec<PageRange> = Vec::new();
     let threshold = st.threshold;
     let policy = st.policy;
     let has_compactor = st.compactor.is_some();
@@ -700,7 +704,7 @@ fn place<'a>(
         let heat = st.tracker.heat(part, threshold);
         let promote_candidate = whole
             && heat.observed > 0
-            && heat.hot as f64 / heat.observed as f64 >= policy.promote_fraction;
+            && heat.warm as f64 / heat.observed as f64 >= policy.promote_fraction;
         let populated = if promote_candidate || promoted.is_some() {
             promote::resident_pages(hr).unwrap_or_else(|e| {
                 tracing::debug!(range = ?hr, "kioku-hugepage: {e}");
@@ -713,6 +717,7 @@ fn place<'a>(
             range: part,
             pages: part.len_pages(),
             observed: heat.observed,
+            warm: heat.warm,
             hot: heat.hot,
             populated,
             promoted: promoted.is_some(),
@@ -721,7 +726,14 @@ fn place<'a>(
         };
         report.decided += 1;
         match policy.decide(&facts) {
-            Decision::Promote => promote_range(&mut st, hr, &mut report),
+            Decision::Promote => {
+                if promote.len() < MAX_COLLAPSES_PER_PASS {
+                    promote.push(hr);
+                } else {
+                    // Later: a pass must not hold the program's huge pages hostage.
+                    st.dirty.insert(s);
+                }
+            }
             Decision::Demote => {
                 promote::stop_advising(hr);
                 st.promoted.remove(&s);
@@ -734,7 +746,7 @@ fn place<'a>(
             Decision::Leave(Why::StillHot) => {
                 // Revisited and still hot: collapse it again.
                 st.promoted.remove(&s);
-                promote_range(&mut st, hr, &mut report);
+                promote.push(hr);
             }
             Decision::Compact => {
                 let pages = compact.entry(arena).or_default();
@@ -743,6 +755,9 @@ fn place<'a>(
             Decision::Leave(Why::Budget) => report.over_budget += 1,
             Decision::Leave(_) => {}
         }
+    }
+    if !promote.is_empty() {
+        st = promote_ranges(inner, st, &promote, &mut report);
     }
     for (arena, pages) in compact {
         if pages.is_empty() {
@@ -783,43 +798,65 @@ fn place<'a>(
     (st, report)
 }
 
-fn promote_range(st: &mut State, hr: PageRange, report: &mut PlaceReport) {
-    let hot_here = st.tracker.heat(hr, st.threshold).hot;
-    // Sampling must not hold pages of the range (a protection or a userfaultfd registration
-    // makes the collapse fail, and sampling would split the huge mapping again).
-    if let Err(e) = st.tracker.untrack(hr) {
-        tracing::debug!(range = ?hr, "kioku-hugepage: untrack before collapse failed: {e}");
-    }
-    match promote::collapse(hr) {
-        Ok(took) => {
-            st.promoted.insert(
-                hr.start,
-                Promoted {
-                    at: Instant::now(),
-                    revisiting: false,
-                },
-            );
-            st.backoff.remove(&hr.start);
-            st.hot_pages = st.hot_pages.saturating_sub(hot_here);
-            report.promoted += 1;
-            report.collapse_time += took;
+/// Collapses `ranges`. Sampling must not hold their pages (a protection or a userfaultfd
+/// registration makes a collapse fail, and sampling would split the huge mapping again), so
+/// they are untracked first; the collapses run with the state unlocked (each takes up to
+/// milliseconds while the program runs).
+fn promote_ranges<'a>(
+    inner: &'a Inner,
+    mut st: MutexGuard<'a, State>,
+    ranges: &[PageRange],
+    report: &mut PlaceReport,
+) -> MutexGuard<'a, State> {
+    let mut hot = Vec::with_capacity(ranges.len());
+    for &hr in ranges {
+        hot.push(st.tracker.heat(hr, st.threshold).hot);
+        if let Err(e) = st.tracker.untrack(hr) {
+            tracing::debug!(range = ?hr, "kioku-hugepage: untrack before collapse failed: {e}");
         }
-        Err(f) => {
-            let (retry, what) = match f {
-                CollapseFailure::NoHugePage => {
-                    report.no_huge_page += 1;
-                    (Duration::from_secs(10), "no huge page available")
+        // Held by the manager until recorded below, so that no other pass decides it.
+        st.promoted.insert(
+            hr.start,
+            Promoted {
+                at: Instant::now(),
+                revisiting: false,
+            },
+        );
+    }
+    drop(st);
+    let results: Vec<Result<Duration, CollapseFailure>> =
+        ranges.iter().map(|&hr| promote::collapse(hr)).collect();
+    let mut st = inner.lock();
+    for ((&hr, result), hot_here) in ranges.iter().zip(results).zip(hot) {
+        match result {
+            Ok(took) => {
+                st.backoff.remove(&hr.start);
+                st.hot_pages = st.hot_pages.saturating_sub(hot_here);
+                report.promoted += 1;
+                report.collapse_time += took;
+            }
+            Err(f) => {
+                st.promoted.remove(&hr.start);
+                let (retry, what) = match f {
+                    CollapseFailure::NoHugePage => {
+                        report.no_huge_page += 1;
+                        (Duration::from_secs(10), "no huge page available")
+                    }
+                    _ => {
+                        report.not_eligible += 1;
+                        (Duration::from_secs(600), "not eligible")
+                    }
+                };
+                tracing::debug!(range = ?hr, ?f, "kioku-hugepage: collapse failed ({what})");
+                st.backoff.insert(hr.start, Instant::now() + retry);
+                // The arena may have been unregistered meanwhile.
+                if st.arena_of(hr).is_some() {
+                    if let Err(e) = st.tracker.track(hr) {
+                        tracing::debug!(range = ?hr, "kioku-hugepage: re-tracking failed: {e}");
+                    }
                 }
-                _ => {
-                    report.not_eligible += 1;
-                    (Duration::from_secs(600), "not eligible")
-                }
-            };
-            tracing::debug!(range = ?hr, ?f, "kioku-hugepage: collapse failed ({what})");
-            st.backoff.insert(hr.start, Instant::now() + retry);
-            if let Err(e) = st.tracker.track(hr) {
-                tracing::debug!(range = ?hr, "kioku-hugepage: re-tracking failed: {e}");
             }
         }
     }
+    st
 }

@@ -18,7 +18,8 @@ use crate::HugeError;
 /// The knobs of the placement policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Policy {
-    /// A range is promoted when at least this fraction of its observed pages is hot (HPS: 1/4).
+    /// A range is promoted when at least this fraction of its observed pages was accessed
+    /// (HPS: 1/4 of the range hot).
     pub promote_fraction: f64,
     /// ... and a collapse would allocate at most this fraction of it anew (unpopulated pages).
     pub max_fill: f64,
@@ -57,7 +58,11 @@ pub struct RangeFacts {
     pub pages: usize,
     /// Pages observed at least once.
     pub observed: usize,
-    /// Pages whose count reached the hot threshold.
+    /// Pages found accessed at their last observation: `warm / observed` estimates the share of
+    /// the range in use, from one observation per page.
+    pub warm: usize,
+    /// Pages whose count reached the hot threshold (accessed in several observations in a row):
+    /// the pages worth moving.
     pub hot: usize,
     /// Populated pages (present or swapped).
     pub populated: usize,
@@ -129,7 +134,7 @@ impl Policy {
         let frac = if f.observed == 0 {
             0.0
         } else {
-            f.hot as f64 / f.observed as f64
+            f.warm as f64 / f.observed as f64
         };
         if f.promoted {
             if !enough {
@@ -141,14 +146,15 @@ impl Policy {
                 Decision::Leave(Why::StillHot)
             };
         }
-        if f.hot == 0 {
-            return if enough {
-                Decision::Leave(Why::Cold)
-            } else {
-                Decision::Leave(Why::TooFewObservations)
-            };
+        // Until enough of the range is observed, a promotion cannot be ruled out: compacting its
+        // hot pages now would move what a collapse keeps in place.
+        if !enough {
+            return Decision::Leave(Why::TooFewObservations);
         }
-        if enough && frac >= self.promote_fraction {
+        if f.hot == 0 && frac < self.promote_fraction {
+            return Decision::Leave(Why::Cold);
+        }
+        if frac >= self.promote_fraction {
             let fill = f.pages.saturating_sub(f.populated) as f64 / f.pages.max(1) as f64;
             if fill <= self.max_fill {
                 return if f.budget_left > 0 {
@@ -160,6 +166,10 @@ impl Policy {
             if !f.compactor {
                 return Decision::Leave(Why::Sparse);
             }
+        }
+        if f.hot == 0 {
+            // Warm but not hot yet: its pages' counts are still building up.
+            return Decision::Leave(Why::TooFewObservations);
         }
         if !f.compactor {
             return Decision::Leave(Why::NoCompactor);
@@ -180,6 +190,7 @@ mod tests {
             range: PageRange::new(0, 2 << 20),
             pages: 512,
             observed,
+            warm: hot,
             hot,
             populated,
             promoted: false,
@@ -227,8 +238,8 @@ mod tests {
         assert_eq!(p.decide(&spent), Decision::Leave(Why::Budget));
         assert_eq!(
             p.decide(&facts(10, 10, 512)),
-            Decision::Compact,
-            "too few observations to promote, but the hot pages are known"
+            Decision::Leave(Why::TooFewObservations),
+            "a promotion cannot be ruled out yet"
         );
         assert_eq!(
             p.decide(&facts(10, 0, 512)),
@@ -240,6 +251,22 @@ mod tests {
             ..facts(512, hot, 512)
         };
         assert_eq!(p.decide(&revisit(10)), Decision::Demote);
+        // Warm pages (accessed once so far) are enough to promote; compaction needs hot ones.
+        let warm = RangeFacts {
+            warm: 300,
+            hot: 0,
+            ..facts(512, 0, 512)
+        };
+        assert_eq!(p.decide(&warm), Decision::Promote);
+        let sparse_warm = RangeFacts {
+            warm: 170,
+            hot: 0,
+            ..facts(170, 0, 170)
+        };
+        assert_eq!(
+            p.decide(&sparse_warm),
+            Decision::Leave(Why::TooFewObservations)
+        );
         assert_eq!(p.decide(&revisit(100)), Decision::Leave(Why::StillHot));
     }
 

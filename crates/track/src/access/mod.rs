@@ -66,7 +66,7 @@ impl Default for AccessOptions {
     fn default() -> Self {
         AccessOptions {
             sample_pages: 4096,
-            run_pages: 8,
+            run_pages: 32,
             cpu_budget: 0.01,
             min_sample_pages: 64,
             max_sample_pages: 1 << 16,
