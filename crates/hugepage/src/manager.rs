@@ -205,6 +205,7 @@ impl ManagerBuilder {
                 hot_pages: 0,
                 dirty: BTreeSet::new(),
                 promoted: BTreeMap::new(),
+                collapsing: BTreeSet::new(),
                 backoff: BTreeMap::new(),
                 compacted_pages: 0,
                 totals: PlaceReport::default(),
@@ -258,6 +259,8 @@ struct State {
     /// Huge ranges (by start) to decide at the next placement.
     dirty: BTreeSet<usize>,
     promoted: BTreeMap<usize, Promoted>,
+    /// Huge ranges being collapsed (with the state unlocked).
+    collapsing: BTreeSet<usize>,
     /// Huge ranges whose collapse failed, and when to try again.
     backoff: BTreeMap<usize, Instant>,
     compacted_pages: usize,
@@ -272,7 +275,7 @@ struct State {
 impl State {
     fn huge_used(&self) -> usize {
         let h = huge_page_size() / kioku_track::page_size();
-        self.promoted.len() + self.compacted_pages.div_ceil(h)
+        self.promoted.len() + self.collapsing.len() + self.compacted_pages.div_ceil(h)
     }
 
     fn budget_left(&self) -> usize {
@@ -613,6 +616,15 @@ fn tick<'a>(
         let (s, r) = place(inner, st);
         st = s;
         acted = r.acted();
+        if acted {
+            let n = Notice {
+                hot_pages: st.hot_pages,
+                promoted: r.promoted,
+                compacted: r.compacted_pages,
+                ..Notice::default()
+            };
+            st = inner.notify(st, n);
+        }
     }
     // Settled: no page turned hot and placement changed nothing for `settle_rotations` whole
     // rotations (counted in scans, since a rotation's last observations arrive one scan after
@@ -694,7 +706,7 @@ fn place<'a>(
         };
         let whole = ar.start <= hr.start && hr.end <= ar.end;
         let promoted = st.promoted.get(&s).map(|p| p.revisiting);
-        if promoted == Some(false) {
+        if promoted == Some(false) || st.collapsing.contains(&s) {
             continue;
         }
         if st.backoff.get(&s).is_some_and(|&t| t > now) {
@@ -722,7 +734,8 @@ fn place<'a>(
             populated,
             promoted: promoted.is_some(),
             compactor: has_compactor,
-            budget_left: st.budget_left(),
+            // Promotions decided in this pass are charged before they are made.
+            budget_left: st.budget_left().saturating_sub(promote.len()),
         };
         report.decided += 1;
         match policy.decide(&facts) {
@@ -814,33 +827,41 @@ fn promote_ranges<'a>(
         if let Err(e) = st.tracker.untrack(hr) {
             tracing::debug!(range = ?hr, "kioku-hugepage: untrack before collapse failed: {e}");
         }
-        // Held by the manager until recorded below, so that no other pass decides it.
-        st.promoted.insert(
-            hr.start,
-            Promoted {
-                at: Instant::now(),
-                revisiting: false,
-            },
-        );
+        // Being collapsed: no other pass decides it meanwhile.
+        st.collapsing.insert(hr.start);
     }
     drop(st);
     let results: Vec<Result<Duration, CollapseFailure>> =
         ranges.iter().map(|&hr| promote::collapse(hr)).collect();
     let mut st = inner.lock();
     for ((&hr, result), hot_here) in ranges.iter().zip(results).zip(hot) {
+        st.collapsing.remove(&hr.start);
         match result {
             Ok(took) => {
+                st.promoted.insert(
+                    hr.start,
+                    Promoted {
+                        at: Instant::now(),
+                        revisiting: false,
+                    },
+                );
                 st.backoff.remove(&hr.start);
                 st.hot_pages = st.hot_pages.saturating_sub(hot_here);
                 report.promoted += 1;
                 report.collapse_time += took;
             }
             Err(f) => {
-                st.promoted.remove(&hr.start);
                 let (retry, what) = match f {
                     CollapseFailure::NoHugePage => {
                         report.no_huge_page += 1;
                         (Duration::from_secs(10), "no huge page available")
+                    }
+                    CollapseFailure::NotMapped => {
+                        report.no_huge_page += 1;
+                        (
+                            Duration::from_secs(2),
+                            "not mapped by a huge page afterwards",
+                        )
                     }
                     _ => {
                         report.not_eligible += 1;

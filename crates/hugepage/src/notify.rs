@@ -1,4 +1,5 @@
-//! How the application learns that pages turned hot or that placement settled: a notice kept
+//! How the application learns that pages turned hot, that placement acted, or that it settled:
+//! a notice kept
 //! for blocking waiters, an eventfd for `poll`/`epoll`, and (in the manager) a callback.
 //!
 //! HPS used a signal carrying the number of hot pages and a system call to fetch them; a signal
@@ -18,6 +19,10 @@ pub struct Notice {
     pub hot_pages: usize,
     /// Pages that turned hot since the previous notice.
     pub new_hot: usize,
+    /// Ranges promoted by automatic placement since the previous notice.
+    pub promoted: usize,
+    /// Pages compacted by automatic placement since the previous notice.
+    pub compacted: usize,
     /// Placement has settled and tracking stopped (restart it with `enable`).
     pub settled: bool,
     /// Notices posted so far, this one included.
@@ -53,6 +58,8 @@ impl Notifier {
         n.generation = g.0;
         if let Some(old) = g.1 {
             n.new_hot += old.new_hot;
+            n.promoted += old.promoted;
+            n.compacted += old.compacted;
         }
         g.1 = Some(n);
         drop(g);

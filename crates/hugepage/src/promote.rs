@@ -23,6 +23,9 @@ pub enum CollapseFailure {
     /// The range cannot be collapsed at all (not aligned, not one mapping, registered with a
     /// userfaultfd, locked): `EINVAL`/`EPERM`.
     NotEligible,
+    /// The collapse reported success but the range is not mapped by a huge page (the page
+    /// tables could not be replaced while the program faulted in the range); retried once.
+    NotMapped,
     /// Any other error number.
     Other(i32),
 }
@@ -58,21 +61,27 @@ pub fn huge_ranges(r: PageRange) -> impl Iterator<Item = PageRange> {
         .map(move |a| PageRange::new(a, a + h))
 }
 
-/// Advises `r` (huge-page aligned) for huge pages and collapses it now. Returns how long the
-/// collapse took.
+/// Advises `r` (huge-page aligned) for huge pages and collapses it now, then checks that a huge
+/// page maps it (one more collapse when not: for shmem the page tables are replaced only when
+/// they can be locked). Returns how long the collapses took.
 pub fn collapse(r: PageRange) -> Result<Duration, CollapseFailure> {
     // SAFETY: advice on a range of this process; MADV_HUGEPAGE only sets a VMA flag.
     unsafe { libc::madvise(r.start as *mut libc::c_void, r.len(), libc::MADV_HUGEPAGE) };
     let t = Instant::now();
-    // SAFETY: MADV_COLLAPSE copies the range's pages into a huge page and maps it in their
-    // place, contents unchanged; it does not invalidate Rust references.
-    let rc = unsafe { libc::madvise(r.start as *mut libc::c_void, r.len(), sys::MADV_COLLAPSE) };
-    let took = t.elapsed();
-    if rc != 0 {
-        let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
-        return Err(CollapseFailure::from_errno(e));
+    for _ in 0..2 {
+        // SAFETY: MADV_COLLAPSE copies the range's pages into a huge page and maps it in their
+        // place, contents unchanged; it does not invalidate Rust references.
+        let rc =
+            unsafe { libc::madvise(r.start as *mut libc::c_void, r.len(), sys::MADV_COLLAPSE) };
+        if rc != 0 {
+            let e = io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            return Err(CollapseFailure::from_errno(e));
+        }
+        if huge_mapped_bytes(r).map_or(true, |b| b == r.len()) {
+            return Ok(t.elapsed());
+        }
     }
-    Ok(took)
+    Err(CollapseFailure::NotMapped)
 }
 
 /// Stops advising `r` for huge pages (khugepaged will not collapse it again). The huge page

@@ -105,17 +105,40 @@ fn intact(page: usize, object: usize) -> bool {
     )
 }
 
-/// Reads one word of each page in `pages` until `stop`.
-fn toucher(pages: Vec<usize>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        while !stop.load(Ordering::Relaxed) {
-            for &p in &pages {
-                // SAFETY: pages of a test mapping that outlives the thread.
-                unsafe { std::ptr::read_volatile(p as *const u64) };
+/// A thread reading one word of each page in a list until it is dropped (also when a test
+/// panics: the memory it reads must not be unmapped under it).
+struct Toucher {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Toucher {
+    fn new(pages: Vec<usize>) -> Toucher {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                for &p in &pages {
+                    // SAFETY: pages of a test mapping that outlives the Toucher.
+                    unsafe { std::ptr::read_volatile(p as *const u64) };
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
-            std::thread::sleep(Duration::from_millis(1));
+        });
+        Toucher {
+            stop,
+            thread: Some(thread),
         }
-    })
+    }
+}
+
+impl Drop for Toucher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 fn manager(kind: BackendKind) -> kioku_hugepage::ManagerBuilder {
@@ -145,8 +168,7 @@ fn hot_range_is_promoted(kind: BackendKind) {
     m.register(a.addr as *const u8, a.len, ArenaId(1)).unwrap();
     // Ranges 1 and 2 hot as a whole, 0 and 3 never touched again.
     let hot: Vec<usize> = (a.addr + h..a.addr + 3 * h).step_by(PS).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let th = toucher(hot, stop.clone());
+    let toucher = Toucher::new(hot);
     m.enable().unwrap();
     wait_until("two promotions", Duration::from_secs(30), || {
         if std::env::var_os("PLACEMENT_DEBUG").is_some() {
@@ -154,22 +176,14 @@ fn hot_range_is_promoted(kind: BackendKind) {
         }
         m.status().promoted_ranges >= 2
     });
-    stop.store(true, Ordering::Relaxed);
-    th.join().unwrap();
+    drop(toucher);
     let st = m.status();
     assert_eq!(st.promoted_ranges, 2, "{st:?}");
-    assert_eq!(huge_mapped_bytes(a.range(1)).unwrap(), h);
-    assert_eq!(huge_mapped_bytes(a.range(2)).unwrap(), h);
-    assert_eq!(
-        huge_mapped_bytes(a.range(0)).unwrap(),
-        0,
-        "a cold range was promoted"
-    );
-    assert_eq!(
-        huge_mapped_bytes(a.range(3)).unwrap(),
-        0,
-        "a cold range was promoted"
-    );
+    let huge: Vec<usize> = (0..4)
+        .map(|i| huge_mapped_bytes(a.range(i)).unwrap() / h)
+        .collect();
+    assert_eq!(huge, [0, 1, 1, 0], "huge pages per range; {st:?}");
+
     let smaps = smaps_huge(
         std::process::id() as i32,
         PageRange::new(a.addr, a.addr + a.len),
@@ -250,10 +264,10 @@ fn a_scattered_hot_set_is_compacted_and_the_data_stay_byte_identical() {
         ));
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let th = {
-        let (objects, stop, hot) = (objects.clone(), stop.clone(), hot.clone());
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
+    let reader = {
+        let (objects, s, hot) = (objects.clone(), stop.clone(), hot.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
                 for &o in &hot {
                     let at = objects.table[o].load(Ordering::Acquire);
                     // SAFETY: object addresses point into live mappings.
@@ -261,15 +275,18 @@ fn a_scattered_hot_set_is_compacted_and_the_data_stay_byte_identical() {
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-        })
+        });
+        Toucher {
+            stop: stop.clone(),
+            thread: Some(thread),
+        }
     };
     m.enable().unwrap();
     wait_until("every hot object moved", Duration::from_secs(30), || {
         hot.iter()
             .all(|&o| objects.table[o].load(Ordering::Acquire) != a.addr + o * PS)
     });
-    stop.store(true, Ordering::Relaxed);
-    th.join().unwrap();
+    drop(reader);
     let st = m.status();
     assert_eq!(
         st.promoted_ranges, 0,
@@ -308,8 +325,7 @@ fn tracking_stops_when_placement_settled_and_restarts_on_enable() {
         .unwrap();
     m.register(a.addr as *const u8, a.len, ArenaId(0)).unwrap();
     let hot: Vec<usize> = (a.addr..a.addr + h).step_by(PS).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let th = toucher(hot, stop.clone());
+    let toucher = Toucher::new(hot);
     let fd = m.notify_fd();
     // Every route: the callback, the eventfd, the blocking wait.
     let via_callback = Arc::new(AtomicUsize::new(0));
@@ -364,8 +380,7 @@ fn tracking_stops_when_placement_settled_and_restarts_on_enable() {
     wait_until("a scan after restarting", Duration::from_secs(10), || {
         m.status().last_scan != before
     });
-    stop.store(true, Ordering::Relaxed);
-    th.join().unwrap();
+    drop(toucher);
     for i in 0..a.len / PS {
         assert!(intact(a.addr + i * PS, i), "page {i} changed");
     }
@@ -384,19 +399,21 @@ fn the_budget_caps_promotions() {
         .unwrap();
     m.register(a.addr as *const u8, a.len, ArenaId(0)).unwrap();
     let hot: Vec<usize> = (a.addr..a.addr + a.len).step_by(PS).collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let th = toucher(hot, stop.clone());
+    let toucher = Toucher::new(hot);
     m.enable().unwrap();
-    wait_until(
-        "the budget to refuse a range",
-        Duration::from_secs(30),
-        || {
-            let s = m.status();
-            s.promoted_ranges == 2 && s.totals.over_budget > 0
-        },
-    );
-    stop.store(true, Ordering::Relaxed);
-    th.join().unwrap();
+    let t = Instant::now();
+    loop {
+        let s = m.status();
+        if s.promoted_ranges == 2 && s.totals.over_budget > 0 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "timed out waiting for the budget to refuse a range: {s:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(toucher);
     let s = m.status();
     assert_eq!(s.promoted_ranges, 2);
     assert_eq!(s.huge_pages_used, 2);

@@ -487,6 +487,14 @@ impl AccessTracker {
         }
         self.runs.clear();
         self.rotation.next_phase(&mut self.runs);
+        // The rotation was planned before ranges may have been untracked (a range promoted to a
+        // huge page, say): arm only what is still tracked.
+        if self.runs.iter().any(|r| self.tracked.present(*r) != [*r]) {
+            let planned = std::mem::take(&mut self.runs);
+            for r in planned {
+                self.runs.extend(self.tracked.present(r));
+            }
+        }
         // (4) Arm it.
         let probe = self.probe.as_mut().expect("checked above");
         stats.syscalls += match probe {
