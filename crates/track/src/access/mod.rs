@@ -211,6 +211,7 @@ impl AccessTrackerBuilder {
             last: AccessScan::default(),
             buf: vec![sys::PageRegion::default(); INITIAL_REGIONS],
             changed: Vec::new(),
+            observed: Vec::new(),
         })
     }
 }
@@ -258,6 +259,8 @@ pub struct AccessTracker {
     buf: Vec<sys::PageRegion>,
     /// Pages that crossed the hot threshold since the last `drain_changed`.
     changed: Vec<usize>,
+    /// The runs the last scan observed.
+    observed: Vec<PageRange>,
 }
 
 impl AccessTracker {
@@ -324,6 +327,11 @@ impl AccessTracker {
     /// Sets the counts of the pages of `r` back to zero (their contents moved away).
     pub fn reset(&mut self, r: PageRange) {
         self.counts.reset(r);
+    }
+
+    /// The pages the last scan observed (those it reports as accessed are among them).
+    pub fn observed(&self) -> &[PageRange] {
+        &self.observed
     }
 
     /// Moves into `out` the pages whose count crossed the hot threshold (either way) since the
@@ -465,6 +473,7 @@ impl AccessTracker {
         for &p in &self.accessed {
             push_coalesced(out, PageRange::new(p, p + ps));
         }
+        std::mem::swap(&mut self.observed, &mut self.armed);
         self.armed.clear();
         if !rearm {
             stats.work = t0.elapsed();
