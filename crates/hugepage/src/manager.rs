@@ -597,6 +597,14 @@ fn tick<'a>(
         st.dirty.insert(p / h * h);
     }
     st.changed = changed;
+    // Ranges that got observations may now have enough of them to be decided.
+    let observed: Vec<usize> = st
+        .tracker
+        .observed()
+        .iter()
+        .map(|r| r.start / h * h)
+        .collect();
+    st.dirty.extend(observed);
     let rotated = scan.rotations > st.last_rotation;
     if rotated {
         st.last_rotation = scan.rotations;
