@@ -7,8 +7,12 @@
 # interleaved with its baseline). Writes the `hugepage` section of docs/perf.md and
 # docs/hugepage-throughput.png, docs/hugepage-memory.png.
 #
-# Usage: bench/hugepage/run.sh        (about 30 minutes on a 2-core machine)
-# Env: SIZE (bytes, default 1 GiB), ROUNDS (80), LONG_ROUNDS (400), REPS (overhead pairs, 5),
+# The machine is shared: every run of a mode alternates with the runs of the others (MAIN_REPS
+# rounds of all modes, in turn), and the report takes medians over the repetitions.
+#
+# Usage: bench/hugepage/run.sh        (about 35 minutes on a 2-core machine)
+# Env: SIZE (bytes, default 1 GiB), ROUNDS (80), LONG_ROUNDS (400), MAIN_REPS (3),
+#      REPS (overhead pairs, 5),
 #      COST_SIZES (bytes tracked in the cost runs, default 256 MiB, 1 GiB, 4 GiB),
 #      NO_WRITE=1 (print the section only; plots go to the work directory).
 set -euo pipefail
@@ -18,6 +22,7 @@ SIZE=${SIZE:-1073741824}
 ROUNDS=${ROUNDS:-80}
 LONG_ROUNDS=${LONG_ROUNDS:-400}
 REPS=${REPS:-5}
+MAIN_REPS=${MAIN_REPS:-3}
 COST_SIZES=${COST_SIZES:-268435456 1073741824 4294967296}
 start=$(date -u +%s)
 load_start=$(cut -d" " -f1-3 /proc/loadavg)
@@ -40,24 +45,26 @@ echo "== tracking overhead (interleaved with its baseline)" >&2
 for rep in $(seq "$REPS"); do
   for pat in random skewed; do
     for m in default track-protnone default-shm track-refault; do
-      "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds 12 \
+      "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds 14 \
         | grep '"round"' >"$out/overhead-$rep-$pat-$m.jsonl"
     done
   done
 done
 
-echo "== $ROUNDS rounds" >&2
-for pat in seq random skewed; do
-  for m in default thp kioku-refault kioku-protnone; do
-    echo "   $pat $m" >&2
-    "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds "$ROUNDS" >"$out/main-$pat-$m.jsonl"
+echo "== $ROUNDS rounds, $MAIN_REPS times" >&2
+for rep in $(seq "$MAIN_REPS"); do
+  for pat in seq random skewed; do
+    for m in default thp kioku-refault kioku-protnone; do
+      echo "   $rep $pat $m" >&2
+      "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds "$ROUNDS" >"$out/main-$pat-$m-$rep.jsonl"
+    done
   done
 done
 
 echo "== $LONG_ROUNDS rounds, skewed" >&2
 for m in default thp kioku-refault kioku-protnone; do
   echo "   $m" >&2
-  "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$LONG_ROUNDS" >"$out/long-skewed-$m.jsonl"
+  "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$LONG_ROUNDS" >"$out/long-skewed-$m-1.jsonl"
 done
 
 end=$(date -u +%s)

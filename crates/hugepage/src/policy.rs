@@ -23,7 +23,7 @@ pub struct Policy {
     pub promote_fraction: f64,
     /// ... and a collapse would allocate at most this fraction of it anew (unpopulated pages).
     pub max_fill: f64,
-    /// Observed pages a range needs before a promotion or demotion is decided.
+    /// Observed pages a range needs before it is decided (two sampled runs of 64 pages).
     pub min_observed: usize,
     /// Huge pages this manager may use (promotions, plus huge memory filled by compaction, in
     /// huge-page units); `None` for no limit.
@@ -41,7 +41,7 @@ impl Default for Policy {
         Policy {
             promote_fraction: 0.25,
             max_fill: 0.25,
-            min_observed: 64,
+            min_observed: 128,
             budget: None,
             revisit: None,
             demote_fraction: 1.0 / 16.0,
@@ -203,7 +203,7 @@ mod tests {
     fn a_quarter_hot_and_populated_is_promoted() {
         let p = Policy::default();
         assert_eq!(p.decide(&facts(512, 128, 512)), Decision::Promote);
-        assert_eq!(p.decide(&facts(100, 25, 400)), Decision::Promote);
+        assert_eq!(p.decide(&facts(200, 50, 400)), Decision::Promote);
         // Below a quarter: compaction.
         assert_eq!(p.decide(&facts(512, 127, 512)), Decision::Compact);
         // One very hot page in a cold range (what Ingens never promotes) is compacted.

@@ -4,7 +4,8 @@
 //! anywhere (`skewed`: six random pages every eighth pass) — while the tracker samples. After six rotations a page counts as found
 //! hot when it was observed at least twice and accessed in at least half of its observations.
 //!
-//! Bounds asserted, for every backend and pattern: precision ≥ 0.95 and recall ≥ 0.90. The
+//! Bounds asserted, for every backend and pattern: precision ≥ 0.95 and recall ≥ 0.90.
+//! `KIOKU_HOT_SOAK=1` (`make soak-hugepage`) runs 65,536 pages and five hot sets per pattern. The
 //! backends observe accesses exactly (a fault per sampled page), so misses come only from a
 //! toucher that was not scheduled during a whole sampling period on a loaded machine.
 
@@ -24,7 +25,28 @@ use kioku_track::{
     TrackError,
 };
 
-const PAGES: usize = 6144;
+/// Pages of the arena: 6,144 (24 MiB); `KIOKU_HOT_SOAK=1` (`make soak-hugepage`): 65,536.
+fn pages() -> usize {
+    if soak() {
+        65536
+    } else {
+        6144
+    }
+}
+
+fn soak() -> bool {
+    std::env::var_os("KIOKU_HOT_SOAK").is_some()
+}
+
+/// Hot sets per pattern: one, or five seeds in the soak.
+fn seeds() -> Vec<u64> {
+    if soak() {
+        vec![7, 11, 13, 17, 19]
+    } else {
+        vec![7]
+    }
+}
+
 const PERIOD: Duration = Duration::from_millis(20);
 const ROTATIONS: u64 = 6;
 
@@ -41,14 +63,14 @@ impl Rng {
 
 fn hot_set(pattern: &str, seed: u64) -> Vec<usize> {
     match pattern {
-        "sequential" => (PAGES / 3..2 * PAGES / 3).collect(),
+        "sequential" => (pages() / 3..2 * pages() / 3).collect(),
         _ => {
             let mut rng = Rng(seed | 1);
-            let mut all: Vec<usize> = (0..PAGES).collect();
+            let mut all: Vec<usize> = (0..pages()).collect();
             for i in (1..all.len()).rev() {
                 all.swap(i, rng.next() as usize % (i + 1));
             }
-            all.truncate(PAGES / 3);
+            all.truncate(pages() / 3);
             all.sort_unstable();
             all
         }
@@ -73,8 +95,8 @@ fn toucher(addr: usize, hot: Vec<usize>, pattern: &'static str, stop: Arc<Atomic
             unsafe { std::ptr::read_volatile((addr + i * ps) as *const u8) };
         }
         if pattern == "skewed" && round.is_multiple_of(8) {
-            for _ in 0..PAGES / 1000 {
-                let i = rng.next() as usize % PAGES;
+            for _ in 0..pages() / 1000 {
+                let i = rng.next() as usize % pages();
                 // SAFETY: as above.
                 unsafe { std::ptr::read_volatile((addr + i * ps) as *const u8) };
             }
@@ -85,7 +107,7 @@ fn toucher(addr: usize, hot: Vec<usize>, pattern: &'static str, stop: Arc<Atomic
 
 fn options() -> AccessOptions {
     AccessOptions {
-        sample_pages: PAGES / 4,
+        sample_pages: pages() / 4,
         cpu_budget: 0.0,
         ..AccessOptions::default()
     }
@@ -143,14 +165,20 @@ fn memfd(len: usize) -> std::fs::File {
 }
 
 fn in_process(kind: BackendKind, pattern: &'static str) {
+    for seed in seeds() {
+        in_process_seed(kind, pattern, seed);
+    }
+}
+
+fn in_process_seed(kind: BackendKind, pattern: &'static str, seed: u64) {
     let ps = page_size();
-    let len = PAGES * ps;
+    let len = pages() * ps;
     let file = memfd(len);
     let m = match kind {
         BackendKind::Refault => Mapping::shared(&file, len),
         _ => Mapping::anon(len, 1, false),
     };
-    for i in 0..PAGES {
+    for i in 0..pages() {
         // SAFETY: page i lies inside the mapping.
         unsafe { std::ptr::write_volatile((m.addr + i * ps) as *mut u8, 1) };
     }
@@ -161,7 +189,7 @@ fn in_process(kind: BackendKind, pattern: &'static str) {
         .build()
         .expect("tracker");
     t.track(range).expect("track");
-    let hot = hot_set(pattern, 7);
+    let hot = hot_set(pattern, seed);
     let stop = Arc::new(AtomicBool::new(false));
     let th = {
         let (hot, stop) = (hot.clone(), stop.clone());
@@ -174,7 +202,7 @@ fn in_process(kind: BackendKind, pattern: &'static str) {
     check(&format!("{kind:?}/{pattern}"), &found, &hot);
     // Untracking restores every armed page: the whole range reads and writes normally.
     t.untrack(range).unwrap();
-    for i in 0..PAGES {
+    for i in 0..pages() {
         // SAFETY: page i lies inside the mapping.
         unsafe { std::ptr::write_volatile((m.addr + i * ps) as *mut u8, 2) };
     }
@@ -222,7 +250,7 @@ fn remote(pattern: &str) {
         return;
     }
     let mut child = Command::new(env!("CARGO_BIN_EXE_track-test-child"))
-        .args(["hot", &PAGES.to_string(), pattern, "11"])
+        .args(["hot", &pages().to_string(), pattern, "11"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -182,7 +182,7 @@ int main(void) {
         munmap(priv, HUGE);
     }
     CHECK(p_policy_default(&pol) == KIOKU_OK);
-    CHECK(pol.promote_fraction == 0.25 && pol.budget == 0 && pol.min_observed == 64);
+    CHECK(pol.promote_fraction == 0.25 && pol.budget == 0 && pol.min_observed == 128);
     pol.max_fill = 2.0;
     CHECK_ERR(p_set_policy(h, &pol), KIOKU_E_INVAL, "max_fill");
     pol.max_fill = 0.25;

@@ -47,10 +47,11 @@ const PROTNONE_TOUCH: Duration = Duration::from_nanos(10_000);
 pub struct AccessOptions {
     /// Pages observed per scan (the starting point when `cpu_budget` adapts it).
     pub sample_pages: usize,
-    /// Consecutive pages armed together (one system call each); observations stay per page.
+    /// Consecutive pages armed together (one system call, and one TLB shootdown, each);
+    /// observations stay per page.
     pub run_pages: usize,
     /// Fraction of one CPU the sampling may cost, counting the faults the program takes on
-    /// sampled pages; the sample size is adapted to it at each rotation. 0 keeps
+    /// sampled pages; the sample size is adapted to it after every scan. 0 keeps
     /// `sample_pages` fixed.
     pub cpu_budget: f64,
     /// Lower bound of the adapted sample size.
@@ -65,8 +66,8 @@ pub struct AccessOptions {
 impl Default for AccessOptions {
     fn default() -> Self {
         AccessOptions {
-            sample_pages: 4096,
-            run_pages: 32,
+            sample_pages: 1024,
+            run_pages: 64,
             cpu_budget: 0.01,
             min_sample_pages: 64,
             max_sample_pages: 1 << 16,
@@ -90,9 +91,9 @@ pub struct AccessScan {
     pub work: Duration,
     /// Estimated time the program spent in faults on the pages observed.
     pub faults: Duration,
-    /// Sample size per scan in the current rotation.
+    /// Sample size of the next scan.
     pub sample_pages: usize,
-    /// Scans one rotation (every candidate page observed once) takes now.
+    /// Scans a rotation (every candidate page observed once) takes at that size.
     pub rotation_scans: usize,
     /// Completed rotations.
     pub rotations: u64,
@@ -206,8 +207,6 @@ impl AccessTrackerBuilder {
             options: self.options,
             budget,
             last_scan_at: None,
-            spent: Duration::ZERO,
-            spent_since: None,
             last: AccessScan::default(),
             buf: vec![sys::PageRegion::default(); INITIAL_REGIONS],
             changed: Vec::new(),
@@ -249,12 +248,9 @@ pub struct AccessTracker {
     accessed: Vec<usize>,
     runs: Vec<PageRange>,
     options: AccessOptions,
-    /// Sample size for the next rotation.
+    /// Sample size of the next scan.
     budget: usize,
     last_scan_at: Option<Instant>,
-    /// Cost accumulated in the current rotation, and since when.
-    spent: Duration,
-    spent_since: Option<Instant>,
     last: AccessScan,
     buf: Vec<sys::PageRegion>,
     /// Pages that crossed the hot threshold since the last `drain_changed`.
@@ -283,7 +279,7 @@ impl AccessTracker {
         &self.options
     }
 
-    /// Changes the options (a new sample size takes effect at the next rotation).
+    /// Changes the options (a new sample size takes effect at the next scan).
     pub fn set_options(&mut self, options: AccessOptions) {
         self.budget = options.sample_pages.max(1);
         self.options = options;
@@ -406,24 +402,24 @@ impl AccessTracker {
         Ok(out)
     }
 
-    /// Adapts the sample size to the CPU budget from the cost of the rotation just finished.
-    fn adapt(&mut self) {
-        let now = Instant::now();
-        let since = self.spent_since.replace(now);
-        let spent = std::mem::take(&mut self.spent);
+    /// Adapts the sample size to the CPU budget from what the scan just made cost: its own
+    /// work and the faults the program took on the pages it observed, against the budget's share
+    /// of the time since the previous scan. Changes are damped (square root of the ratio, at most
+    /// ×2 or ÷2 per scan).
+    fn adapt(&mut self, cost: Duration, since_last: Option<Duration>) {
         let o = self.options;
         if o.cpu_budget <= 0.0 {
             self.budget = o.sample_pages.max(1);
             return;
         }
-        let Some(since) = since else {
+        let Some(wall) = since_last else {
             return;
         };
-        let wall = now.duration_since(since).as_secs_f64();
-        if wall <= 0.0 || spent.is_zero() {
+        let (wall, cost) = (wall.as_secs_f64(), cost.as_secs_f64());
+        if wall <= 0.0 || cost <= 0.0 {
             return;
         }
-        let ratio = (o.cpu_budget * wall / spent.as_secs_f64()).clamp(0.25, 4.0);
+        let ratio = (o.cpu_budget * wall / cost).sqrt().clamp(0.5, 2.0);
         self.budget = ((self.budget as f64 * ratio) as usize)
             .clamp(o.min_sample_pages.max(1), o.max_sample_pages.max(1));
     }
@@ -487,15 +483,17 @@ impl AccessTracker {
             });
         }
         // (3) Choose the next sample: a new rotation when this one is done.
+        let faults = self.touch_cost() * stats.accessed as u32;
+        let since = self.last_scan_at.map(|t| t0.duration_since(t));
+        self.adapt(t0.elapsed() + faults, since);
         if self.rotation.finished() {
-            self.adapt();
             let cands = self.candidates()?;
             let cut = self.cut();
             self.rotation.start(&cands, cut, self.budget, ps);
             stats.syscalls += self.tracked.as_slice().len();
         }
         self.runs.clear();
-        self.rotation.next_phase(&mut self.runs);
+        self.rotation.next_runs(self.budget, ps, &mut self.runs);
         // The rotation was planned before ranges may have been untracked (a range promoted to a
         // huge page, say): arm only what is still tracked.
         if self.runs.iter().any(|r| self.tracked.present(*r) != [*r]) {
@@ -512,10 +510,9 @@ impl AccessTracker {
         };
         stats.armed = self.armed.iter().map(|r| r.len() / ps).sum();
         stats.work = t0.elapsed();
-        stats.faults = self.touch_cost() * stats.accessed as u32;
-        self.spent += stats.work + stats.faults;
+        stats.faults = faults;
         stats.sample_pages = self.budget;
-        stats.rotation_scans = self.rotation.phases();
+        stats.rotation_scans = self.rotation.scans_at(self.budget, ps);
         stats.rotations = self.rotation.number;
         stats.tracked_pages = self.counts.pages();
         self.last_scan_at = Some(t0);

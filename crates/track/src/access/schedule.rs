@@ -2,10 +2,11 @@
 //!
 //! At the start of a rotation the tracker lists its *candidates* — tracked pages that are
 //! populated and not mapped by a huge page (sampling a page of a PMD-mapped huge page would
-//! split the mapping). The candidates are cut into runs of `run` pages; scan `s` of the rotation
-//! observes the runs whose index is `≡ phase(s) (mod phases)`, so the runs observed together
-//! are spread over the whole address space and every candidate is observed once per rotation.
-//! `phases` is chosen so that a scan observes at most the sample budget.
+//! split the mapping). The candidates are cut into runs of `run` pages and grouped in *phases*:
+//! phase `k` holds the runs whose index is `≡ k (mod phases)`, so the runs of a phase are spread
+//! over the whole address space. Phases are queued in bit-reversal order, and each scan takes the
+//! next runs from the queue up to its sample size (which may change from one scan to the next);
+//! every candidate is observed once per rotation.
 //!
 //! Without userfaultfd the refault backend suffers from the kernel's fault-around: a read fault
 //! maps every cached page of its 64 KiB window, so a sampled page would look accessed when a
@@ -33,17 +34,24 @@ pub(crate) struct Rotation {
     runs: Vec<PageRange>,
     /// The phases in the order they are visited.
     order: Vec<usize>,
-    /// Phases done in this rotation.
+    /// Phases queued so far in this rotation.
     done: usize,
+    /// Runs of the current phase not taken yet.
+    pending: std::collections::VecDeque<PageRange>,
+    cut: Option<Cut>,
+    /// This rotation was counted in `number`.
+    counted: bool,
     /// Completed rotations.
     pub(crate) number: u64,
 }
 
 impl Rotation {
-    /// Starts a rotation over `candidates` (sorted, disjoint) cut by `cut`, with about `budget`
-    /// pages per scan. The budget holds for the whole rotation.
+    /// Starts a rotation over `candidates` (sorted, disjoint) cut by `cut`; `budget` (pages per
+    /// scan) sets how many phases spread the runs.
     pub(crate) fn start(&mut self, candidates: &[PageRange], cut: Cut, budget: usize, ps: usize) {
         self.runs.clear();
+        self.pending.clear();
+        self.cut = Some(cut);
         match cut {
             Cut::Runs(n) => {
                 let n = n.max(1);
@@ -81,30 +89,49 @@ impl Rotation {
         }
         self.order = spread_order(phases);
         self.done = 0;
+        self.counted = false;
     }
 
-    /// Whether every phase of this rotation has been observed.
+    /// Whether every run of this rotation has been handed out.
     pub(crate) fn finished(&self) -> bool {
-        self.runs.is_empty() || self.done >= self.order.len()
+        self.runs.is_empty() || (self.done >= self.order.len() && self.pending.is_empty())
     }
 
-    /// The runs of the next phase (appended to `out`), and advances.
-    pub(crate) fn next_phase(&mut self, out: &mut Vec<PageRange>) {
-        if self.finished() {
-            return;
+    /// Appends to `out` the next runs, up to `budget` pages (at least one run), and advances.
+    /// In one-per-window mode a scan never takes runs of two phases (two pages of one window
+    /// could meet).
+    pub(crate) fn next_runs(&mut self, budget: usize, ps: usize, out: &mut Vec<PageRange>) {
+        let mut taken = 0usize;
+        let one_phase = self.cut == Some(Cut::OnePerWindow);
+        let mut phases_used = 0;
+        while !self.finished() && (taken < budget.max(1)) {
+            if self.pending.is_empty() {
+                if one_phase && phases_used == 1 {
+                    break;
+                }
+                let phases = self.order.len();
+                let phase = self.order[self.done];
+                self.pending
+                    .extend(self.runs.iter().skip(phase).step_by(phases).copied());
+                self.done += 1;
+                phases_used += 1;
+                continue;
+            }
+            let r = self.pending.pop_front().expect("not empty");
+            taken += r.len() / ps;
+            out.push(r);
         }
-        let phases = self.order.len();
-        let phase = self.order[self.done];
-        out.extend(self.runs.iter().skip(phase).step_by(phases).copied());
-        self.done += 1;
-        if self.finished() {
+        if self.finished() && !self.counted && !self.runs.is_empty() {
             self.number += 1;
+            self.counted = true;
         }
+        out.sort_unstable();
     }
 
-    /// Scans this rotation takes.
-    pub(crate) fn phases(&self) -> usize {
-        self.order.len()
+    /// Scans a rotation takes at `budget` pages per scan.
+    pub(crate) fn scans_at(&self, budget: usize, ps: usize) -> usize {
+        let pages: usize = self.runs.iter().map(|r| r.len() / ps).sum();
+        pages.div_ceil(budget.max(1)).max(1)
     }
 }
 
@@ -141,9 +168,9 @@ mod tests {
         let mut scans = 0;
         while !rot.finished() {
             let mut runs = Vec::new();
-            rot.next_phase(&mut runs);
+            rot.next_runs(20, PS, &mut runs);
             let pages: usize = runs.iter().map(|r| r.len() / PS).sum();
-            assert!(pages <= 24, "{pages} pages in one scan");
+            assert!(pages <= 27, "{pages} pages in one scan");
             for r in runs {
                 for p in r.pages() {
                     assert!(all.insert(p), "page {} twice", p / PS);
@@ -157,6 +184,31 @@ mod tests {
     }
 
     #[test]
+    fn the_sample_size_can_change_from_one_scan_to_the_next() {
+        let cands = [PageRange::new(0, 1000 * PS)];
+        let mut rot = Rotation::default();
+        rot.start(&cands, Cut::Runs(10), 100, PS);
+        let mut all = BTreeSet::new();
+        let mut budget = 100;
+        while !rot.finished() {
+            let mut runs = Vec::new();
+            rot.next_runs(budget, PS, &mut runs);
+            let pages: usize = runs.iter().map(|r| r.len() / PS).sum();
+            assert!(
+                pages <= budget + 9,
+                "{pages} pages for a budget of {budget}"
+            );
+            for r in runs {
+                for p in r.pages() {
+                    assert!(all.insert(p));
+                }
+            }
+            budget = if budget == 100 { 30 } else { 100 };
+        }
+        assert_eq!(all.len(), 1000);
+    }
+
+    #[test]
     fn one_per_window_takes_whole_windows_one_page_per_scan() {
         // Candidates: pages 3..72 — windows 16..32, 32..48 and 48..64 are whole (0..16 misses
         // 0..3, 64..80 misses 72..80).
@@ -166,7 +218,7 @@ mod tests {
         let mut all = BTreeSet::new();
         while !rot.finished() {
             let mut runs = Vec::new();
-            rot.next_phase(&mut runs);
+            rot.next_runs(100, PS, &mut runs);
             let windows: BTreeSet<usize> = runs.iter().map(|r| r.start / (16 * PS)).collect();
             assert_eq!(
                 windows.len(),
