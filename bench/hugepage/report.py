@@ -43,6 +43,18 @@ def load(path):
     return rounds_, mem, summary
 
 
+def reps(prefix, pat, m):
+    """Every repetition of one run, in order (files PREFIX-PAT-MODE-REP.jsonl)."""
+    files = glob.glob(f"{res}/{prefix}-{pat}-{m}-*.jsonl")
+    files.sort(key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0]))
+    return [load(f) for f in files]
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None and x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
 def steady(rs):
     return statistics.median(r["mib_s"] for r in rs[-STEADY:]) if rs else float("nan")
 
@@ -68,26 +80,25 @@ def table(prefix, patterns):
     out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     verdicts = {}
     for pat in patterns:
-        data = {m: load(f"{res}/{prefix}-{pat}-{m}.jsonl") for m in MODES}
-        base = steady(data["default"][0])
-        thp = steady(data["thp"][0])
-        mbase = final_mem(data["default"][0])
-        mthp = final_mem(data["thp"][0])
+        data = {m: reps(prefix, pat, m) for m in MODES}
+        tp_of = {m: med(steady(r[0]) for r in data[m]) for m in MODES}
+        mem_of = {m: med(final_mem(r[0]) for r in data[m]) for m in MODES}
+        base, thp = tp_of["default"], tp_of["thp"]
+        mbase, mthp = mem_of["default"], mem_of["thp"]
         for m in MODES:
-            rs, _, summ = data[m]
-            if not rs:
+            if not data[m]:
                 continue
-            tp = steady(rs)
-            mm = final_mem(rs)
+            tp, mm = tp_of[m], mem_of[m]
             extra = mm - mbase
             share = "—" if m in ("default", "thp") else f"{100 * extra / (mthp - mbase):.1f} %" if mthp - mbase > 1 else "—"
-            conv = converged(rs, tp) if m.startswith("kioku") else None
-            promoted = summ["promoted"] if summ else "—"
-            compacted = summ["compacted"] if summ else "—"
-            collapse = f"{summ['collapse_ms']:.0f}" if summ else "—"
+            conv = med(converged(r[0], steady(r[0])) for r in data[m]) if m.startswith("kioku") else None
+            summs = [r[2] for r in data[m] if r[2]]
+            promoted = f"{med(x['promoted'] for x in summs):.0f}" if summs else "—"
+            compacted = f"{med(x['compacted'] for x in summs):.0f}" if summs else "—"
+            collapse = f"{med(x['collapse_ms'] for x in summs):.0f}" if summs else "—"
             out.append(
                 f"| {pat} | {LABEL[m]} | {tp:,.0f} | {tp / base:.3f} | {tp / thp:.3f} | {mm:,.0f} | {extra:+,.0f} | "
-                f"{share} | {promoted} | {compacted} | {collapse} | {conv if conv is not None else '—'} |"
+                f"{share} | {promoted} | {compacted} | {collapse} | {'—' if conv is None or conv != conv else f'{conv:.0f}'} |"
             )
             if m.startswith("kioku"):
                 verdicts[(pat, m)] = (tp / thp, (extra / (mthp - mbase)) if mthp - mbase > 1 else None)
@@ -98,7 +109,10 @@ def plot(prefix, patterns, path, what, title):
     fig, axes = plt.subplots(1, len(patterns), figsize=(5.2 * len(patterns), 3.8), squeeze=False)
     for ax, pat in zip(axes[0], patterns):
         for m in MODES:
-            rs, mem, _ = load(f"{res}/{prefix}-{pat}-{m}.jsonl")
+            runs = reps(prefix, pat, m)
+            if not runs:
+                continue
+            rs, mem, _ = runs[0]  # the first repetition
             if what == "throughput" and rs:
                 ax.plot([r["round"] for r in rs], [r["mib_s"] / 1024 for r in rs], label=LABEL[m], lw=1)
             if what == "memory" and mem:
@@ -117,14 +131,18 @@ def plot(prefix, patterns, path, what, title):
 lines = []
 main_table, v_main = table("main", ["seq", "random", "skewed"])
 long_table, v_long = table("long", ["skewed"])
-lines.append(f"### Throughput and memory, {rounds} rounds\n")
+n_main = len(reps("main", "skewed", "default"))
+n_long = len(reps("long", "skewed", "default"))
+lines.append(f"### Throughput and memory, {rounds} rounds ({n_main} repetitions)\n")
 lines.append(
+    "Each mode ran the given number of times, in turn with the others; every figure is the median over the "
+    "repetitions (the plots show the first). "
     "Steady state = median of the last 10 rounds. Memory = anonymous + file RSS + the arena memfd's pages "
     "(mapped or not), median of the last 10 rounds. \"Share of THP's extra\" = kioku's extra memory over "
     "Default divided by THP always's (target ≤ 5 %).\n"
 )
 lines.append(main_table)
-lines.append(f"\n### Skewed access, {long_rounds} rounds\n")
+lines.append(f"\n### Skewed access, {long_rounds} rounds ({n_long} repetition{'s' if n_long != 1 else ''})\n")
 lines.append(long_table)
 
 os.makedirs(plots, exist_ok=True)
@@ -147,7 +165,7 @@ for (pat, m), (ratio, share) in sorted({**{(str(rounds), k[1]): v for k, v in v_
     )
 
 # Tracker cost.
-lines.append("\n### Tracker cost per scan (populated, idle memory; sample 4,096 pages per scan, runs of 32 pages)\n")
+lines.append("\n### Tracker cost per scan (populated, idle memory; sample 4,096 pages per scan, runs of 64 pages)\n")
 lines.append("| backend | GiB tracked | median scan µs | µs per scan per GiB | rotation (every page observed once) ms | ms per GiB per full pass |")
 lines.append("|---|---:|---:|---:|---:|---:|")
 for line in open(f"{res}/cost.jsonl"):
