@@ -725,14 +725,19 @@ fn place<'a>(
         let promote_candidate = whole
             && heat.observed > 0
             && heat.warm as f64 / heat.observed as f64 >= policy.promote_fraction;
-        let populated = if promote_candidate || promoted.is_some() {
-            promote::resident_pages(hr).unwrap_or_else(|e| {
-                tracing::debug!(range = ?hr, "kioku-hugepage: {e}");
+        // Needed for the fill of a collapse, and to know when a sparse range (fewer populated
+        // pages than `min_observed`) has been observed enough. One `mincore` of 2 MiB.
+        let populated =
+            if promote_candidate || promoted.is_some() || heat.observed < policy.min_observed {
+                promote::resident_pages(part).unwrap_or_else(|e| {
+                    tracing::debug!(range = ?part, "kioku-hugepage: {e}");
+                    0
+                })
+            } else {
+                // Not needed: the range is no promotion candidate (0 keeps it from looking like
+                // one) and was observed enough.
                 0
-            })
-        } else {
-            0
-        };
+            };
         let facts = RangeFacts {
             range: part,
             pages: part.len_pages(),

@@ -23,7 +23,8 @@ pub struct Policy {
     pub promote_fraction: f64,
     /// ... and a collapse would allocate at most this fraction of it anew (unpopulated pages).
     pub max_fill: f64,
-    /// Observed pages a range needs before it is decided (two sampled runs of 64 pages).
+    /// Observed pages a range needs before it is decided (two sampled runs of 64 pages), or all
+    /// its populated pages when it has fewer.
     pub min_observed: usize,
     /// Huge pages this manager may use (promotions, plus huge memory filled by compaction, in
     /// huge-page units); `None` for no limit.
@@ -130,7 +131,10 @@ impl Policy {
 
     /// Decides what to do with one range.
     pub fn decide(&self, f: &RangeFacts) -> Decision {
-        let enough = f.observed >= self.min_observed.min(f.pages.max(1));
+        // Only populated pages can be observed: a sparse range (a few hot objects left after a
+        // compaction, say) is decided once all of them were seen.
+        let needed = self.min_observed.min(f.pages).min(f.populated).max(1);
+        let enough = f.observed >= needed;
         let frac = if f.observed == 0 {
             0.0
         } else {
@@ -268,6 +272,19 @@ mod tests {
             Decision::Leave(Why::TooFewObservations)
         );
         assert_eq!(p.decide(&revisit(100)), Decision::Leave(Why::StillHot));
+    }
+
+    #[test]
+    fn a_range_with_fewer_populated_pages_than_min_observed_is_decided_once_all_were_seen() {
+        let p = Policy::default();
+        // 60 populated pages (what a compaction left), all observed, 5 hot: compacted.
+        assert_eq!(p.decide(&facts(60, 5, 60)), Decision::Compact);
+        assert_eq!(p.decide(&facts(60, 0, 60)), Decision::Leave(Why::Cold));
+        // Not all of them seen yet: wait.
+        assert_eq!(
+            p.decide(&facts(59, 5, 60)),
+            Decision::Leave(Why::TooFewObservations)
+        );
     }
 
     #[test]

@@ -315,6 +315,95 @@ fn a_scattered_hot_set_is_compacted_and_the_data_stay_byte_identical() {
     }
 }
 
+/// A range with fewer populated pages than `min_observed` (a sparse heap, or what a compaction
+/// left behind) is still decided: its few hot objects are compacted.
+#[test]
+fn a_few_hot_objects_in_sparse_memory_are_compacted() {
+    let a = Arena::new(2, false);
+    let pages = a.len / PS;
+    // 32 populated pages per huge range (fewer than the 128 observations a range needs
+    // otherwise), 4 of them hot.
+    for i in (0..pages).filter(|i| i % 16 != 0) {
+        // SAFETY: drops a page of our own private test mapping that holds no object.
+        unsafe {
+            libc::madvise(
+                (a.addr + i * PS) as *mut libc::c_void,
+                PS,
+                libc::MADV_DONTNEED,
+            )
+        };
+    }
+    let hot: Vec<usize> = (0..pages).filter(|i| i % 128 == 0).collect();
+    let objects = Arc::new(Objects {
+        table: (0..pages)
+            .map(|i| AtomicUsize::new(a.addr + i * PS))
+            .collect(),
+    });
+    let target = Arc::new(Mutex::new((
+        HugeMemory::map(HugeKind::ThpAnon, huge_page_size()).unwrap(),
+        0usize,
+    )));
+    let m = manager(BackendKind::ProtNone).build().unwrap();
+    m.register(a.addr as *const u8, a.len, ArenaId(3)).unwrap();
+    {
+        let (objects, target, base) = (objects.clone(), target.clone(), a.addr);
+        m.set_compactor(Box::new(
+            move |req: &CompactRequest<'_>, moved: &mut [bool]| {
+                let mut t = target.lock().unwrap();
+                for (i, p) in req.pages.iter().enumerate() {
+                    let (mem, used) = &mut *t;
+                    let to = mem.as_ptr() as usize + *used;
+                    // SAFETY: `p.addr` and `to` are distinct pages of live mappings; readers
+                    // only read, and see the new address after the copy.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(p.addr as *const u8, to as *mut u8, PS)
+                    };
+                    objects.table[(p.addr - base) / PS].store(to, Ordering::Release);
+                    *used += PS;
+                    moved[i] = true;
+                }
+                Ok(())
+            },
+        ));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (objects, s, hot) = (objects.clone(), stop.clone(), hot.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                for &o in &hot {
+                    let at = objects.table[o].load(Ordering::Acquire);
+                    // SAFETY: object addresses point into live mappings.
+                    unsafe { std::ptr::read_volatile(at as *const u64) };
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        Toucher {
+            stop,
+            thread: Some(thread),
+        }
+    };
+    m.enable().unwrap();
+    wait_until(
+        "the hot objects of sparse ranges moved",
+        Duration::from_secs(30),
+        || {
+            hot.iter()
+                .all(|&o| objects.table[o].load(Ordering::Acquire) != a.addr + o * PS)
+        },
+    );
+    drop(reader);
+    m.disable().unwrap();
+    assert_eq!(m.status().promoted_ranges, 0);
+    for &o in &hot {
+        assert!(
+            intact(objects.table[o].load(Ordering::Acquire), o),
+            "object {o}"
+        );
+    }
+}
+
 #[test]
 fn tracking_stops_when_placement_settled_and_restarts_on_enable() {
     let a = Arena::new(2, true);
