@@ -6,6 +6,7 @@ Usage: report.py RESULTS_DIR PLOT_DIR ROUNDS LONG_ROUNDS  -> Markdown on stdout,
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -15,12 +16,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 res, plots, rounds, long_rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-MODES = ["default", "thp", "kioku-refault", "kioku-protnone"]
+FAST = float(os.environ.get("FAST_BUDGET", "0.1"))
+MODES = ["default", "thp", "kioku-refault", "kioku-protnone", "kioku-refault-fast", "kioku-protnone-fast"]
 LABEL = {
     "default": "Default (THP never)",
     "thp": "THP always",
     "kioku-refault": "kioku, refault probe",
     "kioku-protnone": "kioku, protection probe",
+    "kioku-refault-fast": f"kioku, refault probe, {100 * FAST:.0f} % budget",
+    "kioku-protnone-fast": f"kioku, protection probe, {100 * FAST:.0f} % budget",
 }
 STEADY = 10  # rounds at the end that make "steady state"
 
@@ -45,8 +49,9 @@ def load(path):
 
 def reps(prefix, pat, m):
     """Every repetition of one run, in order (files PREFIX-PAT-MODE-REP.jsonl)."""
-    files = glob.glob(f"{res}/{prefix}-{pat}-{m}-*.jsonl")
-    files.sort(key=lambda f: int(f.rsplit("-", 1)[1].split(".")[0]))
+    pat_re = re.compile(rf"^{re.escape(prefix)}-{re.escape(pat)}-{re.escape(m)}-(\d+)\.jsonl$")
+    files = [f for f in glob.glob(f"{res}/{prefix}-{pat}-{m}-*.jsonl") if pat_re.match(os.path.basename(f))]
+    files.sort(key=lambda f: int(pat_re.match(os.path.basename(f)).group(1)))
     return [load(f) for f in files]
 
 
@@ -136,7 +141,9 @@ n_long = len(reps("long", "skewed", "default"))
 lines.append(f"### Throughput and memory, {rounds} rounds ({n_main} repetitions)\n")
 lines.append(
     "Each mode ran the given number of times, in turn with the others; every figure is the median over the "
-    "repetitions (the plots show the first). "
+    "repetitions (the plots show the first). kioku samples within a CPU budget of 1 % of one CPU (the "
+    "default; it counts the faults the program takes on sampled pages) unless the row names another; "
+    "sampling stops once placement settles. "
     "Steady state = median of the last 10 rounds. Memory = anonymous + file RSS + the arena memfd's pages "
     "(mapped or not), median of the last 10 rounds. \"Share of THP's extra\" = kioku's extra memory over "
     "Default divided by THP always's (target ≤ 5 %).\n"

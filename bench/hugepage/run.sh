@@ -12,7 +12,7 @@
 #
 # Usage: bench/hugepage/run.sh        (about 35 minutes on a 2-core machine)
 # Env: SIZE (bytes, default 1 GiB), ROUNDS (80), LONG_ROUNDS (400), MAIN_REPS (3),
-#      REPS (overhead pairs, 5),
+#      REPS (overhead pairs, 5), FAST_BUDGET (the CPU budget of the "fast" kioku runs, 0.1),
 #      COST_SIZES (bytes tracked in the cost runs, default 256 MiB, 1 GiB, 4 GiB),
 #      NO_WRITE=1 (print the section only; plots go to the work directory).
 set -euo pipefail
@@ -23,6 +23,7 @@ ROUNDS=${ROUNDS:-80}
 LONG_ROUNDS=${LONG_ROUNDS:-400}
 REPS=${REPS:-5}
 MAIN_REPS=${MAIN_REPS:-3}
+FAST_BUDGET=${FAST_BUDGET:-0.1}
 COST_SIZES=${COST_SIZES:-268435456 1073741824 4294967296}
 start=$(date -u +%s)
 load_start=$(cut -d" " -f1-3 /proc/loadavg)
@@ -59,6 +60,12 @@ for rep in $(seq "$MAIN_REPS"); do
       "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds "$ROUNDS" >"$out/main-$pat-$m-$rep.jsonl"
     done
   done
+  # kioku with a sampling budget of 10 % of a CPU until placement settles (skewed only).
+  for m in kioku-refault kioku-protnone; do
+    echo "   $rep skewed $m, budget $FAST_BUDGET" >&2
+    "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$ROUNDS" --cpu-budget "$FAST_BUDGET" \
+      >"$out/main-skewed-$m-fast-$rep.jsonl"
+  done
 done
 
 echo "== $LONG_ROUNDS rounds, skewed" >&2
@@ -66,11 +73,16 @@ for m in default thp kioku-refault kioku-protnone; do
   echo "   $m" >&2
   "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$LONG_ROUNDS" >"$out/long-skewed-$m-1.jsonl"
 done
+for m in kioku-refault kioku-protnone; do
+  echo "   $m, budget $FAST_BUDGET" >&2
+  "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$LONG_ROUNDS" --cpu-budget "$FAST_BUDGET" \
+    >"$out/long-skewed-$m-fast-1.jsonl"
+done
 
 end=$(date -u +%s)
 plots="$root/docs"
 [ -n "${NO_WRITE:-}" ] && plots="$out"
-body=$(python3 bench/hugepage/report.py "$out" "$plots" "$ROUNDS" "$LONG_ROUNDS")
+body=$(FAST_BUDGET=$FAST_BUDGET python3 bench/hugepage/report.py "$out" "$plots" "$ROUNDS" "$LONG_ROUNDS")
 section=$(cat <<MD
 ## Huge pages that follow the application (kioku-hugepage)
 
