@@ -324,7 +324,7 @@ typedef struct kioku_hot_notice {
 typedef struct kioku_hot_policy {
     double promote_fraction; /* promote a 2 MiB range when this share of it is in use (0.25) */
     double max_fill;         /* ... and a collapse would allocate at most this share anew (0.25) */
-    uint64_t min_observed;   /* pages observed before a range is decided (128) */
+    uint64_t min_observed;   /* pages observed before a range is decided (128, or all populated) */
     uint64_t budget;         /* huge pages this handle may use; 0: no limit */
     uint64_t revisit_ms;     /* look at promoted ranges again after this long; 0: never */
     double demote_fraction;  /* a revisited range below this share in use is demoted (1/16) */
