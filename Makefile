@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java fuzz bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage fuzz bench clean
 
 all: build
 
@@ -35,8 +35,8 @@ java: deps
 # Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
 test: lint unit java
 
-# Long runs (not part of `make test`; hours on 2 cores): `make soak` runs both.
-soak: soak-rust soak-java
+# Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
+soak: soak-rust soak-java soak-hugepage
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -58,6 +58,15 @@ soak-java: deps
 	  -Dkioku.programCuts=30 -Dkioku.powerCutSeeds=16 -Dkioku.flips=all \
 	  -Djcstress.mode=default -Djcstress.args="-sc false" -Djcstress.budget=0 \
 	  -Dkioku.transparency.runs=plain,agent,agent-pool,persistent
+
+# The accessed-page tracker's accuracy at 256 MiB with five hot sets per pattern and backend,
+# and the huge-page placement tests (Rust and C) ten times over (about 15 minutes).
+soak-hugepage: deps
+	KIOKU_HOT_SOAK=1 $(CARGO) test -p kioku-track --test accessed -- --nocapture
+	for i in 1 2 3 4 5 6 7 8 9 10; do \
+	  $(CARGO) test -q -p kioku-hugepage --test placement && \
+	  $(CARGO) test -q -p kioku-capi --test c_hot || exit 1; \
+	done
 
 # Coverage-guided fuzzing (libFuzzer, stable toolchain) of every parser of untrusted bytes,
 # FUZZ_SECS per target, growing fuzz/corpus/; `make test` replays the corpora and regressions

@@ -103,6 +103,11 @@ extern "C" {
 #define KIOKU_E_STATE (-22)
 /* A bug in kioku (an internal panic was caught); kioku_last_error() has the message. */
 #define KIOKU_E_INTERNAL (-23)
+/* A wait ended without an event (kioku_hot_wait). */
+#define KIOKU_E_TIMEOUT (-24)
+/* No huge page could back the memory: the hugetlb pool is empty (reserve pages with
+ * `sysctl vm.nr_hugepages=N`) or transparent huge pages are off or memory too fragmented. */
+#define KIOKU_E_NO_HUGE_PAGES (-25)
 
 /* ---- Types ------------------------------------------------------------------------------- */
 
@@ -269,6 +274,177 @@ uint64_t kioku_epoch(const kioku_engine *e);
  * NULL when buf_cap is 0).
  * Errors: KIOKU_E_INVAL, KIOKU_E_RANGE (buf_cap too small: nothing copied, *len_out set). */
 int kioku_metadata(const kioku_engine *e, void *buf, size_t buf_cap, size_t *len_out);
+
+/* ---- Hot pages and huge pages ----------------------------------------------------------- */
+/*
+ * Huge pages that follow the application (see docs/hugepage.md). A kioku_hot handle samples
+ * which pages of the registered arenas the program accesses (a thread of its own wakes every
+ * period), tells the program when pages turn hot — by a callback on that thread, by an eventfd
+ * for poll/epoll, and by a blocking wait — and places them: a 2 MiB range at least a quarter of
+ * which is in use is collapsed into a huge page (MADV_COLLAPSE), the hot pages of the others are
+ * handed to the program's compaction callback, which moves its hot objects onto huge-page
+ * memory (kioku_huge_map). Once nothing changes any more, tracking stops by itself.
+ *
+ * Sampling (chosen at kioku_hot_create; docs/track.md has the details):
+ *  - "refault": arenas must be shared mappings (MAP_SHARED of a memfd, tmpfs or /dev/shm file):
+ *    sampled pages are unmapped and seen mapped again; no signal handler; system calls that
+ *    read or write the arenas keep working.
+ *  - "protnone": any memory: sampled pages are made PROT_NONE and a SIGSEGV handler sees the
+ *    first access. Do not replace the SIGSEGV handler, do not mprotect the arenas, and do not
+ *    let a system call such as read(2) write straight into an arena (it fails with EFAULT).
+ *  - NULL or "auto": KIOKU_HOT_TRACKER (refault|protnone|auto) if set, else refault when the
+ *    first arena is a shared mapping, protnone otherwise.
+ * Arenas must stay mapped while they are registered (kioku_hot_unregister first).
+ */
+
+/* A hot-page manager. Opaque. */
+typedef struct kioku_hot kioku_hot;
+
+/* One page and its counts (kioku_hot_pages, and the compaction callback). */
+typedef struct kioku_hot_page {
+    uint64_t addr;  /* first byte of the 4 KiB page */
+    uint32_t count; /* recent heat: +1 per observation that found it accessed, halved by one
+                       that did not; the page is hot at the threshold */
+    uint32_t hits;  /* observations that found it accessed */
+    uint32_t seen;  /* observations */
+    uint32_t pad;   /* zero */
+} kioku_hot_page;
+
+/* What a notification says. */
+typedef struct kioku_hot_notice {
+    uint64_t generation; /* notices posted so far, this one included */
+    uint64_t hot_pages;  /* pages hot now */
+    uint64_t new_hot;    /* pages that turned hot since the previous notice */
+    uint64_t promoted;   /* ranges promoted by automatic placement since the previous notice */
+    uint64_t compacted;  /* pages compacted by automatic placement since the previous notice */
+    uint32_t settled;    /* 1: placement settled and tracking stopped (kioku_hot_enable restarts) */
+    uint32_t pad;        /* zero */
+} kioku_hot_notice;
+
+/* The placement policy (kioku_hot_set_policy); kioku_hot_policy_default() fills it. */
+typedef struct kioku_hot_policy {
+    double promote_fraction; /* promote a 2 MiB range when this share of it is in use (0.25) */
+    double max_fill;         /* ... and a collapse would allocate at most this share anew (0.25) */
+    uint64_t min_observed;   /* pages observed before a range is decided (128, or all populated) */
+    uint64_t budget;         /* huge pages this handle may use; 0: no limit */
+    uint64_t revisit_ms;     /* look at promoted ranges again after this long; 0: never */
+    double demote_fraction;  /* a revisited range below this share in use is demoted (1/16) */
+} kioku_hot_policy;
+
+/* What placement did (kioku_hot_place, and in total in kioku_hot_state). */
+typedef struct kioku_hot_report {
+    uint64_t decided;           /* ranges decided */
+    uint64_t promoted;          /* ranges collapsed into huge pages */
+    uint64_t collapse_ns;       /* time spent collapsing them */
+    uint64_t no_huge_page;      /* collapses that found no huge page (retried later) */
+    uint64_t not_eligible;      /* collapses refused for good */
+    uint64_t demoted;           /* promoted ranges demoted after going cold */
+    uint64_t compacted_pages;   /* pages the compaction callback vacated */
+    uint64_t offered_pages;     /* hot pages offered to it */
+    uint64_t compaction_errors; /* failing calls of it */
+    uint64_t over_budget;       /* ranges refused a huge page by the budget */
+} kioku_hot_report;
+
+/* A handle's state (kioku_hot_status). */
+typedef struct kioku_hot_state {
+    uint32_t enabled;          /* tracking is enabled */
+    uint32_t settled;          /* placement settled and tracking stopped */
+    uint64_t hot_pages;        /* pages hot now */
+    uint64_t promoted_ranges;  /* ranges promoted */
+    uint64_t huge_pages_used;  /* huge pages charged to the budget */
+    uint64_t tracked_pages;    /* pages tracked */
+    uint64_t sample_pages;     /* pages observed per period now */
+    uint64_t last_scan_ns;     /* time the last sampling step took */
+    kioku_hot_report totals;   /* everything placement did */
+} kioku_hot_state;
+
+/* Called on the handle's thread for every notice. */
+typedef void (*kioku_hot_notify_fn)(void *ctx, const kioku_hot_notice *notice);
+
+/* The compaction callback: `pages` (n_pages of them, in address order) are hot pages of arena
+ * `arena` in ranges not worth a huge page of their own. Move the hot objects on them onto
+ * huge-page memory (kioku_huge_map) — where no reader can see an object half-moved — and set
+ * moved[i] = 1 for each page vacated (moved[] starts zeroed). At most allowance_pages pages'
+ * worth may move (the budget). Return 0, or a negative value to report a failure (logged and
+ * counted; placement goes on). Called on the handle's thread, or in kioku_hot_place. */
+typedef int (*kioku_hot_compact_fn)(void *ctx, uint64_t arena, const kioku_hot_page *pages,
+                                    size_t n_pages, size_t allowance_pages, uint8_t *moved);
+
+/* Creates a manager and its thread; nothing is tracked until arenas are registered and
+ * kioku_hot_enable() is called.
+ *  backend:   NULL, "auto", "refault" or "protnone" (see above).
+ *  period_ms: sampling period; 0 for the default (100 ms).
+ *  threshold: count at which a page is hot; 0 for the default (2).
+ *  out:       receives the handle; the caller frees it with kioku_hot_close().
+ * Errors: KIOKU_E_INVAL (unknown backend), KIOKU_E_TRACKER, KIOKU_E_IO. */
+int kioku_hot_create(const char *backend, uint32_t period_ms, uint32_t threshold, kioku_hot **out);
+
+/* Fills *out with the default policy. Errors: KIOKU_E_INVAL (out is NULL). */
+int kioku_hot_policy_default(kioku_hot_policy *out);
+
+/* Replaces the placement policy. Errors: KIOKU_E_INVAL (a fraction outside 0..1, or
+ * promote_fraction 0). */
+int kioku_hot_set_policy(kioku_hot *h, const kioku_hot_policy *policy);
+
+/* Registers len bytes at addr (rounded out to whole pages) as arena `arena` (a number of the
+ * caller's choosing, handed back to the compaction callback). The memory must stay mapped until
+ * kioku_hot_unregister.
+ * Errors: KIOKU_E_INVAL (len 0, or overlapping an arena), KIOKU_E_TRACKER (not mapped, or not
+ * a shared mapping for the refault backend: kioku_last_error says which), KIOKU_E_IO. */
+int kioku_hot_register(kioku_hot *h, void *addr, size_t len, uint64_t arena);
+
+/* Unregisters the arena holding addr. Errors: KIOKU_E_INVAL (no arena holds it),
+ * KIOKU_E_TRACKER. */
+int kioku_hot_unregister(kioku_hot *h, void *addr);
+
+/* Starts or restarts tracking (also after it settled). Errors: KIOKU_E_STATE (tracking stopped
+ * on an error, kioku_last_error says which: close the handle). */
+int kioku_hot_enable(kioku_hot *h);
+
+/* Stops tracking; armed pages are disarmed, counts kept. Errors: KIOKU_E_TRACKER. */
+int kioku_hot_disable(kioku_hot *h);
+
+/* Sets (or, with NULL, removes) the notification and compaction callbacks; ctx is passed to
+ * both, from the handle's thread. Errors: KIOKU_E_INVAL (h is NULL). */
+int kioku_hot_set_callbacks(kioku_hot *h, kioku_hot_notify_fn notify, kioku_hot_compact_fn compact,
+                            void *ctx);
+
+/* Waits for the next notice (one not returned by an earlier wait) and copies it to *out.
+ * timeout_ms < 0 waits forever. Errors: KIOKU_E_INVAL, KIOKU_E_TIMEOUT. */
+int kioku_hot_wait(kioku_hot *h, int32_t timeout_ms, kioku_hot_notice *out);
+
+/* An eventfd (owned by the handle) that becomes readable with each notice; read 8 bytes from it
+ * to reset it. Errors: KIOKU_E_INVAL. */
+int kioku_hot_fd(const kioku_hot *h, int *fd_out);
+
+/* Copies up to cap hot pages (count at the threshold or above, address order) to buf.
+ * *n_out receives how many were copied; total_out (may be NULL) how many are hot.
+ * buf may be NULL when cap is 0. Errors: KIOKU_E_INVAL. */
+int kioku_hot_pages(kioku_hot *h, kioku_hot_page *buf, size_t cap, size_t *n_out,
+                    size_t *total_out);
+
+/* Runs one placement pass now on the calling thread (also when automatic placement is on);
+ * out may be NULL. Errors: KIOKU_E_INVAL. */
+int kioku_hot_place(kioku_hot *h, kioku_hot_report *out);
+
+/* The handle's state. Errors: KIOKU_E_INVAL. */
+int kioku_hot_status(const kioku_hot *h, kioku_hot_state *out);
+
+/* Stops the handle's thread, restores every sampled page and frees the handle. Huge pages made
+ * stay. NULL is accepted. Never fails. */
+void kioku_hot_close(kioku_hot *h);
+
+/* Maps len bytes (rounded up to 2 MiB) of memory backed by huge pages and populated, for
+ * compaction to move hot objects to.
+ *  kind: NULL or "thp-anon" (anonymous transparent huge pages), "thp-shmem" (a memfd in
+ *        transparent huge pages), "hugetlb" (the pool reserved with vm.nr_hugepages).
+ * *addr_out receives the first byte, len_out (may be NULL) the length. Free with
+ * kioku_huge_unmap. Errors: KIOKU_E_INVAL, KIOKU_E_NO_HUGE_PAGES, KIOKU_E_IO. */
+int kioku_huge_map(const char *kind, size_t len, void **addr_out, size_t *len_out);
+
+/* Unmaps memory from kioku_huge_map, given its first byte. Errors: KIOKU_E_INVAL (not such
+ * memory). */
+int kioku_huge_unmap(void *addr);
 
 #ifdef __cplusplus
 }

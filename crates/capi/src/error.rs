@@ -5,6 +5,7 @@
 //! `tests/header.rs` compares the two. Codes are only ever appended, never renumbered.
 
 use kioku_ckpt::CkptError;
+use kioku_hugepage::HugeError;
 use kioku_pool::{MediumError, PoolError};
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CString};
@@ -43,6 +44,8 @@ codes! {
     KIOKU_E_LIMIT = -21 => "limit reached",
     KIOKU_E_STATE = -22 => "handle unusable after an earlier failure",
     KIOKU_E_INTERNAL = -23 => "internal error",
+    KIOKU_E_TIMEOUT = -24 => "timed out",
+    KIOKU_E_NO_HUGE_PAGES = -25 => "no huge pages available",
 }
 
 /// A failure of a C API call.
@@ -58,6 +61,10 @@ pub enum CapiError {
     Broken(String),
     #[error("internal error (a bug in kioku, please report it): {0}")]
     Internal(String),
+    #[error(transparent)]
+    Huge(#[from] HugeError),
+    #[error("{0}")]
+    Timeout(String),
 }
 
 impl CapiError {
@@ -69,7 +76,24 @@ impl CapiError {
             CapiError::Range(_) => KIOKU_E_RANGE,
             CapiError::Broken(_) => KIOKU_E_STATE,
             CapiError::Internal(_) => KIOKU_E_INTERNAL,
+            CapiError::Huge(e) => huge_code(e),
+            CapiError::Timeout(_) => KIOKU_E_TIMEOUT,
         }
+    }
+}
+
+/// The code of a huge-page manager error.
+pub fn huge_code(e: &HugeError) -> c_int {
+    match e {
+        HugeError::Track(_) => KIOKU_E_TRACKER,
+        HugeError::BadRange { .. }
+        | HugeError::Overlap { .. }
+        | HugeError::NotRegistered { .. }
+        | HugeError::InvalidSetting(_) => KIOKU_E_INVAL,
+        HugeError::NoHugetlbPages { .. } | HugeError::NotHuge { .. } => KIOKU_E_NO_HUGE_PAGES,
+        HugeError::ThreadGone(_) => KIOKU_E_STATE,
+        HugeError::Sys { source, .. } => io_code(source),
+        _ => KIOKU_E_INTERNAL,
     }
 }
 

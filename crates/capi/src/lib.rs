@@ -12,8 +12,10 @@
 //! that writes to stderr, unless the process already has a subscriber.
 
 pub mod error;
+mod hot;
 
 pub use error::*;
+pub use hot::{HotHandle, HotNotice, HotPage, HotPolicy, HotReport, HotStatus};
 
 use kioku_ckpt::{CkptError, Engine, EngineOptions, RegionOptions};
 use kioku_pool::{MediumChoice, MediumKind};
@@ -64,7 +66,7 @@ pub struct Recovery {
 }
 
 /// Runs `f`, turning an error or a panic into its code and the thread's last-error text.
-fn guard(f: impl FnOnce() -> Result<(), CapiError>) -> c_int {
+pub(crate) fn guard(f: impl FnOnce() -> Result<(), CapiError>) -> c_int {
     let err = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => return KIOKU_OK,
         Ok(Err(e)) => e,
@@ -189,7 +191,7 @@ unsafe fn medium_arg(p: *const c_char) -> Result<MediumChoice, CapiError> {
 /// page rounding must not overflow.
 const MAX_LEN: usize = 1 << 56;
 
-fn len_arg(what: &str, len: usize) -> Result<usize, CapiError> {
+pub(crate) fn len_arg(what: &str, len: usize) -> Result<usize, CapiError> {
     if len > MAX_LEN {
         return Err(inval(format!(
             "{what} {len} is larger than any address space (at most 2^56 bytes)"
@@ -202,7 +204,7 @@ fn len_arg(what: &str, len: usize) -> Result<usize, CapiError> {
 ///
 /// # Safety
 /// `p` is NULL or valid for a write of `T`.
-unsafe fn put<T>(p: *mut T, v: T) {
+pub(crate) unsafe fn put<T>(p: *mut T, v: T) {
     if !p.is_null() {
         // SAFETY: non-NULL and writable by the caller's contract.
         unsafe { p.write(v) };
@@ -235,7 +237,7 @@ unsafe fn meta_arg<'a>(meta: *const c_void, len: usize) -> Result<&'a [u8], Capi
     Ok(unsafe { std::slice::from_raw_parts(meta.cast::<u8>(), len) })
 }
 
-fn init_logging() {
+pub(crate) fn init_logging() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         if let Some(filter) = std::env::var_os("KIOKU_LOG").filter(|v| !v.is_empty()) {
@@ -834,6 +836,38 @@ mod tests {
         for (e, code) in cases {
             assert_eq!(CapiError::from(e).code(), code);
         }
+    }
+
+    #[test]
+    fn huge_page_errors_map_to_their_codes() {
+        use kioku_hugepage::HugeError;
+        let cases: Vec<(HugeError, c_int)> = vec![
+            (
+                HugeError::NoHugetlbPages {
+                    bytes: 1,
+                    free: 0,
+                    total: 0,
+                },
+                KIOKU_E_NO_HUGE_PAGES,
+            ),
+            (HugeError::InvalidSetting("x".into()), KIOKU_E_INVAL),
+            (HugeError::ThreadGone("x".into()), KIOKU_E_STATE),
+            (
+                HugeError::Track(kioku_track::TrackError::ProcessGone { pid: 1 }),
+                KIOKU_E_TRACKER,
+            ),
+            (
+                HugeError::Sys {
+                    what: "mmap",
+                    source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+                },
+                KIOKU_E_NOMEM,
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(CapiError::from(e).code(), code);
+        }
+        assert_eq!(CapiError::Timeout("t".into()).code(), KIOKU_E_TIMEOUT);
     }
 
     #[test]

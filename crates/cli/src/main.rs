@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod ec;
 mod group_cmd;
+mod hot_cmd;
 mod pool_cmd;
 mod run_cmd;
 
@@ -32,6 +33,8 @@ enum Command {
     Inspect(run_cmd::InspectArgs),
     /// Examine the pools of an MPI job's group checkpoints (what a restart would recover).
     Group(group_cmd::GroupArgs),
+    /// Which pages a process accesses: per-page counts, and a heat map (HPS's page_acs).
+    Hot(hot_cmd::HotArgs),
 }
 
 fn main() {
@@ -77,5 +80,6 @@ fn run(cli: Cli) -> Result<i32> {
         Command::Checkpoint(a) => run_cmd::checkpoint(a).map(|_| 0),
         Command::Inspect(a) => run_cmd::inspect(a).map(|_| 0),
         Command::Group(a) => group_cmd::run(a),
+        Command::Hot(a) => hot_cmd::run(a),
     }
 }

@@ -50,13 +50,66 @@ pub enum TrackError {
         reason: Box<TrackError>,
     },
 
-    /// This event kind has no backend yet.
-    #[error("tracking {0:?} pages is not implemented yet; use Event::Written")]
-    EventUnsupported(Event),
+    /// The backend asked for does not report this event.
+    #[error(
+        "the {backend:?} backend does not report {event:?} pages; written pages: UffdPagemapScan \
+         or Mprotect, accessed pages: Refault or ProtNone"
+    )]
+    WrongEvent {
+        /// The backend asked for.
+        backend: BackendKind,
+        /// The event asked for.
+        event: Event,
+    },
 
-    /// `KIOKU_TRACKER` holds something unknown.
-    #[error("KIOKU_TRACKER={0:?} is not understood; set it to `uffd`, `mprotect` or `auto`")]
-    InvalidEnv(String),
+    /// The range cannot be sampled by the refault backend.
+    #[error(
+        "range {start:#x}..{end:#x} of process {pid} cannot be sampled by unmapping its pages: \
+         {why}; use the ProtNone backend (calling process), or map the memory MAP_SHARED from a \
+         memfd or tmpfs file"
+    )]
+    NotShared {
+        /// Start of the offending part.
+        start: usize,
+        /// End of the offending part (exclusive).
+        end: usize,
+        /// The tracked process.
+        pid: i32,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+
+    /// The caller lacks the privilege to act on another process.
+    #[error("not permitted to track process {pid}: needs {need}; run as root or as its owner with that capability")]
+    PermissionDenied {
+        /// The process.
+        pid: i32,
+        /// What is needed.
+        need: &'static str,
+    },
+
+    /// The range is not uniformly readable (the protection probe restores one protection).
+    #[error(
+        "range {start:#x}..{end:#x} mixes protections or is not readable; track each part of one \
+         protection separately"
+    )]
+    MixedProtection {
+        /// Start address.
+        start: usize,
+        /// End address (exclusive).
+        end: usize,
+    },
+
+    /// `KIOKU_TRACKER` or `KIOKU_HOT_TRACKER` holds something unknown.
+    #[error("{var}={value:?} is not understood; set it to {expected}")]
+    InvalidEnv {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// The values understood.
+        expected: &'static str,
+    },
 
     /// The range handed to `track`/`untrack` is malformed.
     #[error(

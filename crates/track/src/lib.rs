@@ -9,6 +9,14 @@
 //! * [`BackendKind::Mprotect`] — `mprotect(PROT_READ)` plus a SIGSEGV handler that records the
 //!   page in a lock-free bitmap; calling process only.
 //!
+//! *Accessed* pages (read or written) are sampled by an [`AccessTracker`], which keeps
+//! per-page access counts over time; see the `access` module:
+//!
+//! * [`BackendKind::Refault`] — drop sampled pages' mappings in a shared mapping and see which
+//!   come back (pagemap); calling process, or another process's shmem as root.
+//! * [`BackendKind::ProtNone`] — `mprotect(PROT_NONE)` and the SIGSEGV handler; any memory of
+//!   the calling process.
+//!
 //! ```no_run
 //! use kioku_track::{PageRange, PageTracker, Tracker};
 //! let mut tracker = Tracker::new()?;
@@ -24,6 +32,7 @@
 
 #![warn(missing_docs)]
 
+mod access;
 mod error;
 mod maps;
 mod mprotect;
@@ -37,6 +46,10 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
+pub use access::{
+    parse_access_backend_env, AccessOptions, AccessScan, AccessTracker, AccessTrackerBuilder,
+    PageCount, RangeHeat, MAX_SAMPLED_RANGES,
+};
 pub use error::TrackError;
 pub use mprotect::{MprotectTracker, MAX_MPROTECT_RANGES};
 pub use query::{PagemapQuery, Query};
@@ -120,10 +133,10 @@ impl PageRange {
 /// What a tracker reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Event {
-    /// Pages written since the previous scan (implemented).
+    /// Every page written since the previous scan.
     Written,
-    /// Pages read or written since the previous scan (reserved for a later backend based on
-    /// idle-page tracking; building a tracker for it fails with [`TrackError::EventUnsupported`]).
+    /// Pages read or written since the previous scan, among a sample of pages observed
+    /// ([`AccessTracker`]).
     Accessed,
 }
 
@@ -134,6 +147,12 @@ pub enum BackendKind {
     UffdPagemapScan,
     /// `mprotect` + SIGSEGV handler (any Linux; calling process only).
     Mprotect,
+    /// Accessed pages: sampled pages unmapped in a shared mapping, found mapped again in
+    /// pagemap (calling process; another process's shmem as root).
+    Refault,
+    /// Accessed pages: sampled pages made `PROT_NONE`, caught by the SIGSEGV handler (calling
+    /// process, any memory).
+    ProtNone,
 }
 
 /// Counters of one scan (for benchmarks and logs).
@@ -218,7 +237,11 @@ pub fn parse_backend_env(value: &str) -> Result<BackendChoice, TrackError> {
             Ok(BackendChoice::Force(BackendKind::UffdPagemapScan))
         }
         "mprotect" => Ok(BackendChoice::Force(BackendKind::Mprotect)),
-        _ => Err(TrackError::InvalidEnv(value.to_string())),
+        _ => Err(TrackError::InvalidEnv {
+            var: "KIOKU_TRACKER",
+            value: value.to_string(),
+            expected: "`uffd`, `mprotect` or `auto`",
+        }),
     }
 }
 
@@ -242,6 +265,7 @@ pub struct TrackerBuilder {
     event: Event,
     choice: BackendChoice,
     process: Option<(i32, OwnedFd)>,
+    remote: Option<i32>,
 }
 
 impl Default for TrackerBuilder {
@@ -250,6 +274,7 @@ impl Default for TrackerBuilder {
             event: Event::Written,
             choice: BackendChoice::Auto,
             process: None,
+            remote: None,
         }
     }
 }
@@ -281,10 +306,37 @@ impl TrackerBuilder {
         self
     }
 
+    /// Tracks process `pid` from outside without a userfaultfd of its own ([`Event::Accessed`]
+    /// with the refault backend: shmem ranges, root).
+    pub fn remote(mut self, pid: i32) -> Self {
+        self.remote = Some(pid);
+        self
+    }
+
     /// Creates the tracker.
     pub fn build(self) -> Result<Tracker, TrackError> {
-        if self.event != Event::Written {
-            return Err(TrackError::EventUnsupported(self.event));
+        if self.event == Event::Accessed {
+            let mut b = AccessTracker::builder().choice(self.choice);
+            if let Some(pid) = self.remote.or(self.process.as_ref().map(|p| p.0)) {
+                b = b.process(pid);
+            }
+            return Ok(Tracker {
+                inner: Inner::Access(Box::new(b.build()?)),
+            });
+        }
+        if let Some(pid) = self.remote {
+            return Err(TrackError::RemoteUnsupported {
+                backend: BackendKind::Mprotect,
+                pid,
+            });
+        }
+        if let BackendChoice::Force(kind @ (BackendKind::Refault | BackendKind::ProtNone)) =
+            self.choice
+        {
+            return Err(TrackError::WrongEvent {
+                backend: kind,
+                event: Event::Written,
+            });
         }
         let choice = match self.choice {
             BackendChoice::Auto => match std::env::var("KIOKU_TRACKER") {
@@ -319,6 +371,12 @@ impl TrackerBuilder {
             (None, BackendChoice::Force(BackendKind::Mprotect)) => {
                 Inner::Mprotect(MprotectTracker::new()?)
             }
+            (_, BackendChoice::Force(kind @ (BackendKind::Refault | BackendKind::ProtNone))) => {
+                return Err(TrackError::WrongEvent {
+                    backend: kind,
+                    event: Event::Written,
+                })
+            }
             (None, BackendChoice::Auto) => match UffdTracker::new() {
                 Ok(t) => Inner::Uffd(t),
                 Err(e) => {
@@ -346,6 +404,7 @@ impl TrackerBuilder {
 enum Inner {
     Uffd(UffdTracker),
     Mprotect(MprotectTracker),
+    Access(Box<AccessTracker>),
 }
 
 /// A page tracker with a run-time selected backend.
@@ -365,10 +424,27 @@ impl Tracker {
         TrackerBuilder::default()
     }
 
+    /// The accessed-page tracker inside (its counts and sampling), for [`Event::Accessed`].
+    pub fn access(&self) -> Option<&AccessTracker> {
+        match &self.inner {
+            Inner::Access(t) => Some(&**t),
+            _ => None,
+        }
+    }
+
+    /// The accessed-page tracker inside, mutably.
+    pub fn access_mut(&mut self) -> Option<&mut AccessTracker> {
+        match &mut self.inner {
+            Inner::Access(t) => Some(&mut **t),
+            _ => None,
+        }
+    }
+
     fn as_dyn(&self) -> &dyn PageTracker {
         match &self.inner {
             Inner::Uffd(t) => t,
             Inner::Mprotect(t) => t,
+            Inner::Access(t) => &**t,
         }
     }
 
@@ -376,6 +452,7 @@ impl Tracker {
         match &mut self.inner {
             Inner::Uffd(t) => t,
             Inner::Mprotect(t) => t,
+            Inner::Access(t) => &mut **t,
         }
     }
 }
@@ -435,7 +512,7 @@ mod tests {
         assert_eq!(parse_backend_env("").unwrap(), BackendChoice::Auto);
         assert!(matches!(
             parse_backend_env("soft-dirty"),
-            Err(TrackError::InvalidEnv(_))
+            Err(TrackError::InvalidEnv { .. })
         ));
     }
 

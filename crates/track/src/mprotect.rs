@@ -13,7 +13,7 @@
 //! A write between the swap and the re-protect lands on a page this scan reports; a fault after
 //! the re-protect sets the bit for the next scan.
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::rangeset::RangeSet;
@@ -62,6 +62,8 @@ static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static PAGE_SIZE: AtomicUsize = AtomicUsize::new(4096);
 /// The SIGSEGV disposition found when our handler was installed.
 static PREVIOUS: OnceLock<libc::sigaction> = OnceLock::new();
+/// `KIOKU_SEGV_DEBUG` was set when the handler was installed: faults passed on are printed.
+static SEGV_DEBUG: AtomicBool = AtomicBool::new(false);
 /// Serialises track/untrack of all mprotect trackers (never taken in the handler).
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
 
@@ -80,9 +82,23 @@ fn protect(start: usize, len: usize, prot: libc::c_int) -> bool {
     unsafe { libc::mprotect(start as *mut libc::c_void, len, prot) == 0 }
 }
 
-fn write_stderr(msg: &[u8]) {
+pub(crate) fn write_stderr(msg: &[u8]) {
     // SAFETY: write(2) of a static buffer is async-signal-safe.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// The page size as seen by signal handlers (set when the handler is installed).
+pub(crate) fn page_size_for_handler() -> usize {
+    PAGE_SIZE.load(Ordering::Relaxed)
+}
+
+/// Whether `r` overlaps a range an mprotect write tracker of this process tracks.
+pub(crate) fn overlaps_active(r: PageRange) -> bool {
+    SLOTS.iter().any(|s| {
+        s.state.load(Ordering::SeqCst) == ACTIVE
+            && s.start.load(Ordering::Acquire) < r.end
+            && r.start < s.end.load(Ordering::Acquire)
+    })
 }
 
 /// Sets every bit of a slot (used when a per-page mprotect fails: whole-range over-report).
@@ -102,9 +118,22 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
     let handled = handle_fault(info);
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
+    // Faults outside the write tracker's ranges may be the access sampler's.
+    let handled = handled || crate::access::protnone::handle_fault(info, ctx);
     // SAFETY: restoring this thread's errno.
     unsafe { *errno_slot = saved_errno };
     if !handled {
+        if SEGV_DEBUG.load(Ordering::Relaxed) {
+            // SAFETY: valid siginfo from the kernel.
+            let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+            let mut buf = *b"kioku-track: unhandled SIGSEGV at 0x0000000000000000 code 0\n";
+            for i in 0..16 {
+                let nib = (addr >> (60 - 4 * i)) & 0xf;
+                buf[36 + i] = b"0123456789abcdef"[nib];
+            }
+            buf[58] = b'0' + (code as u8 % 10);
+            write_stderr(&buf);
+        }
         chain(sig, info, ctx);
     }
 }
@@ -195,10 +224,16 @@ fn reset_default(sig: libc::c_int) {
     }
 }
 
-fn install_handler() -> Result<(), TrackError> {
+/// Installs the process-wide SIGSEGV handler (once); it serves the write tracker and the
+/// access sampler's protection probe.
+pub(crate) fn install_handler() -> Result<(), TrackError> {
     static INSTALLED: OnceLock<Result<(), i32>> = OnceLock::new();
     let r = INSTALLED.get_or_init(|| {
         PAGE_SIZE.store(crate::page_size(), Ordering::Relaxed);
+        SEGV_DEBUG.store(
+            std::env::var_os("KIOKU_SEGV_DEBUG").is_some(),
+            Ordering::Relaxed,
+        );
         // SAFETY: a zeroed sigaction is a valid starting point; we fill handler and flags.
         let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
         sa.sa_sigaction = on_segv as *const () as usize;
@@ -398,7 +433,14 @@ impl PageTracker for MprotectTracker {
         range.check()?;
         let _g = Self::lock();
         for part in self.tracked.missing(range) {
-            // Refuse ranges another tracker of this process holds.
+            // Refuse ranges another tracker of this process holds (a write tracker here, or
+            // the access sampler's protection probe).
+            if crate::access::protnone::overlaps_active(part) {
+                return Err(TrackError::Overlap {
+                    start: part.start,
+                    end: part.end,
+                });
+            }
             for slot in SLOTS.iter() {
                 if slot.state.load(Ordering::SeqCst) == ACTIVE {
                     let s = slot.start.load(Ordering::Acquire);

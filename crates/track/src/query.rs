@@ -96,6 +96,14 @@ pub(crate) fn open_pagemap(pid: i32) -> Result<File, TrackError> {
     File::open(format!("/proc/{pid}/pagemap")).map_err(|source| {
         if source.kind() == io::ErrorKind::NotFound {
             TrackError::ProcessGone { pid }
+        } else if matches!(
+            source.raw_os_error(),
+            Some(libc::EACCES) | Some(libc::EPERM)
+        ) {
+            TrackError::PermissionDenied {
+                pid,
+                need: "ptrace-read access to read /proc/PID/pagemap (its owner, or root)",
+            }
         } else {
             TrackError::Sys {
                 what: "opening /proc/PID/pagemap (needs ptrace-read permission)",

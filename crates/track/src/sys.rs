@@ -203,6 +203,29 @@ pub const SYS_PIDFD_GETFD: libc::c_long = libc::SYS_pidfd_getfd;
 /// `userfaultfd(2)` (Linux 4.3).
 pub const SYS_USERFAULTFD: libc::c_long = libc::SYS_userfaultfd;
 
+// ---------------------------------------------------------------------------------------------
+// /proc/PID/pagemap entries and madvise advice (include/uapi/asm-generic/mman-common.h)
+// ---------------------------------------------------------------------------------------------
+
+/// Pagemap entry bit: the page is present in RAM (Linux 2.6.25).
+pub const PM_PRESENT: u64 = 1 << 63;
+/// Pagemap entry bit: the page is swapped out (Linux 2.6.25).
+pub const PM_SWAPPED: u64 = 1 << 62;
+/// Pagemap entry bits 0-54: the page frame number (zero without CAP_SYS_ADMIN).
+pub const PM_PFN_MASK: u64 = (1 << 55) - 1;
+
+/// Deactivate the pages (Linux 5.4).
+pub const MADV_COLD: libc::c_int = 20;
+/// Reclaim the pages; on shmem without swap this unmaps them and keeps them cached (Linux 5.4).
+pub const MADV_PAGEOUT: libc::c_int = 21;
+/// Map the pages readable, faulting them in (Linux 5.14).
+pub const MADV_POPULATE_READ: libc::c_int = 22;
+/// Collapse the range into transparent huge pages, synchronously (Linux 6.1).
+pub const MADV_COLLAPSE: libc::c_int = 25;
+
+/// `process_madvise(2)` (Linux 5.10; any advice on the calling process since 6.13).
+pub const SYS_PROCESS_MADVISE: libc::c_long = libc::SYS_process_madvise;
+
 #[cfg(test)]
 mod tests {
     use super::*;

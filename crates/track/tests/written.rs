@@ -169,13 +169,40 @@ fn bad_ranges_are_refused() {
 }
 
 #[test]
-fn accessed_event_is_refused_clearly() {
+fn backends_of_the_other_event_are_refused_clearly() {
+    let t = Tracker::builder().event(Event::Accessed).build().unwrap();
+    assert_eq!(t.event(), Event::Accessed);
+    assert!(t.access().is_some());
     let err = Tracker::builder()
         .event(Event::Accessed)
+        .backend(BackendKind::Mprotect)
         .build()
         .unwrap_err();
-    assert!(matches!(err, TrackError::EventUnsupported(Event::Accessed)));
-    assert!(err.to_string().contains("Event::Written"), "{err}");
+    assert!(
+        matches!(
+            err,
+            TrackError::WrongEvent {
+                event: Event::Accessed,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = Tracker::builder()
+        .backend(BackendKind::Refault)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            TrackError::WrongEvent {
+                event: Event::Written,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("UffdPagemapScan"), "{err}");
 }
 
 #[test]

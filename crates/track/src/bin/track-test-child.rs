@@ -6,6 +6,10 @@
 //! `W i j ...` writes one byte to each page index, `R i j ...` reads them, `CLOSE` closes its
 //! userfaultfd, `EXEC` replaces the process image with `sleep 30`, `EXIT` exits. Each command is acknowledged with `OK`.
 //!
+//! `track-test-child hot PAGES PATTERN SEED`: maps PAGES pages of a memfd (shared), fills them,
+//! prints `READY <pid> <addr> <len>` and `HOT i j ...` (the page indices of its hot set), then
+//! touches the hot set as `PATTERN` says (`sequential`, `random`, `skewed`) until stdin closes.
+//!
 //! `track-test-child backend`: prints the backend `Tracker::new()` selects (honours
 //! `KIOKU_TRACKER`).
 //!
@@ -117,6 +121,95 @@ fn serve(args: &[String]) {
     }
 }
 
+/// A small deterministic generator (xorshift64*), the same as the accuracy tests use.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+fn hot(args: &[String]) {
+    let pages: usize = args[0].parse().expect("PAGES");
+    let pattern = args[1].as_str();
+    let seed: u64 = args[2].parse().expect("SEED");
+    let ps = kioku_track::page_size();
+    let len = pages * ps;
+    // SAFETY: memfd_create with a static name.
+    let fd = unsafe { libc::memfd_create(c"hot".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(fd >= 0, "memfd_create");
+    // SAFETY: sizing our own memfd.
+    assert_eq!(unsafe { libc::ftruncate(fd, len as libc::off_t) }, 0);
+    // SAFETY: a fresh shared mapping of our memfd.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let addr = p as usize;
+    for i in 0..pages {
+        // SAFETY: page i lies inside our mapping.
+        unsafe { std::ptr::write_volatile((addr + i * ps) as *mut u8, 1) };
+    }
+    let mut rng = Rng(seed | 1);
+    let mut hot: Vec<usize> = match pattern {
+        "sequential" => (pages / 3..2 * pages / 3).collect(),
+        _ => {
+            let mut all: Vec<usize> = (0..pages).collect();
+            for i in (1..all.len()).rev() {
+                all.swap(i, rng.next() as usize % (i + 1));
+            }
+            all.truncate(pages / 3);
+            all.sort_unstable();
+            all
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "READY {} {} {}", std::process::id(), addr, len).unwrap();
+    let list: Vec<String> = hot.iter().map(|i| i.to_string()).collect();
+    writeln!(out, "HOT {}", list.join(" ")).unwrap();
+    out.flush().unwrap();
+    drop(out);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let s2 = stop.clone();
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = std::io::stdin().read_line(&mut sink);
+        s2.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+    let mut round = 0u64;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        round += 1;
+        if pattern != "sequential" {
+            for i in (1..hot.len()).rev() {
+                hot.swap(i, rng.next() as usize % (i + 1));
+            }
+        }
+        for &i in &hot {
+            // SAFETY: page i lies inside our mapping.
+            unsafe { std::ptr::read_volatile((addr + i * ps) as *const u8) };
+        }
+        if pattern == "skewed" && round.is_multiple_of(8) {
+            for _ in 0..pages / 1000 {
+                let i = rng.next() as usize % pages;
+                // SAFETY: page i lies inside our mapping.
+                unsafe { std::ptr::read_volatile((addr + i * ps) as *const u8) };
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 extern "C" fn exit42(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(42) };
@@ -157,6 +250,14 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => serve(&args[1..]),
+        Some("hot") => hot(&args[1..]),
+        Some("try-remote") => {
+            let pid: i32 = args[1].parse().expect("PID");
+            match kioku_track::AccessTracker::builder().process(pid).build() {
+                Ok(_) => println!("BUILT"),
+                Err(e) => println!("ERROR {e}"),
+            }
+        }
         Some("segv-default") => segv(false),
         Some("segv-chain") => segv(true),
         Some("backend") => match Tracker::new() {
@@ -167,7 +268,7 @@ fn main() {
             }
         },
         _ => {
-            eprintln!("usage: track-test-child serve PAGES [--self-register] [--thp] | backend | segv-default | segv-chain");
+            eprintln!("usage: track-test-child serve PAGES [--self-register] [--thp] | hot PAGES PATTERN SEED | backend | segv-default | segv-chain");
             std::process::exit(2);
         }
     }
