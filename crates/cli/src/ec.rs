@@ -8,6 +8,7 @@ use kioku_ec::stream::{self, ShardInput};
 use kioku_ec::{Codec, EcError, Engine};
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufReader, BufWriter, IsTerminal, Seek, SeekFrom};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Erasure-code files with Reed–Solomon: any K of K+M shard files rebuild the file.
@@ -121,7 +122,13 @@ fn encode(
 ) -> Result<()> {
     let codec = Codec::new(k, m).context("choose --k and --m")?;
     let input = File::open(file).with_context(|| format!("open {}", file.display()))?;
-    let len = input.metadata().map(|md| md.len()).unwrap_or(0);
+    let md = input
+        .metadata()
+        .with_context(|| format!("stat {}", file.display()))?;
+    let len = md.len();
+    // Shards are as readable as the file they encode, never more (a 0600 secret must not
+    // become world-readable shards).
+    let mode = md.permissions().mode() & 0o666;
     let unit = unit.unwrap_or_else(|| stream::default_stripe_unit(k, m));
     if unit == 0 || unit > u32::MAX as usize {
         bail!("--stripe-unit must be between 1 and {}", u32::MAX);
@@ -137,6 +144,8 @@ fn encode(
             .create(true)
             .create_new(!force)
             .truncate(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(p)
             .with_context(|| {
                 format!(
@@ -144,6 +153,9 @@ fn encode(
                     p.display()
                 )
             })?;
+        // An existing shard overwritten under --force keeps no wider mode than the input's.
+        f.set_permissions(fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {}", p.display()))?;
         outs.push(BufWriter::with_capacity(1 << 20, f));
     }
     tracing::info!(k, m, engine = %codec.engine(), bytes = len, "encoding");
@@ -286,7 +298,19 @@ fn decode(paths: &[PathBuf], output: &Path, force: bool) -> Result<()> {
             ));
         }
         let mut inputs = open_inputs(&cands)?;
-        let out = File::create(&tmp).with_context(|| format!("create {}", tmp.display()))?;
+        // The rebuilt file is as readable as its shards; a link planted at the temporary
+        // name is not followed.
+        let mode = fs::metadata(&cands[0].path)
+            .map(|m| m.permissions().mode() & 0o666)
+            .unwrap_or(0o600);
+        let out = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .with_context(|| format!("create {}", tmp.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, out);
         let pb = progress(first.original_len, "decode");
         let r = stream::decode_stream(&mut inputs, &mut w, &mut |n| pb.set_position(n));

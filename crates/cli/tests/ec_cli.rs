@@ -300,3 +300,36 @@ fn larger_file_with_default_stripe_unit() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(fs::read(&out).unwrap() == data);
 }
+
+#[test]
+fn shards_and_the_rebuilt_file_are_no_more_readable_than_the_input() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let data = bytes(100_000, 11);
+    let file = dir.path().join("secret.bin");
+    fs::write(&file, &data).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o600)).unwrap();
+    let o = ok(&[
+        "ec",
+        "encode",
+        "--k",
+        "2",
+        "--m",
+        "1",
+        file.to_str().unwrap(),
+    ]);
+    let paths: Vec<PathBuf> = String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(PathBuf::from)
+        .collect();
+    let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    for p in &paths {
+        assert_eq!(mode(p), 0o600, "{}", p.display());
+    }
+    let out = dir.path().join("rebuilt.bin");
+    let o = decode(&[&paths[0], &paths[2]], &out);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(fs::read(&out).unwrap(), data);
+    assert_eq!(mode(&out), 0o600);
+}
