@@ -1,6 +1,6 @@
 //! Fuzz harnesses of every parser kioku runs on bytes others can write: pool files (header,
 //! commit slots, section tables, checkpoint metadata), process images, the file journal's
-//! records, the control socket's request line, and MCAPI's handshake messages and frame headers. Each harness takes arbitrary bytes, must
+//! records, `kioku ec`'s shard files, the control socket's request line, and MCAPI's handshake messages and frame headers. Each harness takes arbitrary bytes, must
 //! never panic, hang or allocate without bound, and checks what it can of the result.
 //!
 //! The same functions run under libFuzzer (`fuzz/`, `make fuzz`) and replay the committed
@@ -9,11 +9,13 @@
 //! them to the parsing behind them.
 
 mod control;
+mod ec;
 mod journal;
 mod mcapi;
 mod pool;
 
 pub use control::control_request;
+pub use ec::ec_shards;
 pub use journal::journal;
 pub use mcapi::mcapi_wire;
 pub use pool::{ckpt_meta, pool_image, process_image};
@@ -29,4 +31,5 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("journal", journal),
     ("control_request", control_request),
     ("mcapi_wire", mcapi_wire),
+    ("ec_shards", ec_shards),
 ];
