@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage fuzz bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage fuzz fuzz-java bench clean
 
 all: build
 
@@ -72,8 +72,16 @@ soak-hugepage: deps
 # FUZZ_SECS per target, growing fuzz/corpus/; `make test` replays the corpora and regressions
 # and runs a few seconds of mutations per target (crates/fuzz/tests/corpus.rs).
 FUZZ_SECS ?= 300
-fuzz: deps
+fuzz: deps fuzz-java
 	scripts/fuzz.sh $(FUZZ_SECS)
+
+# The Java pool reader under Jazzer (java/persist PoolFuzzTest, 5 minutes: its maxDuration);
+# what it finds joins the inputs that replay in every test run.
+CORPUS_JAVA = persist/src/test/resources/kioku/persist/pool/PoolFuzzTestInputs/openDamagedPool
+fuzz-java: deps
+	cd java && JAZZER_FUZZ=1 mvn -B -q -ntp -pl persist test \
+	  -Dtest=PoolFuzzTest -Dsurefire.failIfNoSpecifiedTests=false
+	cp java/persist/.cifuzz-corpus/kioku.persist.pool.PoolFuzzTest/openDamagedPool/* java/$(CORPUS_JAVA)/
 
 # Benchmarks (not part of `make test`); each writes its section of docs/perf.md.
 bench:

@@ -61,6 +61,27 @@ public final class Media {
   }
 
   /** Opens a pool file read-write. */
+  /**
+   * Refuses a symbolic link at {@code path} in a directory other users can write (sticky or
+   * world-writable, like /tmp and /dev/shm): there it may be a trap someone else set. Links in
+   * one's own directories are followed as usual.
+   */
+  static void refusePlantedLink(Path path) throws PoolException {
+    if (!Files.isSymbolicLink(path)) {
+      return;
+    }
+    Path dir = path.toAbsolutePath().getParent();
+    int mode;
+    try {
+      mode = (Integer) Files.getAttribute(dir, "unix:mode");
+    } catch (IOException | UnsupportedOperationException e) {
+      throw PoolException.io("stat", String.valueOf(dir), e);
+    }
+    if ((mode & 01002) != 0) {
+      throw PoolException.symlink(path.toString());
+    }
+  }
+
   static FileChannel openChannel(Path path) throws PoolException {
     try {
       return FileChannel.open(path, StandardOpenOption.READ, StandardOpenOption.WRITE);

@@ -76,6 +76,7 @@ public final class Pool implements AutoCloseable {
   public static Pool create(Path path, String kind, MediumChoice choice) throws PoolException {
     checkKind(kind);
     String shown = path.toString();
+    Media.refusePlantedLink(path);
     if (Files.exists(path, LinkOption.NOFOLLOW_LINKS)) {
       throw PoolException.exists(shown);
     }
@@ -202,6 +203,7 @@ public final class Pool implements AutoCloseable {
   public static Pool open(Path path, MediumChoice choice, String kind, boolean allowRollback)
       throws PoolException {
     String shown = path.toString();
+    Media.refusePlantedLink(path);
     PoolLock lock = PoolLock.claim(path, shown);
     FileChannel ch = null;
     try {

@@ -37,6 +37,8 @@ public final class PoolException extends java.io.IOException {
     ALREADY_EXISTS,
     /** No file at the path. */
     NOT_FOUND,
+    /** A symbolic link at the path, in a directory other users can write (/tmp, /dev/shm). */
+    SYMLINK,
     /** The pool's kind tag is not the one the caller expects. */
     WRONG_KIND,
     /** Medium shm asked for a file that is not on tmpfs. */
@@ -88,6 +90,12 @@ public final class PoolException extends java.io.IOException {
   static PoolException notFound(String path) {
     return of(Reason.NOT_FOUND,
         path + ": no such pool; create it first (e.g. `kioku pool create " + path + "`)");
+  }
+
+  static PoolException symlink(String path) {
+    return of(Reason.SYMLINK, path + ": a symbolic link in a directory other users can write;"
+        + " kioku does not follow it there (someone else may have planted it) — give the pool's"
+        + " real path");
   }
 
   static PoolException exists(String path) {
