@@ -4,23 +4,10 @@
 #[path = "common/programs.rs"]
 mod programs;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use programs::*;
-
-fn kioku_in(dir: &RunDir, args: &[&str]) -> Output {
-    Command::new(kioku())
-        .args(args)
-        .current_dir(dir.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 /// Waits (up to 30 s: a loaded machine starts slowly) until the pool at `pool` (relative to the
 /// run directory) has committed a checkpoint of epoch `epoch` or later.

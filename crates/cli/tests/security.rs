@@ -29,19 +29,6 @@ impl Drop for Killed {
     }
 }
 
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn kioku_in(dir: &RunDir, args: &[&str]) -> Output {
-    Command::new(kioku())
-        .args(args)
-        .current_dir(dir.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

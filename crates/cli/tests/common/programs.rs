@@ -3,7 +3,7 @@
 //! compiler (static and dynamic builds), and helpers to run them under `kioku`.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,21 @@ pub fn reference(cmd: &[String], dir: &RunDir) {
         .status()
         .unwrap();
     assert!(st.success(), "reference run of {cmd:?} failed");
+}
+
+/// `kioku ARGS` run to the end in `dir`, its output captured.
+pub fn kioku_in(dir: &RunDir, args: &[&str]) -> Output {
+    Command::new(kioku())
+        .args(args)
+        .current_dir(dir.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// What a command printed to stderr.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// `kioku ARGS` with stdout appended to `dir/stdout.txt` and stderr to `dir/stderr.txt`.
