@@ -26,6 +26,18 @@ use crate::HugeError;
 /// Collapses one placement pass makes at most (the rest wait for the next period).
 const MAX_COLLAPSES_PER_PASS: usize = 32;
 
+/// While placement converges the tracker samples at this multiple of the steady CPU budget
+/// (`AccessOptions::cpu_budget`): a hot set is found in a few rotations, and a rotation at the
+/// steady budget takes about a minute per 100,000 pages.
+const CONVERGE_BUDGET_FACTOR: f64 = 10.0;
+
+/// The converging budget never exceeds this share of one CPU.
+const CONVERGE_BUDGET_MAX: f64 = 0.25;
+
+/// New hot pages (and pages placement acted on) within one rotation at the steady budget that
+/// show the hot set moving, and start converging again.
+const REARM_PAGES: usize = 64;
+
 /// An application's name for one of its arenas (handed back to the compaction callback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct ArenaId(pub u64);
@@ -209,7 +221,10 @@ impl ManagerBuilder {
                 backoff: BTreeMap::new(),
                 compacted_pages: 0,
                 totals: PlaceReport::default(),
-                quiet: 0,
+                pace: Pace {
+                    steady: access.cpu_budget.max(0.0),
+                    ..Pace::default()
+                },
                 last_rotation: 0,
                 error: None,
                 changed: Vec::new(),
@@ -243,6 +258,88 @@ struct Promoted {
 
 type NoticeFn = Box<dyn FnMut(&Notice) + Send>;
 
+/// How fast the tracker samples.
+///
+/// A hot set is found only after `threshold` observations of each page, and placement settles
+/// only after `settle_rotations` quiet rotations more, so the time to converge is a few
+/// rotations; at the steady budget (1 % of a CPU by default) a rotation over a large hot set
+/// takes a minute. So the manager *converges* at `CONVERGE_BUDGET_FACTOR` times the steady
+/// budget and drops back to the steady budget when
+///
+/// * placement settled (tracking pauses: no sampling at all), or
+/// * `settle_rotations` (at least one) whole rotations passed without a page turning hot or
+///   placement changing anything (without automatic placement, or without settling), or
+/// * the rotations convergence needs (`threshold + settle_rotations + 2`) passed: the hot set
+///   keeps moving, and chasing it faster is not worth the cost.
+///
+/// Converging starts at `enable()` and at `register()`, and again when at the steady budget
+/// `REARM_PAGES` pages turn hot (or are placed) within one rotation — the hot set moved. A
+/// re-arm of its own waits until the steady stretch since the last convergence is
+/// `factor - 1` times as long as that convergence: averaged over a convergence and the steady
+/// stretch after it, sampling costs at most twice the steady budget.
+#[derive(Debug, Default)]
+struct Pace {
+    /// The steady CPU budget (`AccessOptions::cpu_budget`; 0: a fixed sample, never converging
+    /// faster).
+    steady: f64,
+    /// Converging since, and the tracker's rotation count then.
+    converging: Option<(Instant, u64)>,
+    /// The earliest time converging may start again on its own.
+    rearm_at: Option<Instant>,
+    /// New hot pages and placed pages in the current rotation at the steady budget.
+    news: usize,
+    /// Rotation fractions in a row without a page turning hot or placement acting.
+    quiet: f64,
+    /// Scans in a row without a page turning hot or placement acting.
+    quiet_scans: u32,
+}
+
+impl Pace {
+    /// Whole quiet rotations: those counted, less the two scans a rotation's last
+    /// observations take to arrive.
+    fn quiet_rotations(&self, scan: &AccessScan) -> f64 {
+        if self.quiet_scans < 2 {
+            return 0.0;
+        }
+        self.quiet - 2.0 / scan.rotation_scans.max(1) as f64
+    }
+
+    fn budget(&self) -> f64 {
+        (self.steady * CONVERGE_BUDGET_FACTOR)
+            .min(CONVERGE_BUDGET_MAX)
+            .max(self.steady)
+    }
+
+    /// Starts converging (if the steady budget is adaptive).
+    fn converge(&mut self, tracker: &mut AccessTracker) {
+        self.quiet = 0.0;
+        self.quiet_scans = 0;
+        self.news = 0;
+        if self.steady <= 0.0 || self.converging.is_some() {
+            return;
+        }
+        self.converging = Some((Instant::now(), tracker.last_scan().rotations));
+        tracker.set_cpu_budget(self.budget());
+        tracing::debug!(
+            budget = self.budget(),
+            "kioku-hugepage: converging at the higher sampling budget"
+        );
+    }
+
+    /// Drops back to the steady budget.
+    fn steady(&mut self, tracker: &mut AccessTracker) {
+        let Some((since, _)) = self.converging.take() else {
+            return;
+        };
+        let took = since.elapsed();
+        let factor = self.budget() / self.steady;
+        self.rearm_at = Some(Instant::now() + took.mul_f64((factor - 1.0).max(0.0)));
+        self.news = 0;
+        tracker.set_cpu_budget(self.steady);
+        tracing::debug!(?took, "kioku-hugepage: back at the steady sampling budget");
+    }
+}
+
 struct State {
     tracker: AccessTracker,
     arenas: Vec<(ArenaId, PageRange)>,
@@ -265,8 +362,8 @@ struct State {
     backoff: BTreeMap<usize, Instant>,
     compacted_pages: usize,
     totals: PlaceReport,
-    /// Scans in a row in which nothing turned hot and placement changed nothing.
-    quiet: u32,
+    /// The sampling budget: converging or steady, and how quiet placement has been.
+    pace: Pace,
     last_rotation: u64,
     error: Option<String>,
     changed: Vec<usize>,
@@ -387,7 +484,11 @@ impl Manager {
         st.arenas.push((id, r));
         st.arenas.sort_by_key(|(_, a)| a.start);
         st.settled = false;
-        st.quiet = 0;
+        if st.enabled {
+            // New memory to place: converge at the higher budget.
+            let s = &mut *st;
+            s.pace.converge(&mut s.tracker);
+        }
         drop(st);
         self.inner.wake.notify_all();
         Ok(())
@@ -422,8 +523,9 @@ impl Manager {
         }
         st.enabled = true;
         st.settled = false;
-        st.quiet = 0;
         st.mark_all_dirty();
+        let s = &mut *st;
+        s.pace.converge(&mut s.tracker);
         drop(st);
         self.inner.wake.notify_all();
         Ok(())
@@ -434,6 +536,8 @@ impl Manager {
         let mut st = self.inner.lock();
         st.enabled = false;
         st.tracker.pause()?;
+        let s = &mut *st;
+        s.pace.steady(&mut s.tracker);
         Ok(())
     }
 
@@ -619,12 +723,13 @@ fn tick<'a>(
         };
         st = inner.notify(st, n);
     }
-    let mut acted = false;
+    let mut acted = 0usize;
     if st.auto_place && !st.dirty.is_empty() {
         let (s, r) = place(inner, st);
         st = s;
-        acted = r.acted();
-        if acted {
+        if r.acted() {
+            let h_pages = huge_page_size() / kioku_track::page_size();
+            acted = (r.promoted + r.demoted) * h_pages + r.compacted_pages;
             let n = Notice {
                 hot_pages: st.hot_pages,
                 promoted: r.promoted,
@@ -634,25 +739,74 @@ fn tick<'a>(
             st = inner.notify(st, n);
         }
     }
+    st = pace(st, &scan, rotated, scan.became_hot + acted);
     // Settled: no page turned hot and placement changed nothing for `settle_rotations` whole
-    // rotations (counted in scans, since a rotation's last observations arrive one scan after
-    // it ends).
-    let busy = scan.became_hot > 0 || acted;
-    st.quiet = if busy { 0 } else { st.quiet + 1 };
-    let needed = st.settle_rotations as usize * scan.rotation_scans.max(1) + 2;
-    {
-        if st.settle_rotations > 0 && st.quiet as usize >= needed && st.auto_place {
-            if let Err(e) = st.tracker.pause() {
-                tracing::warn!("kioku-hugepage: pausing the tracker failed: {e}");
+    // rotations (counted in fractions of a rotation at the sample size of each scan, since the
+    // sample grows and shrinks with the budget; plus two scans, since a rotation's last
+    // observations arrive one scan after it ends).
+    let done = st.pace.quiet_rotations(&scan) >= st.settle_rotations as f64;
+    if st.settle_rotations > 0 && done && st.auto_place {
+        if let Err(e) = st.tracker.pause() {
+            tracing::warn!("kioku-hugepage: pausing the tracker failed: {e}");
+        }
+        let s = &mut *st;
+        s.pace.steady(&mut s.tracker);
+        st.settled = true;
+        tracing::info!("kioku-hugepage: placement settled; tracking stopped");
+        let n = Notice {
+            hot_pages: st.hot_pages,
+            settled: true,
+            ..Notice::default()
+        };
+        st = inner.notify(st, n);
+    }
+    st
+}
+
+/// Counts quiet rotations and moves between the converging and the steady budget (see
+/// [`Pace`]); `news` is the pages that turned hot or were placed in this scan.
+fn pace<'a>(
+    mut st: MutexGuard<'a, State>,
+    scan: &AccessScan,
+    rotated: bool,
+    news: usize,
+) -> MutexGuard<'a, State> {
+    let st_ref = &mut *st;
+    let (pace, tracker) = (&mut st_ref.pace, &mut st_ref.tracker);
+    if news > 0 {
+        pace.quiet = 0.0;
+        pace.quiet_scans = 0;
+    } else {
+        pace.quiet += 1.0 / scan.rotation_scans.max(1) as f64;
+        pace.quiet_scans += 1;
+    }
+    match pace.converging {
+        Some((_, first)) => {
+            let rotations = scan.rotations.saturating_sub(first);
+            let needed = st_ref.threshold as u64 + st_ref.settle_rotations as u64 + 2;
+            let quiet_enough = pace.quiet_rotations(scan) >= st_ref.settle_rotations.max(1) as f64
+                // With automatic placement and settling, settling ends converging (and
+                // sampling) by itself.
+                && !(st_ref.auto_place && st_ref.settle_rotations > 0);
+            if quiet_enough || rotations >= needed {
+                pace.steady(tracker);
             }
-            st.settled = true;
-            tracing::info!("kioku-hugepage: placement settled; tracking stopped");
-            let n = Notice {
-                hot_pages: st.hot_pages,
-                settled: true,
-                ..Notice::default()
-            };
-            st = inner.notify(st, n);
+        }
+        None => {
+            if rotated {
+                pace.news = 0;
+            }
+            pace.news += news;
+            let may = pace.rearm_at.is_none_or(|t| Instant::now() >= t);
+            if pace.news >= REARM_PAGES && may && st_ref.enabled {
+                tracing::debug!(
+                    news = pace.news,
+                    "kioku-hugepage: the hot set moved; converging again"
+                );
+                let quiet = (pace.quiet, pace.quiet_scans);
+                pace.converge(tracker);
+                (pace.quiet, pace.quiet_scans) = quiet;
+            }
         }
     }
     st
@@ -686,7 +840,8 @@ fn due_revisits<'a>(mut st: MutexGuard<'a, State>, _inner: &Inner) -> MutexGuard
     // Revisits need tracking: leave the settled state.
     if st.enabled {
         st.settled = false;
-        st.quiet = 0;
+        st.pace.quiet = 0.0;
+        st.pace.quiet_scans = 0;
     }
     st
 }

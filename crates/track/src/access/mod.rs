@@ -285,6 +285,20 @@ impl AccessTracker {
         self.options = options;
     }
 
+    /// Changes the CPU budget and scales the adapted sample size with it (the cost of a scan
+    /// grows with its sample), so the new budget holds from the next scan instead of after
+    /// several damped adaptations. 0 switches to the fixed `sample_pages`.
+    pub fn set_cpu_budget(&mut self, cpu_budget: f64) {
+        let o = self.options;
+        self.budget = if o.cpu_budget > 0.0 && cpu_budget > 0.0 {
+            ((self.budget as f64 * cpu_budget / o.cpu_budget) as usize)
+                .clamp(o.min_sample_pages.max(1), o.max_sample_pages.max(1))
+        } else {
+            o.sample_pages.max(1)
+        };
+        self.options.cpu_budget = cpu_budget.max(0.0);
+    }
+
     /// What the last scan did.
     pub fn last_scan(&self) -> AccessScan {
         self.last
