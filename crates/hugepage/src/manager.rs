@@ -19,24 +19,13 @@ use kioku_track::{
 
 use crate::compact::{CompactRequest, Compactor};
 use crate::notify::{Notice, Notifier};
+use crate::pace::{Pace, Rules};
 use crate::policy::{Decision, Policy, RangeFacts, Why};
 use crate::promote::{self, huge_page_size, CollapseFailure};
 use crate::HugeError;
 
 /// Collapses one placement pass makes at most (the rest wait for the next period).
 const MAX_COLLAPSES_PER_PASS: usize = 32;
-
-/// While placement converges the tracker samples at this multiple of the steady CPU budget
-/// (`AccessOptions::cpu_budget`): a hot set is found in a few rotations, and a rotation at the
-/// steady budget takes about a minute per 100,000 pages.
-const CONVERGE_BUDGET_FACTOR: f64 = 10.0;
-
-/// The converging budget never exceeds this share of one CPU.
-const CONVERGE_BUDGET_MAX: f64 = 0.25;
-
-/// New hot pages (and pages placement acted on) within one rotation at the steady budget that
-/// show the hot set moving, and start converging again.
-const REARM_PAGES: usize = 64;
 
 /// An application's name for one of its arenas (handed back to the compaction callback).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -221,10 +210,7 @@ impl ManagerBuilder {
                 backoff: BTreeMap::new(),
                 compacted_pages: 0,
                 totals: PlaceReport::default(),
-                pace: Pace {
-                    steady: access.cpu_budget.max(0.0),
-                    ..Pace::default()
-                },
+                pace: Pace::new(access.cpu_budget),
                 last_rotation: 0,
                 error: None,
                 changed: Vec::new(),
@@ -257,88 +243,6 @@ struct Promoted {
 }
 
 type NoticeFn = Box<dyn FnMut(&Notice) + Send>;
-
-/// How fast the tracker samples.
-///
-/// A hot set is found only after `threshold` observations of each page, and placement settles
-/// only after `settle_rotations` quiet rotations more, so the time to converge is a few
-/// rotations; at the steady budget (1 % of a CPU by default) a rotation over a large hot set
-/// takes a minute. So the manager *converges* at `CONVERGE_BUDGET_FACTOR` times the steady
-/// budget and drops back to the steady budget when
-///
-/// * placement settled (tracking pauses: no sampling at all), or
-/// * `settle_rotations` (at least one) whole rotations passed without a page turning hot or
-///   placement changing anything (without automatic placement, or without settling), or
-/// * the rotations convergence needs (`threshold + settle_rotations + 2`) passed: the hot set
-///   keeps moving, and chasing it faster is not worth the cost.
-///
-/// Converging starts at `enable()` and at `register()`, and again when at the steady budget
-/// `REARM_PAGES` pages turn hot (or are placed) within one rotation — the hot set moved. A
-/// re-arm of its own waits until the steady stretch since the last convergence is
-/// `factor - 1` times as long as that convergence: averaged over a convergence and the steady
-/// stretch after it, sampling costs at most twice the steady budget.
-#[derive(Debug, Default)]
-struct Pace {
-    /// The steady CPU budget (`AccessOptions::cpu_budget`; 0: a fixed sample, never converging
-    /// faster).
-    steady: f64,
-    /// Converging since, and the tracker's rotation count then.
-    converging: Option<(Instant, u64)>,
-    /// The earliest time converging may start again on its own.
-    rearm_at: Option<Instant>,
-    /// New hot pages and placed pages in the current rotation at the steady budget.
-    news: usize,
-    /// Rotation fractions in a row without a page turning hot or placement acting.
-    quiet: f64,
-    /// Scans in a row without a page turning hot or placement acting.
-    quiet_scans: u32,
-}
-
-impl Pace {
-    /// Whole quiet rotations: those counted, less the two scans a rotation's last
-    /// observations take to arrive.
-    fn quiet_rotations(&self, scan: &AccessScan) -> f64 {
-        if self.quiet_scans < 2 {
-            return 0.0;
-        }
-        self.quiet - 2.0 / scan.rotation_scans.max(1) as f64
-    }
-
-    fn budget(&self) -> f64 {
-        (self.steady * CONVERGE_BUDGET_FACTOR)
-            .min(CONVERGE_BUDGET_MAX)
-            .max(self.steady)
-    }
-
-    /// Starts converging (if the steady budget is adaptive).
-    fn converge(&mut self, tracker: &mut AccessTracker) {
-        self.quiet = 0.0;
-        self.quiet_scans = 0;
-        self.news = 0;
-        if self.steady <= 0.0 || self.converging.is_some() {
-            return;
-        }
-        self.converging = Some((Instant::now(), tracker.last_scan().rotations));
-        tracker.set_cpu_budget(self.budget());
-        tracing::debug!(
-            budget = self.budget(),
-            "kioku-hugepage: converging at the higher sampling budget"
-        );
-    }
-
-    /// Drops back to the steady budget.
-    fn steady(&mut self, tracker: &mut AccessTracker) {
-        let Some((since, _)) = self.converging.take() else {
-            return;
-        };
-        let took = since.elapsed();
-        let factor = self.budget() / self.steady;
-        self.rearm_at = Some(Instant::now() + took.mul_f64((factor - 1.0).max(0.0)));
-        self.news = 0;
-        tracker.set_cpu_budget(self.steady);
-        tracing::debug!(?took, "kioku-hugepage: back at the steady sampling budget");
-    }
-}
 
 struct State {
     tracker: AccessTracker,
@@ -739,7 +643,22 @@ fn tick<'a>(
             st = inner.notify(st, n);
         }
     }
-    st = pace(st, &scan, rotated, scan.became_hot + acted);
+    {
+        let s = &mut *st;
+        let rules = Rules {
+            threshold: s.threshold,
+            settle_rotations: s.settle_rotations,
+            auto_place: s.auto_place,
+            enabled: s.enabled,
+        };
+        s.pace.after_scan(
+            &mut s.tracker,
+            &scan,
+            rotated,
+            scan.became_hot + acted,
+            rules,
+        );
+    }
     // Settled: no page turned hot and placement changed nothing for `settle_rotations` whole
     // rotations (counted in fractions of a rotation at the sample size of each scan, since the
     // sample grows and shrinks with the budget; plus two scans, since a rotation's last
@@ -759,55 +678,6 @@ fn tick<'a>(
             ..Notice::default()
         };
         st = inner.notify(st, n);
-    }
-    st
-}
-
-/// Counts quiet rotations and moves between the converging and the steady budget (see
-/// [`Pace`]); `news` is the pages that turned hot or were placed in this scan.
-fn pace<'a>(
-    mut st: MutexGuard<'a, State>,
-    scan: &AccessScan,
-    rotated: bool,
-    news: usize,
-) -> MutexGuard<'a, State> {
-    let st_ref = &mut *st;
-    let (pace, tracker) = (&mut st_ref.pace, &mut st_ref.tracker);
-    if news > 0 {
-        pace.quiet = 0.0;
-        pace.quiet_scans = 0;
-    } else {
-        pace.quiet += 1.0 / scan.rotation_scans.max(1) as f64;
-        pace.quiet_scans += 1;
-    }
-    match pace.converging {
-        Some((_, first)) => {
-            let rotations = scan.rotations.saturating_sub(first);
-            let needed = st_ref.threshold as u64 + st_ref.settle_rotations as u64 + 2;
-            let quiet_enough = pace.quiet_rotations(scan) >= st_ref.settle_rotations.max(1) as f64
-                // With automatic placement and settling, settling ends converging (and
-                // sampling) by itself.
-                && !(st_ref.auto_place && st_ref.settle_rotations > 0);
-            if quiet_enough || rotations >= needed {
-                pace.steady(tracker);
-            }
-        }
-        None => {
-            if rotated {
-                pace.news = 0;
-            }
-            pace.news += news;
-            let may = pace.rearm_at.is_none_or(|t| Instant::now() >= t);
-            if pace.news >= REARM_PAGES && may && st_ref.enabled {
-                tracing::debug!(
-                    news = pace.news,
-                    "kioku-hugepage: the hot set moved; converging again"
-                );
-                let quiet = (pace.quiet, pace.quiet_scans);
-                pace.converge(tracker);
-                (pace.quiet, pace.quiet_scans) = quiet;
-            }
-        }
     }
     st
 }
