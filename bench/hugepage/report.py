@@ -202,54 +202,55 @@ if cost_lines:
     )
 
 # Overhead.
-def split_round(rs):
-    """First round at the steady budget: after the sample's peak, the first round whose sample is at
-    most a third of it (the converging budget is 10x the steady one); None if it never dropped."""
-    samples = [r.get("sample", 0) for r in rs]
-    if not samples or max(samples) == 0:
-        return None
-    peak = samples.index(max(samples))
-    for i in range(peak, len(samples)):
-        if 0 < samples[i] * 3 <= samples[peak]:
-            return i
-    return None
+def rounds_of(path):
+    out = []
+    for x in open(path):
+        try:
+            d = json.loads(x)
+        except json.JSONDecodeError:
+            continue
+        if d.get("kind") == "round":
+            out.append(d)
+    return out
 
 
 lines.append("### Tracking overhead on the workload (sampling, no placement; default budget)\n")
 lines.append(
-    "Sampling only (the application places): the manager converges at 10 % of a CPU until a whole "
-    "rotation passes with no page turning hot (or the rotations convergence needs have passed), then "
-    "samples at the steady 1 %. Each tracked run is compared with its baseline run (run just before it) "
-    "over the same rounds: *converging* = the rounds before the sample dropped (the first two excluded), "
-    "*steady* = the rounds after it. Median of the per-pair ratios.\n"
+    "Sampling only (the application places), with the defaults: 10 % of a CPU while converging, then the "
+    "steady 1 %. Each tracked run is compared with its baseline run (run just before it, the same rounds, "
+    "the first two left out): median, lowest and highest of the per-pair ratios. The noise row compares "
+    "two untracked runs the same way (each baseline with the next repetition's): what this machine's "
+    "load alone does to a ratio.\n"
 )
-lines.append("| pattern | backend | baseline | converging lasted s | tracked / baseline, converging | tracked / baseline, steady | steady sample (pages per scan) |")
+lines.append("| pattern | backend | baseline | pairs | tracked / baseline, median | lowest | highest |")
 lines.append("|---|---|---|---:|---:|---:|---:|")
+
+
+def ratio(b, t):
+    n = min(len(b), len(t))
+    if n < 5:
+        return None
+    return med(r["mib_s"] for r in t[2:n]) / med(r["mib_s"] for r in b[2:n])
+
+
 for pat in ["skewed", "random"]:
-    for base, tr, name in [("default", "track-protnone", "protection"), ("default-shm", "track-refault", "refault")]:
-        conv_r, steady_r, conv_s, samples = [], [], [], []
-        for f in sorted(glob.glob(f"{res}/overhead-*-{pat}-{base}.jsonl")):
+    for base, tr, name in [("default", "track-protnone", "protection"), ("default-shm", "track-refault", "refault"),
+                           ("default", "default", "noise: untracked vs untracked"), ("default-shm", "default-shm", "noise: untracked vs untracked")]:
+        rs = []
+        files = sorted(glob.glob(f"{res}/overhead-*-{pat}-{base}.jsonl"), key=lambda f: int(f.split("overhead-")[1].split("-")[0]))
+        for k, f in enumerate(files):
             rep_ = f.split("overhead-")[1].split("-")[0]
-            tf = f"{res}/overhead-{rep_}-{pat}-{tr}.jsonl"
+            if tr == base:
+                if k + 1 >= len(files):
+                    continue
+                tf = files[k + 1]
+            else:
+                tf = f"{res}/overhead-{rep_}-{pat}-{tr}.jsonl"
             if not os.path.exists(tf):
                 continue
-            b = [json.loads(x) for x in open(f)]
-            t = [json.loads(x) for x in open(tf)]
-            n = min(len(b), len(t))
-            if n < 10:
-                continue
-            k = split_round(t[:n])
-            end = k if k is not None else n
-            if end > 4:
-                conv_r.append(med(r["mib_s"] for r in t[2:end]) / med(r["mib_s"] for r in b[2:end]))
-            if k is not None and n - k >= 5:
-                conv_s.append(t[k]["t"])
-                steady_r.append(med(r["mib_s"] for r in t[k:n]) / med(r["mib_s"] for r in b[k:n]))
-                samples.append(med(r["sample"] for r in t[k:n]))
-        if conv_r or steady_r:
-            f3 = lambda xs: f"{med(xs):.3f}" if xs else "—"
-            lines.append(
-                f"| {pat} | {name} | {base} | {f'{med(conv_s):.1f}' if conv_s else 'to the end'} | {f3(conv_r)} | {f3(steady_r)} | "
-                f"{f'{med(samples):,.0f}' if samples else '—'} |"
-            )
+            r = ratio(rounds_of(f), rounds_of(tf))
+            if r is not None:
+                rs.append(r)
+        if rs:
+            lines.append(f"| {pat} | {name} | {base} | {len(rs)} | {med(rs):.3f} | {min(rs):.3f} | {max(rs):.3f} |")
 print("\n".join(lines))
