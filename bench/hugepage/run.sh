@@ -10,12 +10,13 @@
 # The machine is shared: every run of a mode alternates with the runs of the others (MAIN_REPS
 # rounds of all modes, in turn), and the report takes medians over the repetitions.
 #
-# Usage: bench/hugepage/run.sh        (about 35 minutes on a 2-core machine)
+# Usage: bench/hugepage/run.sh        (about an hour on a loaded 2-core machine; the env below
+#        selects parts)
 # Env: SIZE (bytes, default 1 GiB), ROUNDS (80), LONG_ROUNDS (400; 0 skips the long runs),
 #      MAIN_REPS (3), PATTERNS (of the main runs: "seq random skewed"),
-#      REPS (overhead runs per mode, 3), OVERHEAD_ROUNDS (200: long enough to see sampling
+#      REPS (overhead runs per mode, 3), OVERHEAD_ROUNDS (1200: long enough to see sampling
 #      converge and drop to the steady budget), OVERHEAD_PATTERNS ("skewed random"),
-#      OVERHEAD_SIZE (bytes of the overhead runs, default SIZE; smaller converges sooner),
+#      OVERHEAD_SIZE (bytes of the overhead runs, default 256 MiB: converges within the run),
 #      FAST_BUDGET (if set, also kioku at that constant steady CPU budget, e.g. 0.1),
 #      COST_SIZES (bytes tracked in the cost runs, default 256 MiB, 1 GiB, 4 GiB; "" skips),
 #      NO_WRITE=1 (print the section only; plots go to the work directory).
@@ -28,8 +29,8 @@ LONG_ROUNDS=${LONG_ROUNDS:-400}
 REPS=${REPS:-3}
 MAIN_REPS=${MAIN_REPS:-3}
 PATTERNS=${PATTERNS:-seq random skewed}
-OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-200}
-OVERHEAD_SIZE=${OVERHEAD_SIZE:-$SIZE}
+OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-1200}
+OVERHEAD_SIZE=${OVERHEAD_SIZE:-268435456}
 OVERHEAD_PATTERNS=${OVERHEAD_PATTERNS:-skewed random}
 FAST_BUDGET=${FAST_BUDGET:-}
 COST_SIZES=${COST_SIZES-268435456 1073741824 4294967296}
@@ -100,7 +101,7 @@ Command: \`bench/hugepage/run.sh\` (source $src; $(nproc) cores, $(awk '/MemTota
 Linux $(uname -r), THP \`$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\`, shmem THP
 \`$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/shmem_enabled)\`; load average $load_start at the start,
 $(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end - start) / 60 )) minutes; SIZE=$SIZE, OVERHEAD_SIZE=$OVERHEAD_SIZE,
-PATTERNS=\"$PATTERNS\", MAIN_REPS=$MAIN_REPS, LONG_ROUNDS=$LONG_ROUNDS, REPS=$REPS, OVERHEAD_ROUNDS=$OVERHEAD_ROUNDS, OVERHEAD_PATTERNS=\"$OVERHEAD_PATTERNS\").
+PATTERNS="$PATTERNS", MAIN_REPS=$MAIN_REPS, LONG_ROUNDS=$LONG_ROUNDS, REPS=$REPS, OVERHEAD_ROUNDS=$OVERHEAD_ROUNDS, OVERHEAD_PATTERNS="$OVERHEAD_PATTERNS").
 Program: \`hugepage-bench\` (crates/hugepage/src/bin). All modes run the same program (objects reached
 through a table); only the arena's memory and its management differ.
 
