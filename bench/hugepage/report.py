@@ -16,15 +16,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 res, plots, rounds, long_rounds = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-FAST = float(os.environ.get("FAST_BUDGET", "0.1"))
-MODES = ["default", "thp", "kioku-refault", "kioku-protnone", "kioku-refault-fast", "kioku-protnone-fast"]
+FAST = float(os.environ.get("FAST_BUDGET") or "0")
+PATTERNS = os.environ.get("PATTERNS", "seq random skewed").split()
+MODES = ["default", "thp", "kioku-refault", "kioku-protnone"] + (["kioku-refault-fast", "kioku-protnone-fast"] if FAST else [])
 LABEL = {
     "default": "Default (THP never)",
     "thp": "THP always",
     "kioku-refault": "kioku, refault probe",
     "kioku-protnone": "kioku, protection probe",
-    "kioku-refault-fast": f"kioku, refault probe, {100 * FAST:.0f} % budget",
-    "kioku-protnone-fast": f"kioku, protection probe, {100 * FAST:.0f} % budget",
+    "kioku-refault-fast": f"kioku, refault probe, steady budget {100 * FAST:.0f} %",
+    "kioku-protnone-fast": f"kioku, protection probe, steady budget {100 * FAST:.0f} %",
 }
 STEADY = 10  # rounds at the end that make "steady state"
 
@@ -77,12 +78,20 @@ def converged(rs, target):
     return None
 
 
+def stopped_at(rs):
+    """Seconds from the start until sampling stopped (placement settled), None if it did not."""
+    for r in rs:
+        if r.get("settled"):
+            return r["t"]
+    return None
+
+
 def table(prefix, patterns):
     out = []
     out.append(
-        "| pattern | mode | steady MiB/s | vs Default | vs THP always | memory MiB | extra over Default | share of THP's extra | promoted | compacted | collapse ms | within 5 % of final at round |"
+        "| pattern | mode | steady MiB/s | vs Default | vs THP always | memory MiB | extra over Default | share of THP's extra | promoted | compacted | collapse ms | within 5 % of final at round | sampling stopped at s |"
     )
-    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     verdicts = {}
     for pat in patterns:
         data = {m: reps(prefix, pat, m) for m in MODES}
@@ -97,13 +106,15 @@ def table(prefix, patterns):
             extra = mm - mbase
             share = "—" if m in ("default", "thp") else f"{100 * extra / (mthp - mbase):.1f} %" if mthp - mbase > 1 else "—"
             conv = med(converged(r[0], steady(r[0])) for r in data[m]) if m.startswith("kioku") else None
+            stops = [stopped_at(r[0]) for r in data[m]] if m.startswith("kioku") else []
+            stop = "—" if not stops else ("never" if None in stops else f"{med(stops):.1f}")
             summs = [r[2] for r in data[m] if r[2]]
             promoted = f"{med(x['promoted'] for x in summs):.0f}" if summs else "—"
             compacted = f"{med(x['compacted'] for x in summs):.0f}" if summs else "—"
             collapse = f"{med(x['collapse_ms'] for x in summs):.0f}" if summs else "—"
             out.append(
                 f"| {pat} | {LABEL[m]} | {tp:,.0f} | {tp / base:.3f} | {tp / thp:.3f} | {mm:,.0f} | {extra:+,.0f} | "
-                f"{share} | {promoted} | {compacted} | {collapse} | {'—' if conv is None or conv != conv else f'{conv:.0f}'} |"
+                f"{share} | {promoted} | {compacted} | {collapse} | {'—' if conv is None or conv != conv else f'{conv:.0f}'} | {stop} |"
             )
             if m.startswith("kioku"):
                 verdicts[(pat, m)] = (tp / thp, (extra / (mthp - mbase)) if mthp - mbase > 1 else None)
@@ -134,32 +145,32 @@ def plot(prefix, patterns, path, what, title):
 
 
 lines = []
-main_table, v_main = table("main", ["seq", "random", "skewed"])
+main_table, v_main = table("main", PATTERNS)
 long_table, v_long = table("long", ["skewed"])
 n_main = len(reps("main", "skewed", "default"))
 n_long = len(reps("long", "skewed", "default"))
 lines.append(f"### Throughput and memory, {rounds} rounds ({n_main} repetitions)\n")
 lines.append(
     "Each mode ran the given number of times, in turn with the others; every figure is the median over the "
-    "repetitions (the plots show the first). kioku samples within a CPU budget of 1 % of one CPU (the "
-    "default; it counts the faults the program takes on sampled pages) unless the row names another; "
-    "sampling stops once placement settles. "
+    "repetitions (the plots show the first). kioku runs with its defaults: a steady sampling budget of "
+    "1 % of one CPU (counting the faults the program takes on sampled pages), 10 % while placement "
+    "converges; sampling stops once placement settles. "
     "Steady state = median of the last 10 rounds. Memory = anonymous + file RSS + the arena memfd's pages "
     "(mapped or not), median of the last 10 rounds. \"Share of THP's extra\" = kioku's extra memory over "
     "Default divided by THP always's (target ≤ 5 %).\n"
 )
 lines.append(main_table)
-lines.append(f"\n### Skewed access, {long_rounds} rounds ({n_long} repetition{'s' if n_long != 1 else ''})\n")
-lines.append(long_table)
+if n_long:
+    lines.append(f"\n### Skewed access, {long_rounds} rounds ({n_long} repetition{'s' if n_long != 1 else ''})\n")
+    lines.append(long_table)
 
 os.makedirs(plots, exist_ok=True)
-plot("main", ["seq", "random", "skewed"], f"{plots}/hugepage-throughput.png", "throughput", f"Throughput per round ({rounds} rounds)")
-plot("main", ["seq", "random", "skewed"], f"{plots}/hugepage-memory.png", "memory", f"Memory over time ({rounds} rounds)")
-plot("long", ["skewed"], f"{plots}/hugepage-skewed-long.png", "throughput", f"Skewed, {long_rounds} rounds")
-lines.append(
-    "\n![throughput per round](hugepage-throughput.png)\n![memory over time](hugepage-memory.png)\n"
-    "![skewed, long run](hugepage-skewed-long.png)\n"
-)
+plot("main", PATTERNS, f"{plots}/hugepage-throughput.png", "throughput", f"Throughput per round ({rounds} rounds)")
+plot("main", PATTERNS, f"{plots}/hugepage-memory.png", "memory", f"Memory over time ({rounds} rounds)")
+lines.append("\n![throughput per round](hugepage-throughput.png)\n![memory over time](hugepage-memory.png)\n")
+if n_long:
+    plot("long", ["skewed"], f"{plots}/hugepage-skewed-long.png", "throughput", f"Skewed, {long_rounds} rounds")
+    lines.append("![skewed, long run](hugepage-skewed-long.png)\n")
 
 # Target on the skewed benchmark.
 lines.append("### Target: skewed, ≥ THP always's throughput with ≤ 5 % of its extra memory\n")
@@ -172,39 +183,74 @@ for (pat, m), (ratio, share) in sorted({**{(str(rounds), k[1]): v for k, v in v_
     )
 
 # Tracker cost.
-lines.append("\n### Tracker cost per scan (populated, idle memory; sample 4,096 pages per scan, runs of 64 pages)\n")
-lines.append("| backend | GiB tracked | median scan µs | µs per scan per GiB | rotation (every page observed once) ms | ms per GiB per full pass |")
-lines.append("|---|---:|---:|---:|---:|---:|")
-for line in open(f"{res}/cost.jsonl"):
-    d = json.loads(line)
-    rot = d["rotation_ms"]  # one full pass: every page observed once
+cost_lines = [x for x in open(f"{res}/cost.jsonl")] if os.path.exists(f"{res}/cost.jsonl") else []
+if cost_lines:
+    lines.append("\n### Tracker cost per scan (populated, idle memory; sample 4,096 pages per scan, runs of 64 pages)\n")
+    lines.append("| backend | GiB tracked | median scan µs | µs per scan per GiB | rotation (every page observed once) ms | ms per GiB per full pass |")
+    lines.append("|---|---:|---:|---:|---:|---:|")
+    for line in cost_lines:
+        d = json.loads(line)
+        rot = d["rotation_ms"]  # one full pass: every page observed once
+        lines.append(
+            f"| {d['backend']} | {d['gib']:.2f} | {d['scan_median_us']:,.0f} | {d['scan_median_us'] / d['gib']:,.0f} | "
+            f"{rot:,.1f} | {rot / d['gib']:,.1f} |"
+        )
     lines.append(
-        f"| {d['backend']} | {d['gib']:.2f} | {d['scan_median_us']:,.0f} | {d['scan_median_us'] / d['gib']:,.0f} | "
-        f"{rot:,.1f} | {rot / d['gib']:,.1f} |"
+        "\nA scan costs the same whatever the size (it observes the sample, not the address space); the only "
+        "per-address-space work is one `PAGEMAP_SCAN` per rotation that lists the populated pages. The seed's "
+        "kernel thread walked all page tables at 37 ms per GiB per scan.\n"
     )
-lines.append(
-    "\nA scan costs the same whatever the size (it observes the sample, not the address space); the only "
-    "per-address-space work is one `PAGEMAP_SCAN` per rotation that lists the populated pages. The seed's "
-    "kernel thread walked all page tables at 37 ms per GiB per scan.\n"
-)
 
 # Overhead.
-lines.append("### Tracking overhead on the workload (sampling, no placement; CPU budget 1 %)\n")
-lines.append("| pattern | backend | baseline | median MiB/s baseline | median MiB/s tracked | tracked / baseline (median of per-pair ratios) |")
-lines.append("|---|---|---|---:|---:|---:|")
-for pat in ["random", "skewed"]:
-    for base, tr, name in [("default", "track-protnone", "protection"), ("default-shm", "track-refault", "refault")]:
-        ratios, bs, ts = [], [], []
-        for f in sorted(glob.glob(f"{res}/overhead-*-{pat}-{base}.jsonl")):
-            rep = f.split("overhead-")[1].split("-")[0]
-            b = [json.loads(x)["mib_s"] for x in open(f)][2:]
-            t = [json.loads(x)["mib_s"] for x in open(f"{res}/overhead-{rep}-{pat}-{tr}.jsonl")][2:]
-            if b and t:
-                bs.append(statistics.median(b))
-                ts.append(statistics.median(t))
-                ratios.append(ts[-1] / bs[-1])
-        if ratios:
-            lines.append(
-                f"| {pat} | {name} | {base} | {statistics.median(bs):,.0f} | {statistics.median(ts):,.0f} | {statistics.median(ratios):.3f} |"
-            )
+def rounds_of(path):
+    out = []
+    for x in open(path):
+        try:
+            d = json.loads(x)
+        except json.JSONDecodeError:
+            continue
+        if d.get("kind") == "round":
+            out.append(d)
+    return out
+
+
+lines.append("### Tracking overhead on the workload (sampling, no placement; default budget)\n")
+lines.append(
+    "Sampling only (the application places), with the defaults: 10 % of a CPU while converging, then the "
+    "steady 1 %. Each tracked run is compared with its baseline run (run just before it, the same rounds, "
+    "the first two left out): median, lowest and highest of the per-pair ratios. The noise row compares "
+    "two untracked runs the same way (each baseline with the next repetition's): what this machine's "
+    "load alone does to a ratio.\n"
+)
+lines.append("| pattern | backend | baseline | pairs | tracked / baseline, median | lowest | highest |")
+lines.append("|---|---|---|---:|---:|---:|---:|")
+
+
+def ratio(b, t):
+    n = min(len(b), len(t))
+    if n < 5:
+        return None
+    return med(r["mib_s"] for r in t[2:n]) / med(r["mib_s"] for r in b[2:n])
+
+
+for pat in ["skewed", "random"]:
+    for base, tr, name in [("default", "track-protnone", "protection"), ("default-shm", "track-refault", "refault"),
+                           ("default", "default", "noise: untracked vs untracked"), ("default-shm", "default-shm", "noise: untracked vs untracked")]:
+        rs = []
+        files = sorted(glob.glob(f"{res}/overhead-*-{pat}-{base}.jsonl"), key=lambda f: int(f.split("overhead-")[1].split("-")[0]))
+        for k, f in enumerate(files):
+            rep_ = f.split("overhead-")[1].split("-")[0]
+            if tr == base:
+                if k + 1 >= len(files):
+                    continue
+                tf = files[k + 1]
+            else:
+                tf = f"{res}/overhead-{rep_}-{pat}-{tr}.jsonl"
+            if not os.path.exists(tf):
+                continue
+            r = ratio(rounds_of(f), rounds_of(tf))
+            if r is not None:
+                rs.append(r)
+        if rs:
+            lines.append(f"| {pat} | {name} | {base} | {len(rs)} | {med(rs):.3f} | {min(rs):.3f} | {max(rs):.3f} |")
 print("\n".join(lines))

@@ -10,10 +10,15 @@
 # The machine is shared: every run of a mode alternates with the runs of the others (MAIN_REPS
 # rounds of all modes, in turn), and the report takes medians over the repetitions.
 #
-# Usage: bench/hugepage/run.sh        (about 35 minutes on a 2-core machine)
-# Env: SIZE (bytes, default 1 GiB), ROUNDS (80), LONG_ROUNDS (400), MAIN_REPS (3),
-#      REPS (overhead pairs, 5), FAST_BUDGET (the CPU budget of the "fast" kioku runs, 0.1),
-#      COST_SIZES (bytes tracked in the cost runs, default 256 MiB, 1 GiB, 4 GiB),
+# Usage: bench/hugepage/run.sh        (about an hour on a loaded 2-core machine; the env below
+#        selects parts)
+# Env: SIZE (bytes, default 1 GiB), ROUNDS (80), LONG_ROUNDS (400; 0 skips the long runs),
+#      MAIN_REPS (3), PATTERNS (of the main runs: "seq random skewed"),
+#      REPS (overhead runs per mode, 3), OVERHEAD_ROUNDS (1200: long enough to see sampling
+#      converge and drop to the steady budget), OVERHEAD_PATTERNS ("skewed random"),
+#      OVERHEAD_SIZE (bytes of the overhead runs, default 256 MiB: converges within the run),
+#      FAST_BUDGET (if set, also kioku at that constant steady CPU budget, e.g. 0.1),
+#      COST_SIZES (bytes tracked in the cost runs, default 256 MiB, 1 GiB, 4 GiB; "" skips),
 #      NO_WRITE=1 (print the section only; plots go to the work directory).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,10 +26,14 @@ cd "$root"
 SIZE=${SIZE:-1073741824}
 ROUNDS=${ROUNDS:-80}
 LONG_ROUNDS=${LONG_ROUNDS:-400}
-REPS=${REPS:-5}
+REPS=${REPS:-3}
 MAIN_REPS=${MAIN_REPS:-3}
-FAST_BUDGET=${FAST_BUDGET:-0.1}
-COST_SIZES=${COST_SIZES:-268435456 1073741824 4294967296}
+PATTERNS=${PATTERNS:-seq random skewed}
+OVERHEAD_ROUNDS=${OVERHEAD_ROUNDS:-1200}
+OVERHEAD_SIZE=${OVERHEAD_SIZE:-268435456}
+OVERHEAD_PATTERNS=${OVERHEAD_PATTERNS:-skewed random}
+FAST_BUDGET=${FAST_BUDGET:-}
+COST_SIZES=${COST_SIZES-268435456 1073741824 4294967296}
 start=$(date -u +%s)
 load_start=$(cut -d" " -f1-3 /proc/loadavg)
 src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -36,6 +45,7 @@ out=$(mktemp -d)
 echo "== results in $out" >&2
 
 echo "== tracker cost" >&2
+: >"$out/cost.jsonl"
 for b in refault protnone; do
   for s in $COST_SIZES; do
     "$bin" cost --backend "$b" --size "$s" --sample 4096 >>"$out/cost.jsonl"
@@ -44,9 +54,10 @@ done
 
 echo "== tracking overhead (interleaved with its baseline)" >&2
 for rep in $(seq "$REPS"); do
-  for pat in random skewed; do
+  for pat in $OVERHEAD_PATTERNS; do
     for m in default track-protnone default-shm track-refault; do
-      "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds 14 \
+      echo "   $rep $pat $m" >&2
+      "$bin" workload --mode "$m" --pattern "$pat" --size "$OVERHEAD_SIZE" --rounds "$OVERHEAD_ROUNDS" \
         | grep '"round"' >"$out/overhead-$rep-$pat-$m.jsonl"
     done
   done
@@ -54,14 +65,14 @@ done
 
 echo "== $ROUNDS rounds, $MAIN_REPS times" >&2
 for rep in $(seq "$MAIN_REPS"); do
-  for pat in seq random skewed; do
+  for pat in $PATTERNS; do
     for m in default thp kioku-refault kioku-protnone; do
       echo "   $rep $pat $m" >&2
       "$bin" workload --mode "$m" --pattern "$pat" --size "$SIZE" --rounds "$ROUNDS" >"$out/main-$pat-$m-$rep.jsonl"
     done
   done
-  # kioku with a sampling budget of 10 % of a CPU until placement settles (skewed only).
-  for m in kioku-refault kioku-protnone; do
+  # kioku at a larger constant steady budget (skewed only), if asked for.
+  for m in $([ -n "$FAST_BUDGET" ] && echo kioku-refault kioku-protnone); do
     echo "   $rep skewed $m, budget $FAST_BUDGET" >&2
     "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$ROUNDS" --cpu-budget "$FAST_BUDGET" \
       >"$out/main-skewed-$m-fast-$rep.jsonl"
@@ -69,11 +80,11 @@ for rep in $(seq "$MAIN_REPS"); do
 done
 
 echo "== $LONG_ROUNDS rounds, skewed" >&2
-for m in default thp kioku-refault kioku-protnone; do
+for m in $([ "$LONG_ROUNDS" -gt 0 ] && echo default thp kioku-refault kioku-protnone); do
   echo "   $m" >&2
   "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$LONG_ROUNDS" >"$out/long-skewed-$m-1.jsonl"
 done
-for m in kioku-refault kioku-protnone; do
+for m in $([ "$LONG_ROUNDS" -gt 0 ] && [ -n "$FAST_BUDGET" ] && echo kioku-refault kioku-protnone); do
   echo "   $m, budget $FAST_BUDGET" >&2
   "$bin" workload --mode "$m" --pattern skewed --size "$SIZE" --rounds "$LONG_ROUNDS" --cpu-budget "$FAST_BUDGET" \
     >"$out/long-skewed-$m-fast-1.jsonl"
@@ -82,14 +93,15 @@ done
 end=$(date -u +%s)
 plots="$root/docs"
 [ -n "${NO_WRITE:-}" ] && plots="$out"
-body=$(FAST_BUDGET=$FAST_BUDGET python3 bench/hugepage/report.py "$out" "$plots" "$ROUNDS" "$LONG_ROUNDS")
+body=$(FAST_BUDGET=$FAST_BUDGET PATTERNS=$PATTERNS python3 bench/hugepage/report.py "$out" "$plots" "$ROUNDS" "$LONG_ROUNDS")
 section=$(cat <<MD
 ## Huge pages that follow the application (kioku-hugepage)
 
 Command: \`bench/hugepage/run.sh\` (source $src; $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo);
 Linux $(uname -r), THP \`$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled)\`, shmem THP
 \`$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/shmem_enabled)\`; load average $load_start at the start,
-$(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end - start) / 60 )) minutes; SIZE=$SIZE).
+$(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end - start) / 60 )) minutes; SIZE=$SIZE, OVERHEAD_SIZE=$OVERHEAD_SIZE,
+PATTERNS="$PATTERNS", MAIN_REPS=$MAIN_REPS, LONG_ROUNDS=$LONG_ROUNDS, REPS=$REPS, OVERHEAD_ROUNDS=$OVERHEAD_ROUNDS, OVERHEAD_PATTERNS="$OVERHEAD_PATTERNS").
 Program: \`hugepage-bench\` (crates/hugepage/src/bin). All modes run the same program (objects reached
 through a table); only the arena's memory and its management differ.
 

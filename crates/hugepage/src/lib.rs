@@ -32,6 +32,7 @@ mod error;
 mod huge_memory;
 mod manager;
 mod notify;
+mod pace;
 mod policy;
 mod promote;
 mod smaps;

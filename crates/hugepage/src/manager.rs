@@ -19,6 +19,7 @@ use kioku_track::{
 
 use crate::compact::{CompactRequest, Compactor};
 use crate::notify::{Notice, Notifier};
+use crate::pace::{Pace, Rules};
 use crate::policy::{Decision, Policy, RangeFacts, Why};
 use crate::promote::{self, huge_page_size, CollapseFailure};
 use crate::HugeError;
@@ -209,7 +210,7 @@ impl ManagerBuilder {
                 backoff: BTreeMap::new(),
                 compacted_pages: 0,
                 totals: PlaceReport::default(),
-                quiet: 0,
+                pace: Pace::new(access.cpu_budget),
                 last_rotation: 0,
                 error: None,
                 changed: Vec::new(),
@@ -265,8 +266,8 @@ struct State {
     backoff: BTreeMap<usize, Instant>,
     compacted_pages: usize,
     totals: PlaceReport,
-    /// Scans in a row in which nothing turned hot and placement changed nothing.
-    quiet: u32,
+    /// The sampling budget: converging or steady, and how quiet placement has been.
+    pace: Pace,
     last_rotation: u64,
     error: Option<String>,
     changed: Vec<usize>,
@@ -387,7 +388,11 @@ impl Manager {
         st.arenas.push((id, r));
         st.arenas.sort_by_key(|(_, a)| a.start);
         st.settled = false;
-        st.quiet = 0;
+        if st.enabled {
+            // New memory to place: converge at the higher budget.
+            let s = &mut *st;
+            s.pace.converge(&mut s.tracker);
+        }
         drop(st);
         self.inner.wake.notify_all();
         Ok(())
@@ -422,8 +427,9 @@ impl Manager {
         }
         st.enabled = true;
         st.settled = false;
-        st.quiet = 0;
         st.mark_all_dirty();
+        let s = &mut *st;
+        s.pace.converge(&mut s.tracker);
         drop(st);
         self.inner.wake.notify_all();
         Ok(())
@@ -434,6 +440,8 @@ impl Manager {
         let mut st = self.inner.lock();
         st.enabled = false;
         st.tracker.pause()?;
+        let s = &mut *st;
+        s.pace.steady(&mut s.tracker);
         Ok(())
     }
 
@@ -619,12 +627,13 @@ fn tick<'a>(
         };
         st = inner.notify(st, n);
     }
-    let mut acted = false;
+    let mut acted = 0usize;
     if st.auto_place && !st.dirty.is_empty() {
         let (s, r) = place(inner, st);
         st = s;
-        acted = r.acted();
-        if acted {
+        if r.acted() {
+            let h_pages = huge_page_size() / kioku_track::page_size();
+            acted = (r.promoted + r.demoted) * h_pages + r.compacted_pages;
             let n = Notice {
                 hot_pages: st.hot_pages,
                 promoted: r.promoted,
@@ -634,26 +643,41 @@ fn tick<'a>(
             st = inner.notify(st, n);
         }
     }
-    // Settled: no page turned hot and placement changed nothing for `settle_rotations` whole
-    // rotations (counted in scans, since a rotation's last observations arrive one scan after
-    // it ends).
-    let busy = scan.became_hot > 0 || acted;
-    st.quiet = if busy { 0 } else { st.quiet + 1 };
-    let needed = st.settle_rotations as usize * scan.rotation_scans.max(1) + 2;
     {
-        if st.settle_rotations > 0 && st.quiet as usize >= needed && st.auto_place {
-            if let Err(e) = st.tracker.pause() {
-                tracing::warn!("kioku-hugepage: pausing the tracker failed: {e}");
-            }
-            st.settled = true;
-            tracing::info!("kioku-hugepage: placement settled; tracking stopped");
-            let n = Notice {
-                hot_pages: st.hot_pages,
-                settled: true,
-                ..Notice::default()
-            };
-            st = inner.notify(st, n);
+        let s = &mut *st;
+        let rules = Rules {
+            threshold: s.threshold,
+            settle_rotations: s.settle_rotations,
+            auto_place: s.auto_place,
+            enabled: s.enabled,
+        };
+        s.pace.after_scan(
+            &mut s.tracker,
+            &scan,
+            rotated,
+            scan.became_hot + acted,
+            rules,
+        );
+    }
+    // Settled: no page turned hot and placement changed nothing for `settle_rotations` whole
+    // rotations (counted in fractions of a rotation at the sample size of each scan, since the
+    // sample grows and shrinks with the budget; plus two scans, since a rotation's last
+    // observations arrive one scan after it ends).
+    let done = st.pace.quiet_rotations(&scan) >= st.settle_rotations as f64;
+    if st.settle_rotations > 0 && done && st.auto_place {
+        if let Err(e) = st.tracker.pause() {
+            tracing::warn!("kioku-hugepage: pausing the tracker failed: {e}");
         }
+        let s = &mut *st;
+        s.pace.steady(&mut s.tracker);
+        st.settled = true;
+        tracing::info!("kioku-hugepage: placement settled; tracking stopped");
+        let n = Notice {
+            hot_pages: st.hot_pages,
+            settled: true,
+            ..Notice::default()
+        };
+        st = inner.notify(st, n);
     }
     st
 }
@@ -686,7 +710,8 @@ fn due_revisits<'a>(mut st: MutexGuard<'a, State>, _inner: &Inner) -> MutexGuard
     // Revisits need tracking: leave the settled state.
     if st.enabled {
         st.settled = false;
-        st.quiet = 0;
+        st.pace.quiet = 0.0;
+        st.pace.quiet_scans = 0;
     }
     st
 }

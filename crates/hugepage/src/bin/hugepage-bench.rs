@@ -347,18 +347,24 @@ fn workload(args: &[String]) {
         let secs = t0.elapsed().as_secs_f64();
         let bytes = (sets * order.len() * PS) as f64;
         let status = manager.as_ref().map(|m| m.status());
-        let (promoted, compacted, work_us) = status
+        let (promoted, compacted, work_us, sample) = status
             .as_ref()
             .map(|s| {
                 (
                     s.promoted_ranges,
                     s.totals.compacted_pages,
                     s.last_scan.work.as_micros(),
+                    // 0 once sampling stopped (settled).
+                    if s.settled {
+                        0
+                    } else {
+                        s.last_scan.sample_pages
+                    },
                 )
             })
-            .unwrap_or((0, 0, 0));
+            .unwrap_or((0, 0, 0, 0));
         println!(
-            "{{\"kind\":\"round\",\"mode\":\"{mode}\",\"pattern\":\"{pattern}\",\"round\":{round},\"t\":{:.3},\"secs\":{secs:.6},\"mib_s\":{:.1},\"mem_kib\":{},\"promoted\":{promoted},\"compacted\":{compacted},\"scan_work_us\":{work_us},\"settled\":{}}}",
+            "{{\"kind\":\"round\",\"mode\":\"{mode}\",\"pattern\":\"{pattern}\",\"round\":{round},\"t\":{:.3},\"secs\":{secs:.6},\"mib_s\":{:.1},\"mem_kib\":{},\"promoted\":{promoted},\"compacted\":{compacted},\"scan_work_us\":{work_us},\"sample\":{sample},\"settled\":{}}}",
             start.elapsed().as_secs_f64(),
             bytes / secs / (1 << 20) as f64,
             memory_kib(&arena),

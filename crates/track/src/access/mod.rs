@@ -41,6 +41,9 @@ use schedule::{Cut, Rotation};
 /// development VM (docs/perf.md, section hugepage).
 const REFAULT_TOUCH: Duration = Duration::from_nanos(3_000);
 const PROTNONE_TOUCH: Duration = Duration::from_nanos(10_000);
+/// Of a protection fault, the signal's delivery and return (the handler's own time, measured,
+/// is added; `PROTNONE_TOUCH` stays the floor).
+const PROTNONE_SIGNAL: Duration = Duration::from_nanos(3_000);
 
 /// How the sampling is sized.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -211,6 +214,7 @@ impl AccessTrackerBuilder {
             buf: vec![sys::PageRegion::default(); INITIAL_REGIONS],
             changed: Vec::new(),
             observed: Vec::new(),
+            handler_ns: protnone::handler_ns(),
         })
     }
 }
@@ -257,6 +261,8 @@ pub struct AccessTracker {
     changed: Vec<usize>,
     /// The runs the last scan observed.
     observed: Vec<PageRange>,
+    /// The protection handler's time at the last scan (`protnone::handler_ns`).
+    handler_ns: u64,
 }
 
 impl AccessTracker {
@@ -283,6 +289,20 @@ impl AccessTracker {
     pub fn set_options(&mut self, options: AccessOptions) {
         self.budget = options.sample_pages.max(1);
         self.options = options;
+    }
+
+    /// Changes the CPU budget and scales the adapted sample size with it (the cost of a scan
+    /// grows with its sample), so the new budget holds from the next scan instead of after
+    /// several damped adaptations. 0 switches to the fixed `sample_pages`.
+    pub fn set_cpu_budget(&mut self, cpu_budget: f64) {
+        let o = self.options;
+        self.budget = if o.cpu_budget > 0.0 && cpu_budget > 0.0 {
+            ((self.budget as f64 * cpu_budget / o.cpu_budget) as usize)
+                .clamp(o.min_sample_pages.max(1), o.max_sample_pages.max(1))
+        } else {
+            o.sample_pages.max(1)
+        };
+        self.options.cpu_budget = cpu_budget.max(0.0);
     }
 
     /// What the last scan did.
@@ -371,10 +391,19 @@ impl AccessTracker {
         Ok(())
     }
 
-    fn touch_cost(&self) -> Duration {
+    /// What the faults on `accessed` observed pages cost the program: for the protection
+    /// probe the handler's measured time since the last call plus the signal's round trip, at
+    /// least `PROTNONE_TOUCH` each; for the refault probe `REFAULT_TOUCH` each.
+    fn fault_cost(&mut self, accessed: usize) -> Duration {
+        let n = accessed as u32;
         match self.probe {
-            Some(Probe::ProtNone(_)) => PROTNONE_TOUCH,
-            _ => REFAULT_TOUCH,
+            Some(Probe::ProtNone(_)) => {
+                let now = protnone::handler_ns();
+                let handled = Duration::from_nanos(now.saturating_sub(self.handler_ns));
+                self.handler_ns = now;
+                (handled + PROTNONE_SIGNAL * n).max(PROTNONE_TOUCH * n)
+            }
+            _ => REFAULT_TOUCH * n,
         }
     }
 
@@ -473,7 +502,7 @@ impl AccessTracker {
         self.armed.clear();
         if !rearm {
             stats.work = t0.elapsed();
-            stats.faults = self.touch_cost() * stats.accessed as u32;
+            stats.faults = self.fault_cost(stats.accessed);
             stats.tracked_pages = self.counts.pages();
             self.last = stats;
             return Ok(ScanStats {
@@ -483,7 +512,7 @@ impl AccessTracker {
             });
         }
         // (3) Choose the next sample: a new rotation when this one is done.
-        let faults = self.touch_cost() * stats.accessed as u32;
+        let faults = self.fault_cost(stats.accessed);
         let since = self.last_scan_at.map(|t| t0.duration_since(t));
         self.adapt(t0.elapsed() + faults, since);
         if self.rotation.finished() {

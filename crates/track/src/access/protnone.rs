@@ -71,6 +71,10 @@ impl Slot {
 static SLOTS: [Slot; MAX_SAMPLED_RANGES] = [const { Slot::new() }; MAX_SAMPLED_RANGES];
 static HIGH_WATER: AtomicUsize = AtomicUsize::new(0);
 static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// Nanoseconds spent in the handler on sampled faults, all probes together: most of what a
+/// fault costs the program under load (its `mprotect` waits for the mm's lock and for the
+/// TLB shootdown of the other CPUs, which a busy host delays).
+static HANDLER_NS: AtomicU64 = AtomicU64::new(0);
 /// Serialises changes of the table (never taken in the handler).
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
 
@@ -136,9 +140,18 @@ pub(crate) fn handle_fault(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) -
         return false;
     }
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
+    let t0 = now_ns();
     let r = handle(addr, access_kind(ctx));
+    if r {
+        HANDLER_NS.fetch_add(now_ns().saturating_sub(t0), Ordering::Relaxed);
+    }
     IN_HANDLER.fetch_sub(1, Ordering::SeqCst);
     r
+}
+
+/// Nanoseconds the program spent so far in the handler on sampled faults (all probes).
+pub(crate) fn handler_ns() -> u64 {
+    HANDLER_NS.load(Ordering::Relaxed)
 }
 
 fn handle(addr: usize, access: Access) -> bool {
