@@ -37,9 +37,31 @@ final class FaseMethodAdapter extends BarrierMethodAdapter {
   public void visitCode() {
     super.visitCode();
     token = newLocal(Type.INT_TYPE);
+    // Barrier.faseEnter's own test, inline (as the stores' checks are, see inlineCheck): the
+    // receiver's instanceof gets this method's own type profile.
+    mv.visitInsn(ICONST_0);
+    mv.visitVarInsn(ISTORE, token);
+    Object[][] frame = currentFrame();
+    Label start = new Label();
+    if (frame != null) {
+      Label call = new Label();
+      mv.visitFieldInsn(GETSTATIC, Names.BARRIER, "active", "Z");
+      mv.visitJumpInsn(IFEQ, start);
+      mv.visitVarInsn(ALOAD, 0);
+      mv.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
+      mv.visitJumpInsn(IFNE, call);
+      mv.visitVarInsn(ALOAD, 0);
+      mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "hashed", "(Ljava/lang/Object;)Z", false);
+      mv.visitJumpInsn(IFEQ, start);
+      visitFrameHere(call, frame);
+    }
     mv.visitVarInsn(ALOAD, 0);
     mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "faseEnter", "(Ljava/lang/Object;)I", false);
     mv.visitVarInsn(ISTORE, token);
+    if (frame != null) {
+      visitFrameHere(start, frame);
+      mv.visitInsn(NOP); // the original code may begin with a frame of its own
+    }
     startSegment();
     ctx.faseMethods++;
   }

@@ -56,6 +56,15 @@ public final class Barrier {
   }
 
   /**
+   * Whether {@code o} (not null), an object that is not {@code Persistent}, may have a replica:
+   * it has an identity hash. Called by the check the agent inlines at each store site, after
+   * its tests of {@link #active} and {@link #fenced} (see agent.BarrierMethodAdapter).
+   */
+  public static boolean hashed(Object o) {
+    return IdentityHashes.peek(o) != 0 || reportUnhashed;
+  }
+
+  /**
    * Before an atomic write (see {@link Atomics}): whether its target may be persistent, so the
    * runtime must make the write durable before it is visible. No fence: a target read white
    * is written at once and checked again after the write ({@link #atomicWrote}).
