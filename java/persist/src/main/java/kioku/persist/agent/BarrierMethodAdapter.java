@@ -3,7 +3,6 @@ package kioku.persist.agent;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import org.objectweb.asm.Label;
 import org.objectweb.asm.MethodVisitor;
 import org.objectweb.asm.Opcodes;
 import org.objectweb.asm.Type;
@@ -50,8 +49,6 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
   private final AnalyzerAdapter analyzer;
   private final int[] scratch = new int[Scratch.values().length];
   private final List<Integer> scratchSlots = new ArrayList<>();
-  /** Whether the class file has stack map frames, so that added jumps can be given theirs. */
-  private final boolean inlineChecks;
 
   BarrierMethodAdapter(MethodVisitor mv, int access, String name, String desc, RewriteContext ctx) {
     this(new AnalyzerAdapter(ctx.self.name(), access, name, desc, mv), access, desc, ctx);
@@ -61,7 +58,6 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     super(Opcodes.ASM9, access, desc, analyzer);
     this.analyzer = analyzer;
     this.ctx = ctx;
-    this.inlineChecks = (ctx.self.version() & 0xffff) >= Opcodes.V1_7;
     Arrays.fill(scratch, -1);
   }
 
@@ -104,7 +100,7 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     store(OBJECT_TYPE, target);
     String suffix = suffix(type);
     boolean ref = suffix.equals("L") && !w.isVolatile();
-    String callDesc = "(Ljava/lang/Object;" + barrierArg(type) + (ref ? "Ljava/lang/Object;" : "") + "I)V";
+    String callDesc = "(Ljava/lang/Object;" + barrierArg(type) + (ref ? "Ljava/lang/Object;" : "") + "IZ)V";
     int old = -1;
     if (ref) {
       old = scratch(Scratch.OLD);
@@ -117,23 +113,23 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
       load(OBJECT_TYPE, target);
       loadNormalized(type, value);
       push(w.id());
+      isPersistentType(target);
       invokeBarrier("preVolatile" + suffix, callDesc);
     }
     load(OBJECT_TYPE, target);
     load(type, value);
     super.visitFieldInsn(PUTFIELD, owner, name, desc);
+    load(OBJECT_TYPE, target);
     if (w.isVolatile()) {
-      load(OBJECT_TYPE, target);
       push(w.id());
-      invokeBarrier("postVolatile", "(Ljava/lang/Object;I)V");
+      isPersistentType(target);
+      invokeBarrier("postVolatile", "(Ljava/lang/Object;IZ)V");
     } else {
-      Label skip = inlineCheck(target, false);
-      load(OBJECT_TYPE, target);
       loadNormalized(type, value);
       if (ref) load(OBJECT_TYPE, old);
       push(w.id());
+      isPersistentType(target);
       invokeBarrier("put" + suffix, callDesc);
-      endInlineCheck(skip);
     }
     ctx.fieldWrites++;
   }
@@ -182,7 +178,6 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     load(Type.INT_TYPE, index);
     load(element, value);
     super.visitInsn(opcode);
-    Label skip = inlineCheck(array, true);
     // The array's verified type is exact here (it was just on the stack), so it passes as
     // char[], Object[]... without a checkcast; bastore's byte[]-or-boolean[] goes as Object.
     load(OBJECT_TYPE, array);
@@ -190,7 +185,6 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     loadNormalized(element, value);
     if (old >= 0) load(OBJECT_TYPE, old);
     invokeBarrier("store" + suffix(element), storeDesc(opcode, element));
-    endInlineCheck(skip);
     ctx.arrayStores++;
   }
 
@@ -217,93 +211,17 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
     };
   }
 
-  // ---- the barrier's check, inline at each store
-
   /**
-   * Emits, right after a store into the object in local {@code target}, the barrier's test of
-   * whether that object may be persistent, and returns the label to visit (with {@link
-   * #endInlineCheck}) after the call into {@code Barrier} that follows: the call runs only
-   * when the test says so, or while writers fence (then {@code Barrier} does the whole test
-   * after its fence). Returns null when the check cannot be inlined (no stack map frames to
-   * give its jumps): the call then always runs, and makes the whole test itself.
-   *
-   * <p>The test is {@code Barrier}'s own ({@code active}, {@code fenced}, then the replica
-   * word of an instrumented object or the identity hash of any other), in the same order after
-   * the store, but here each store site has its own {@code instanceof} and {@code
-   * $kioku$r()} instructions, so the JIT sees the site's own types: almost every site writes
-   * one class, and the test becomes a class compare and a field load (or a mark-word load)
-   * instead of a scan of the class's interfaces and a megamorphic interface call in one
-   * shared method.
-   *
-   * <p>An array (static type known here) is never {@code Persistent}: only its hash is read.
+   * Pushes {@code target instanceof Persistent} for the Barrier call that follows. The test is
+   * the one Barrier would make, but here each store site has its own instruction, so the JIT
+   * sees the site's own types: almost every site writes one class, and with the call inlined the
+   * test becomes one class compare that also tells the JIT the object's exact class (so the
+   * read of its replica word is a field load), instead of a scan of the class's interfaces and
+   * a megamorphic interface call in one method shared by every site. Five bytes per site.
    */
-  private Label inlineCheck(int target, boolean array) {
-    Object[][] frame = currentFrame();
-    if (frame == null) return null;
-    Label call = new Label();
-    Label skip = new Label();
-    super.visitFieldInsn(GETSTATIC, Names.BARRIER, "active", "Z");
-    super.visitJumpInsn(IFEQ, skip);
-    super.visitFieldInsn(GETSTATIC, Names.BARRIER, "fenced", "Z");
-    super.visitJumpInsn(IFNE, call);
-    if (!array) {
-      Label other = new Label();
-      load(OBJECT_TYPE, target);
-      super.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
-      super.visitJumpInsn(IFEQ, other);
-      load(OBJECT_TYPE, target);
-      super.visitTypeInsn(CHECKCAST, Names.PERSISTENT);
-      super.visitMethodInsn(INVOKEINTERFACE, Names.PERSISTENT, Names.WORD, "()J", true);
-      super.visitInsn(LCONST_0);
-      super.visitInsn(LCMP);
-      super.visitJumpInsn(IFEQ, skip);
-      super.visitJumpInsn(GOTO, call);
-      visitFrameHere(other, frame);
-    }
+  private void isPersistentType(int target) {
     load(OBJECT_TYPE, target);
-    invokeBarrier("hashed", "(Ljava/lang/Object;)Z");
-    super.visitJumpInsn(IFEQ, skip);
-    visitFrameHere(call, frame);
-    pendingFrame = frame;
-    return skip;
-  }
-
-  /** Where an inline check's skip jumps land: after the call into Barrier. */
-  private void endInlineCheck(Label skip) {
-    if (skip == null) return;
-    visitFrameHere(skip, pendingFrame);
-    // The original code may put a frame of its own right here: keep them at different offsets.
-    super.visitInsn(NOP);
-  }
-
-  private Object[][] pendingFrame;
-
-  /**
-   * The frame here, as {@code visitFrame} takes it (a long or double is one entry), from the
-   * analyzer's types; null if they are unknown or the class file has no frames.
-   */
-  protected final Object[][] currentFrame() {
-    if (!inlineChecks || analyzer.locals == null || analyzer.stack == null) return null;
-    return new Object[][] {compact(analyzer.locals), compact(analyzer.stack)};
-  }
-
-  private static Object[] compact(List<Object> types) {
-    List<Object> out = new ArrayList<>(types.size());
-    for (int i = 0; i < types.size(); i++) {
-      Object t = types.get(i);
-      out.add(t);
-      if (t == Opcodes.LONG || t == Opcodes.DOUBLE) i++;
-    }
-    return out.toArray();
-  }
-
-  /**
-   * Visits {@code label} with {@code frame}, straight to the analyzer (the frame is in the
-   * remapped numbering already).
-   */
-  protected final void visitFrameHere(Label label, Object[][] frame) {
-    super.visitLabel(label);
-    mv.visitFrame(F_NEW, frame[0].length, frame[0], frame[1].length, frame[1]);
+    super.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
   }
 
   // ---- arraycopy and clone

@@ -11,7 +11,7 @@ import org.objectweb.asm.Type;
 
 /**
  * An instance method of a supported JDK collection class as one failure-atomic section:
- * {@code tok = Barrier.faseEnter(this)} at entry, {@code Barrier.faseExit(tok)} before every
+ * {@code tok = Barrier.faseEnter(this, this instanceof Persistent)} at entry, {@code Barrier.faseExit(tok)} before every
  * return, and a catch-all handler that calls faseExit and rethrows. The handler protects the
  * body in segments that exclude each return's own faseExit, so no path exits twice. It is the
  * last entry of the exception table, so the method's own handlers still see their exceptions
@@ -37,31 +37,13 @@ final class FaseMethodAdapter extends BarrierMethodAdapter {
   public void visitCode() {
     super.visitCode();
     token = newLocal(Type.INT_TYPE);
-    // Barrier.faseEnter's own test, inline (as the stores' checks are, see inlineCheck): the
-    // receiver's instanceof gets this method's own type profile.
-    mv.visitInsn(ICONST_0);
-    mv.visitVarInsn(ISTORE, token);
-    Object[][] frame = currentFrame();
-    Label start = new Label();
-    if (frame != null) {
-      Label call = new Label();
-      mv.visitFieldInsn(GETSTATIC, Names.BARRIER, "active", "Z");
-      mv.visitJumpInsn(IFEQ, start);
-      mv.visitVarInsn(ALOAD, 0);
-      mv.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
-      mv.visitJumpInsn(IFNE, call);
-      mv.visitVarInsn(ALOAD, 0);
-      mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "hashed", "(Ljava/lang/Object;)Z", false);
-      mv.visitJumpInsn(IFEQ, start);
-      visitFrameHere(call, frame);
-    }
     mv.visitVarInsn(ALOAD, 0);
-    mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "faseEnter", "(Ljava/lang/Object;)I", false);
+    // The receiver's type test here, in this method, not in the shared faseEnter (see
+    // BarrierMethodAdapter.isPersistentType).
+    mv.visitVarInsn(ALOAD, 0);
+    mv.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
+    mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "faseEnter", "(Ljava/lang/Object;Z)I", false);
     mv.visitVarInsn(ISTORE, token);
-    if (frame != null) {
-      visitFrameHere(start, frame);
-      mv.visitInsn(NOP); // the original code may begin with a frame of its own
-    }
     startSegment();
     ctx.faseMethods++;
   }

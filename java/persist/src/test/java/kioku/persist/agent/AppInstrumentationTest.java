@@ -218,11 +218,12 @@ class AppInstrumentationTest {
   }
 
   /**
-   * With writers not fencing, the test the agent inlines at each store decides alone which
-   * stores reach Barrier: the same ones Barrier's own test picks.
+   * With writers not fencing and unhashed objects not reported, the runtime sees exactly the
+   * stores into objects that may be persistent: an instrumented object whose replica word is
+   * set (the site's own type test says it is one), an array with an identity hash.
    */
   @Test
-  void theInlineCheckPassesOnlyStoresIntoObjectsThatMayBePersistent() {
+  void onlyStoresIntoObjectsThatMayBePersistentReachTheRuntime() {
     boolean fenced = Barrier.fenced;
     Barrier.reportUnhashed = false;
     Barrier.fenced = false;
