@@ -6,11 +6,11 @@ in three configurations of the same benchmark JVM — no agent, agent jar A with
 active, agent jar B with persistence active (as in run.sh's overhead part) — in interleaved
 rounds of one fork each, the order reversed every other round, so that both jars see the same
 machine. Prints a Markdown table (medians of all measurement iterations of all forks, each
-jar's overhead against no agent, and B ÷ A with the spread of the per-round ratios), and with
---write puts it into the section `persist-compare-<benchmark class>` of docs/perf.md.
+jar's overhead against no agent, and B ÷ A with the spread of the per-round ratios), to paste
+into the `persist` section of docs/perf.md (run.sh rewrites that section whole).
 
 Usage (after `bench/persist/run.sh` or `cd bench/persist && mvn -q package` built the JMH jar):
-  bench/persist/compare.py A.jar B.jar [--regex R] [--rounds N] [--jmh ARGS] [--no-baseline] [--write]
+  bench/persist/compare.py A.jar B.jar [--regex R] [--rounds N] [--jmh ARGS] [--no-baseline]
 --jmh: more JMH options (e.g. "-p medium=shm" for WriteBench); --no-baseline: no "no agent" forks
 (benchmarks that need the agent, such as WriteBench, whose *_plain stores are the baseline).
 Env: ITER (JMH iteration options, default "-wi 3 -w 1s -i 4 -r 500ms").
@@ -39,7 +39,6 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--jmh", default="")
     ap.add_argument("--no-baseline", action="store_true")
-    ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
     it = shlex.split(os.environ.get("ITER", "-wi 3 -w 1s -i 4 -r 500ms"))
     work = tempfile.mkdtemp(prefix="kioku-compare-")
@@ -104,7 +103,7 @@ def main():
     name = next((c for c in ("Workloads", "WriteBench", "ReadBench", "MakePersistentBench") if c in args.regex), "JMH")
     rel = {k: os.path.relpath(v, ROOT) if v.startswith(ROOT) else os.path.basename(v) for k, v in jars.items()}
     body = "\n".join([
-        f"## kioku-persist: two agent jars compared ({name})",
+        f"### Two agent jars compared ({name})",
         "",
         f"Command: `bench/persist/compare.py {rel['A']} {rel['B']} --regex '{args.regex}' "
         f"--rounds {args.rounds}{' --jmh ' + shlex.quote(args.jmh) if args.jmh else ''}"
@@ -118,9 +117,6 @@ def main():
         "",
     ] + lines)
     print(body)
-    if args.write:
-        subprocess.run([sys.executable, os.path.join(ROOT, "bench", "perf_section.py"), f"persist-compare-{name.lower()}"],
-                       input=body, text=True, check=True)
 
 
 if __name__ == "__main__":
