@@ -31,6 +31,11 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 JAR = os.path.join(HERE, "target", "benchmarks.jar")
 
 
+def num(x):
+    """A figure with about four significant digits, without exponents."""
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.4g}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("a")
@@ -83,8 +88,8 @@ def main():
         gr.append(med["B"] / med["A"])
         cells = [f"`{b}` ({units[b]})"]
         if base:
-            cells.append(f"{med['none']:.4g}")
-        cells += [f"{med['A']:.4g} ({low['A']:.4g})", f"{med['B']:.4g} ({low['B']:.4g})"]
+            cells.append(num(med["none"]))
+        cells += [f"{num(med['A'])} ({num(low['A'])})", f"{num(med['B'])} ({num(low['B'])})"]
         if base:
             ga.append(med["A"] / med["none"])
             gb.append(med["B"] / med["none"])
