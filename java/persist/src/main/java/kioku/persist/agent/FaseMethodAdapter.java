@@ -11,7 +11,7 @@ import org.objectweb.asm.Type;
 
 /**
  * An instance method of a supported JDK collection class as one failure-atomic section:
- * {@code tok = Barrier.faseEnter(this)} at entry, {@code Barrier.faseExit(tok)} before every
+ * {@code tok = Barrier.faseEnter(this, this instanceof Persistent)} at entry, {@code Barrier.faseExit(tok)} before every
  * return, and a catch-all handler that calls faseExit and rethrows. The handler protects the
  * body in segments that exclude each return's own faseExit, so no path exits twice. It is the
  * last entry of the exception table, so the method's own handlers still see their exceptions
@@ -38,7 +38,11 @@ final class FaseMethodAdapter extends BarrierMethodAdapter {
     super.visitCode();
     token = newLocal(Type.INT_TYPE);
     mv.visitVarInsn(ALOAD, 0);
-    mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "faseEnter", "(Ljava/lang/Object;)I", false);
+    // The receiver's type test here, in this method, not in the shared faseEnter (see
+    // BarrierMethodAdapter.isPersistentType).
+    mv.visitVarInsn(ALOAD, 0);
+    mv.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
+    mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "faseEnter", "(Ljava/lang/Object;Z)I", false);
     mv.visitVarInsn(ISTORE, token);
     startSegment();
     ctx.faseMethods++;

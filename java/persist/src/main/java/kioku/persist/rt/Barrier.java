@@ -48,11 +48,24 @@ public final class Barrier {
    * other object has an identity hash (the runtime looks it up).
    */
   static boolean maybePersistent(Object o) {
+    return maybePersistent(o, o instanceof Persistent);
+  }
+
+  /**
+   * {@link #maybePersistent(Object)} with the type test made by the caller: {@code p} is
+   * {@code o instanceof Persistent}, computed at the store site in the instrumented method
+   * (see agent.BarrierMethodAdapter), where the JIT profiles each site's types on their own.
+   */
+  static boolean maybePersistent(Object o, boolean p) {
     if (fenced) VarHandle.fullFence();
-    if (o instanceof Persistent) {
-      return ((Persistent) o).$kioku$r() != 0;
-    }
+    if (p) return ((Persistent) o).$kioku$r() != 0;
     return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+  }
+
+  /** {@link #maybePersistent(Object)} of an array (never {@code Persistent}). */
+  private static boolean maybePersistentArray(Object a) {
+    if (fenced) VarHandle.fullFence();
+    return IdentityHashes.peek(a) != 0 || reportUnhashed;
   }
 
   /**
@@ -70,89 +83,89 @@ public final class Barrier {
     if (active && maybePersistent(o)) hooks.wroteAt(o, offset);
   }
 
-  public static void putZ(Object o, boolean v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, v ? 1 : 0, id);
+  public static void putZ(Object o, boolean v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, v ? 1 : 0, id);
   }
 
-  public static void putB(Object o, byte v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, v & 0xffL, id);
+  public static void putB(Object o, byte v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, v & 0xffL, id);
   }
 
-  public static void putC(Object o, char v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, v, id);
+  public static void putC(Object o, char v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, v, id);
   }
 
-  public static void putS(Object o, short v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, v & 0xffffL, id);
+  public static void putS(Object o, short v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, v & 0xffffL, id);
   }
 
-  public static void putI(Object o, int v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, v & 0xffffffffL, id);
+  public static void putI(Object o, int v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, v & 0xffffffffL, id);
   }
 
-  public static void putJ(Object o, long v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, v, id);
+  public static void putJ(Object o, long v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, v, id);
   }
 
-  public static void putF(Object o, float v, int id) {
-    if (active && maybePersistent(o)) {
+  public static void putF(Object o, float v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) {
       hooks.putPrimitive(o, Float.floatToRawIntBits(v) & 0xffffffffL, id);
     }
   }
 
-  public static void putD(Object o, double v, int id) {
-    if (active && maybePersistent(o)) hooks.putPrimitive(o, Double.doubleToRawLongBits(v), id);
+  public static void putD(Object o, double v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putPrimitive(o, Double.doubleToRawLongBits(v), id);
   }
 
-  public static void putL(Object o, Object v, Object old, int id) {
-    if (active && maybePersistent(o)) hooks.putReference(o, v, old, id);
+  public static void putL(Object o, Object v, Object old, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.putReference(o, v, old, id);
   }
 
   // Volatile fields: the runtime locks the object and writes the replica first (NVM-first
   // order), then the putfield runs, then postVolatile unlocks.
 
-  public static void preVolatileZ(Object o, boolean v, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, v ? 1 : 0, null, id);
+  public static void preVolatileZ(Object o, boolean v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, v ? 1 : 0, null, id);
   }
 
-  public static void preVolatileB(Object o, byte v, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, v & 0xffL, null, id);
+  public static void preVolatileB(Object o, byte v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, v & 0xffL, null, id);
   }
 
-  public static void preVolatileC(Object o, char v, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, v, null, id);
+  public static void preVolatileC(Object o, char v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, v, null, id);
   }
 
-  public static void preVolatileS(Object o, short v, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, v & 0xffffL, null, id);
+  public static void preVolatileS(Object o, short v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, v & 0xffffL, null, id);
   }
 
-  public static void preVolatileI(Object o, int v, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, v & 0xffffffffL, null, id);
+  public static void preVolatileI(Object o, int v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, v & 0xffffffffL, null, id);
   }
 
-  public static void preVolatileF(Object o, float v, int id) {
-    if (active && maybePersistent(o)) {
+  public static void preVolatileF(Object o, float v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) {
       hooks.preVolatile(o, Float.floatToRawIntBits(v) & 0xffffffffL, null, id);
     }
   }
 
-  public static void preVolatileD(Object o, double v, int id) {
-    if (active && maybePersistent(o)) {
+  public static void preVolatileD(Object o, double v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) {
       hooks.preVolatile(o, Double.doubleToRawLongBits(v), null, id);
     }
   }
 
-  public static void preVolatileJ(Object o, long bits, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, bits, null, id);
+  public static void preVolatileJ(Object o, long bits, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, bits, null, id);
   }
 
-  public static void preVolatileL(Object o, Object v, int id) {
-    if (active && maybePersistent(o)) hooks.preVolatile(o, 0, v, id);
+  public static void preVolatileL(Object o, Object v, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.preVolatile(o, 0, v, id);
   }
 
-  public static void postVolatile(Object o, int id) {
-    if (active && maybePersistent(o)) hooks.postVolatile(o, id);
+  public static void postVolatile(Object o, int id, boolean p) {
+    if (active && maybePersistent(o, p)) hooks.postVolatile(o, id);
   }
 
   /** After a putstatic of a {@code @DurableRoot} field (always forwarded: roots are rare). */
@@ -170,37 +183,37 @@ public final class Barrier {
   // Array stores. bastore serves byte[] and boolean[], so it takes Object.
 
   public static void storeB(Object a, int i, int v) {
-    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v & 0xffL);
+    if (active && maybePersistentArray(a)) hooks.storePrimitive(a, i, v & 0xffL);
   }
 
   public static void storeC(char[] a, int i, char v) {
-    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v);
+    if (active && maybePersistentArray(a)) hooks.storePrimitive(a, i, v);
   }
 
   public static void storeS(short[] a, int i, short v) {
-    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v & 0xffffL);
+    if (active && maybePersistentArray(a)) hooks.storePrimitive(a, i, v & 0xffffL);
   }
 
   public static void storeI(int[] a, int i, int v) {
-    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v & 0xffffffffL);
+    if (active && maybePersistentArray(a)) hooks.storePrimitive(a, i, v & 0xffffffffL);
   }
 
   public static void storeJ(long[] a, int i, long v) {
-    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, v);
+    if (active && maybePersistentArray(a)) hooks.storePrimitive(a, i, v);
   }
 
   public static void storeF(float[] a, int i, float v) {
-    if (active && maybePersistent(a)) {
+    if (active && maybePersistentArray(a)) {
       hooks.storePrimitive(a, i, Float.floatToRawIntBits(v) & 0xffffffffL);
     }
   }
 
   public static void storeD(double[] a, int i, double v) {
-    if (active && maybePersistent(a)) hooks.storePrimitive(a, i, Double.doubleToRawLongBits(v));
+    if (active && maybePersistentArray(a)) hooks.storePrimitive(a, i, Double.doubleToRawLongBits(v));
   }
 
   public static void storeL(Object[] a, int i, Object v, Object old) {
-    if (active && maybePersistent(a)) hooks.storeReference(a, i, v, old);
+    if (active && maybePersistentArray(a)) hooks.storeReference(a, i, v, old);
   }
 
   /** Replaces System.arraycopy in instrumented code. */
@@ -211,22 +224,23 @@ public final class Barrier {
         && dstPos >= 0
         && length > 0
         && dstPos <= a.length - length
-        && maybePersistent(dst)
+        && maybePersistentArray(dst)
         && hooks.wantsOldElements(dst)) {
       old = new Object[length];
       System.arraycopy(a, dstPos, old, 0, length);
     }
     System.arraycopy(src, srcPos, dst, dstPos, length);
-    if (active && maybePersistent(dst)) hooks.copied(dst, dstPos, length, old);
+    if (active && maybePersistentArray(dst)) hooks.copied(dst, dstPos, length, old);
   }
 
-  /** At the entry of an instance method of a retransformed collection class. */
-  public static int faseEnter(Object receiver) {
+  /**
+   * At the entry of an instance method of a retransformed collection class; {@code p} is
+   * {@code receiver instanceof Persistent}, tested in that method.
+   */
+  public static int faseEnter(Object receiver, boolean p) {
     if (!active) return 0;
     // Most collections a program writes are not persistent: no identity hash, no call.
-    if (!(receiver instanceof Persistent) && IdentityHashes.peek(receiver) == 0 && !reportUnhashed) {
-      return 0;
-    }
+    if (!p && IdentityHashes.peek(receiver) == 0 && !reportUnhashed) return 0;
     return hooks.faseEnter(receiver);
   }
 

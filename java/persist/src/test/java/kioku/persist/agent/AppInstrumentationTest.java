@@ -217,6 +217,52 @@ class AppInstrumentationTest {
     assertEquals("calls", FieldIds.WRITTEN.get(calls.get(0).id()).name());
   }
 
+  /**
+   * With writers not fencing and unhashed objects not reported, the runtime sees exactly the
+   * stores into objects that may be persistent: an instrumented object whose replica word is
+   * set (the site's own type test says it is one), an array with an identity hash.
+   */
+  @Test
+  void onlyStoresIntoObjectsThatMayBePersistentReachTheRuntime() {
+    boolean fenced = Barrier.fenced;
+    Barrier.reportUnhashed = false;
+    Barrier.fenced = false;
+    try {
+      Object o = construct(load(loader, "Fields"));
+      call(o, "writeAll"); // word 0; its new int[] has no identity hash
+      assertEquals(List.of(), hooks.calls());
+
+      word(o).$kioku$r(1);
+      call(o, "writeAll");
+      assertEquals(8, hooks.calls("putPrimitive").size());
+      assertEquals(2, hooks.calls("putReference").size());
+      assertEquals(List.of(), hooks.calls("storePrimitive"));
+
+      hooks.clear();
+      int[] unhashed = new int[2];
+      int[] hashed = new int[2];
+      System.identityHashCode(hashed);
+      Class<?> stores = load(loader, "ArrayStores");
+      boolean[] z = new boolean[2];
+      byte[] b = new byte[2];
+      char[] c = new char[2];
+      short[] s = new short[2];
+      long[] j = new long[2];
+      float[] f = new float[2];
+      double[] d = new double[2];
+      Object[] l = new String[2];
+      callStatic(stores, "storeAll", z, b, c, s, unhashed, j, f, d, l);
+      assertEquals(List.of(), hooks.calls());
+      callStatic(stores, "storeAll", z, b, c, s, hashed, j, f, d, l);
+      assertEquals(1, hooks.calls().size());
+      assertSame(hashed, hooks.calls().get(0).target());
+      assertEquals(-3, hashed[1]);
+      assertEquals(-3, unhashed[1]);
+    } finally {
+      Barrier.fenced = fenced;
+    }
+  }
+
   @Test
   void arrayStoresOfEveryKind() {
     boolean[] z = new boolean[2];
