@@ -86,6 +86,9 @@ pub struct FlightStatus {
     /// From the start of the checkpoint call to the level's commit on this rank.
     pub durable: Duration,
     pub background: bool,
+    /// Bytes this rank's pool took once the flight's redo log was complete: its peak (the
+    /// log is freed when the flight is applied).
+    pub pool_peak: u64,
 }
 
 /// What a recovery did.
@@ -404,9 +407,10 @@ impl Group {
             .find(|l| l.id == RS)
             .map(|l| (l.scheme.k, l.scheme.m))
     }
-    /// The size of this rank's pool file.
+    /// Bytes this rank's pool takes: what the file system holds for it (the memory on
+    /// /dev/shm), not counting the holes where freed redo logs were.
     pub fn pool_bytes(&self) -> u64 {
-        std::fs::metadata(self.cfg.pool_path(self.rank())).map_or(0, |m| m.len())
+        crate::flight::allocated(&self.cfg.pool_path(self.rank()))
     }
 
     pub(crate) fn running(&self) -> Result<()> {
@@ -623,6 +627,7 @@ impl Group {
             bytes_sent: rep.bytes_sent,
             durable,
             background,
+            pool_peak: rep.pool_peak,
         });
     }
 
@@ -813,6 +818,7 @@ impl Group {
         let mut flights: Vec<Flight> = Vec::new();
         let mut encoded_pages = 0;
         let mut bytes_sent = 0;
+        let mut pool_peak = 0;
         for &(id, mode) in &inline {
             let pages: Vec<u64> = match mode {
                 Mode::Delta => {
@@ -855,6 +861,7 @@ impl Group {
             }
             encoded_pages += ex.encoded_pages;
             bytes_sent += ex.bytes_sent;
+            pool_peak = pool_peak.max(ex.pool_peak);
             flights.push(f);
         }
         let t_encode = te.elapsed();
@@ -914,6 +921,7 @@ impl Group {
                 bytes_sent,
                 durable: t0.elapsed(),
                 background: false,
+                pool_peak,
             });
         }
 
