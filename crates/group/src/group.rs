@@ -615,8 +615,7 @@ impl Group {
     /// Takes in a flight's outcome: a committed level starts a new journal.
     fn took(&mut self, rep: &FlightReport, durable: Duration, background: bool) {
         if rep.committed {
-            self.journals.retain(|j| j.level != rep.level);
-            self.journals.push(Journal::new(rep.level, rep.epoch));
+            self.new_journal(rep.level, rep.epoch);
         }
         self.last_flight = Some(FlightStatus {
             level: rep.level,
@@ -629,6 +628,17 @@ impl Group {
             background,
             pool_peak: rep.pool_peak,
         });
+    }
+
+    /// Level `level` committed `epoch`: its journal starts afresh, and the old one's space
+    /// goes back to the file system (nothing reads it any more). Freeing is best effort: a
+    /// failure leaves the space taken, nothing else.
+    fn new_journal(&mut self, level: u8, epoch: u64) {
+        self.journals.retain(|j| j.level != level);
+        self.journals.push(Journal::new(level, epoch));
+        if let Err(e) = self.with(|i| Journal::discard(i.engine.pool_mut(), level)) {
+            tracing::warn!(level, %e, "cannot free a journal");
+        }
     }
 
     /// A collective checkpoint at `level` (1 local, 2 partner, 3 rs).
@@ -896,8 +906,7 @@ impl Group {
         // (4) The inline flights commit; a rebuilt level now encodes this epoch's data.
         for f in &flights {
             f.commit_and_apply(&self.shared)?;
-            self.journals.retain(|j| j.level != f.level);
-            self.journals.push(Journal::new(f.level, epoch));
+            self.new_journal(f.level, epoch);
         }
         if let Some(decoded) = rebuild_from {
             self.with(|i| -> Result<()> {

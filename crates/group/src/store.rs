@@ -276,6 +276,20 @@ impl Journal {
         v
     }
 
+    /// Gives level `level`'s journal space back to the file system: the level committed the
+    /// epoch its pages were written in, so no recovery reads them any more (a local
+    /// checkpoint that still records them records an older base, which recovery ignores).
+    pub fn discard(pool: &mut Pool, level: u8) -> Result<()> {
+        let path = pool.path().display().to_string();
+        for name in [journal_name(level), journal_index_name(level)] {
+            if pool.section(&name).is_some() {
+                pool.discard_section(&name)
+                    .map_err(|e| io(&path, "cannot free a journal", e))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Makes room for `n` more entries (so that appending them does not grow the pool, which
     /// may move its mapping under views taken before).
     pub fn reserve(&self, pool: &mut Pool, page: usize, n: u64) -> Result<()> {
@@ -287,13 +301,14 @@ impl Journal {
         ] {
             match pool.section(&name) {
                 Some(s) if s.len >= need => {}
-                Some(s) => {
-                    let len = need.max(2 * s.len);
-                    pool.resize_section(&name, len)
+                // Exactly what this checkpoint journals: the journal is freed at the level's
+                // next commit, so it never has to outgrow one interval's pages.
+                Some(_) => {
+                    pool.resize_section(&name, need)
                         .map_err(|e| io(&path, "cannot grow a journal", e))?;
                 }
                 None => {
-                    pool.create_section(&name, need.max(64 * page as u64), 0)
+                    pool.create_section(&name, need, 0)
                         .map_err(|e| io(&path, "cannot create a journal", e))?;
                 }
             }
