@@ -213,7 +213,7 @@ out.append(
     "(k = m = 8: any 4 of 8 ranks may be lost, as kioku's m = 4).\n")
 out.append("| workload | MiB/rank | m | wait: before / after / after, bg | durable, bg | FTI L3 | "
            "after ÷ before | after ÷ FTI | sent ÷ changed: before / after | pool ÷ data: "
-           "before / after rest, peak / bg peak / FTI |")
+           "before / after rest, peak / bg rest, peak / FTI |")
 out.append("|---|---|---|---|---|---|---|---|---|---|")
 for (w, mib, m), b, s, g in results:
     f = fti_rows.get((w, mib))
@@ -223,7 +223,7 @@ for (w, mib, m), b, s, g in results:
         f"| {ms(g['durable'])} | {ms(f['wait']) if f else '–'} | {best / b['wait']:.2f} "
         f"| {best / f['wait'] if f else float('nan'):.3f} "
         f"| {b['bytes'] / b['changed']:.1f} / {s['bytes'] / s['changed']:.1f} "
-        f"| {b['pool']:.2f} / {s['rest']:.2f}, {s['pool']:.2f} / {g['pool']:.2f} / "
+        f"| {b['pool']:.2f} / {s['rest']:.2f}, {s['pool']:.2f} / {g['rest']:.2f}, {g['pool']:.2f} / "
         f"{f['pool'] if f else float('nan'):.2f} |")
 if not HAVE_FTI:
     out.append("\nFTI was not given (FTI=dir of an FTI install), so its columns are empty.")
