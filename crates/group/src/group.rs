@@ -633,10 +633,17 @@ impl Group {
     /// Level `level` committed `epoch`: its journal starts afresh, and the old one's space
     /// goes back to the file system (nothing reads it any more). Freeing is best effort: a
     /// failure leaves the space taken, nothing else.
-    fn new_journal(&mut self, level: u8, epoch: u64) {
+    pub(crate) fn new_journal(&mut self, level: u8, epoch: u64) {
         self.journals.retain(|j| j.level != level);
         self.journals.push(Journal::new(level, epoch));
-        if let Err(e) = self.with(|i| Journal::discard(i.engine.pool_mut(), level)) {
+        // The commit makes the space reusable, and a reopened pool no longer names it.
+        let freed = self.with(|i| -> Result<()> {
+            if Journal::discard(i.engine.pool_mut(), level)? {
+                i.engine.commit_sections()?;
+            }
+            Ok(())
+        });
+        if let Err(e) = freed {
             tracing::warn!(level, %e, "cannot free a journal");
         }
     }

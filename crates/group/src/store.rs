@@ -279,15 +279,18 @@ impl Journal {
     /// Gives level `level`'s journal space back to the file system: the level committed the
     /// epoch its pages were written in, so no recovery reads them any more (a local
     /// checkpoint that still records them records an older base, which recovery ignores).
-    pub fn discard(pool: &mut Pool, level: u8) -> Result<()> {
+    /// `Ok(true)` when there was one to free.
+    pub fn discard(pool: &mut Pool, level: u8) -> Result<bool> {
         let path = pool.path().display().to_string();
+        let mut freed = false;
         for name in [journal_name(level), journal_index_name(level)] {
             if pool.section(&name).is_some() {
                 pool.discard_section(&name)
                     .map_err(|e| io(&path, "cannot free a journal", e))?;
+                freed = true;
             }
         }
-        Ok(())
+        Ok(freed)
     }
 
     /// Makes room for `n` more entries (so that appending them does not grow the pool, which
