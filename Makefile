@@ -50,7 +50,8 @@ soak-rust: deps
 	KIOKU_POWER_CUT_IMAGES=4 $(CARGO) test -p kioku-run --test power_cut -- --nocapture
 
 # Group checkpoints at length: the property test over 24 random sequences of levels, sizes
-# and group shapes (KIOKU_SEED replays one), and the cases too long for `make test` (10 ranks).
+# and group shapes (KIOKU_SEED replays one), a rank killed at every step of a background
+# encoding (make test: 3 of the 7), the 10-rank case, inline and background memory checks.
 soak-group: deps
 	KIOKU_GROUP_SOAK=1 $(CARGO) test -p kioku-group --test mpi_jobs -- --nocapture
 
