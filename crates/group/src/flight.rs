@@ -301,19 +301,24 @@ impl Flight {
         let mut pending: Vec<Req> = Vec::new();
         let mut total = 0u64;
         let mut buf = Vec::new();
+        // Every list is sent before any is awaited: one round of latency, not one a stripe.
         for j in 0..self.scheme.g {
             let contributors = self.scheme.contributors(j);
-            let holders = self.scheme.holders(j);
             if let Some(i) = contributors.iter().position(|&p| p == self.pos) {
                 let list: Vec<u8> = by_chunk[i]
                     .iter()
                     .flat_map(|&q| (q as u32).to_le_bytes())
                     .collect();
                 let list = Arc::new(list);
-                for &h in &holders {
+                for &h in &self.scheme.holders(j) {
                     pending.push(bg.isend(self.members[h], TAG_PAGES, &list)?);
                 }
-            } else if holders.contains(&self.pos) {
+            }
+        }
+        for j in 0..self.scheme.g {
+            let contributors = self.scheme.contributors(j);
+            let holders = self.scheme.holders(j);
+            if holders.contains(&self.pos) {
                 let mut union: Vec<u32> = Vec::new();
                 for &c in &contributors {
                     let src = self.members[c];
