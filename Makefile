@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage fuzz fuzz-java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group fuzz fuzz-java bench clean
 
 all: build
 
@@ -36,7 +36,7 @@ java: deps
 test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
-soak: soak-rust soak-java soak-hugepage
+soak: soak-rust soak-java soak-hugepage soak-group
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -48,6 +48,12 @@ soak-rust: deps
 	KIOKU_PROC_KILLS=$(SOAK_KILLS) KIOKU_PROC_REFERENCES=3 \
 	  $(CARGO) test -p kioku-cli --test proc_programs --test proc_restore -- --nocapture
 	KIOKU_POWER_CUT_IMAGES=4 $(CARGO) test -p kioku-run --test power_cut -- --nocapture
+
+# Group checkpoints at length: the property test over 24 random sequences of levels, sizes
+# and group shapes (KIOKU_SEED replays one), a rank killed at every step of a background
+# encoding (make test: 3 of the 7), the 10-rank case, inline and background memory checks.
+soak-group: deps
+	KIOKU_GROUP_SOAK=1 $(CARGO) test -p kioku-group --test mpi_jobs -- --nocapture
 
 # The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
 # 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the

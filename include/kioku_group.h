@@ -52,8 +52,9 @@ extern "C" {
 #endif
 
 /* 2: background encoding, self-healing pages, kioku_group_wait, the status fields after
- * last_total_ns. */
-#define KIOKU_GROUP_VERSION 2
+ * last_total_ns. 3: redo logs freed once applied: pool_bytes counts what the pool takes,
+ * flight_pool_peak_bytes. */
+#define KIOKU_GROUP_VERSION 3
 
 /* Checkpoint levels. */
 #define KIOKU_LEVEL_LOCAL 1   /* the rank's own pool only */
@@ -111,7 +112,11 @@ struct kioku_group_status {
     uint64_t flight_bytes_sent, flight_encoded_pages; /* what this rank sent for it */
     uint64_t healed_pages;      /* pages rebuilt from parity by the last recovery (this rank)
                                    or kioku_group_verify (the job) */
-    uint64_t pool_bytes;        /* the size of this rank's pool file */
+    uint64_t pool_bytes;        /* bytes this rank's pool takes (allocated: freed redo logs
+                                   are holes; the file's length may be larger) */
+    /* Since KIOKU_GROUP_VERSION 3. */
+    uint64_t flight_pool_peak_bytes; /* the last encoding that ended: bytes this rank's pool
+                                   took once its redo log was complete (its peak) */
 };
 
 /* Collective. Sets up kioku over a duplicate of `comm` (MPI must be initialised). `config`:

@@ -46,11 +46,13 @@ def kioku_env(d, m):
     return dict(KIOKU_DIR=d, KIOKU_GROUP_SIZE=str(NP), KIOKU_PARITY=str(m), KIOKU_MEDIUM="shm")
 
 
-def kioku(prog, w, mib, m, threads):
+def kioku(prog, w, mib, m, threads, pause_ms=0):
     d = os.path.join(SHM, "k")
     shutil.rmtree(d, ignore_errors=True)
     env = kioku_env(d, m)
     env["WORKLOAD_THREADS"] = str(threads)
+    if pause_ms:
+        env["WORKLOAD_PAUSE_MS"] = str(pause_ms)
     rows = mpirun(prog, [w, str(mib), str(INTERVALS)], env)
     shutil.rmtree(d)
     ivs = [r for r in rows if "interval" in r and r["interval"] >= FROM]
@@ -62,7 +64,13 @@ def kioku(prog, w, mib, m, threads):
         durable=sum(r["durable_ns"] for r in fls) / len(fls) / 1e6 if fls else float("nan"),
         bytes=sum(r["bytes"] for r in fls) / len(fls) if fls else float("nan"),
         changed=changed,
-        pool=max(r["pool_len"] for r in rows if "pool_len" in r) / (mib << 20),
+        # Bytes the pool takes (holes of freed logs and journals not counted): at its peak
+        # (sampled after each checkpoint call, and each encoding's own peak, its log complete)
+        # and at rest (every encoding committed, at the end).
+        pool=max([r["pool_alloc"] for r in rows if "pool_alloc" in r]
+                 + [r.get("pool_peak", 0) for r in fls]) / (mib << 20),
+        rest=[r["rest_pool_alloc"] for r in rows if "rest_pool_alloc" in r][0] / (mib << 20),
+        interval=sum(r["interval_ns"] for r in ivs) / len(ivs) / 1e6,
         committed=all(r["committed"] for r in fls),
     )
 
@@ -197,12 +205,15 @@ out.append(
     "*wait*: the slowest rank's time in `kioku_group_checkpoint`; *durable*: from the call "
     "until the rs level committed (before and after: the same as wait); *sent ÷ changed*: "
     "bytes all ranks sent for an encoding over the bytes of the pages written; *pool*: the "
-    "largest rank's pool file over its protected data (FTI: the program's memory plus its "
-    "checkpoint and RS files). FTI: level 3, `Inline_L3 = 1`, RS over the group of 8 "
+    "largest rank's pool over its protected data, in bytes the file system holds for it (the "
+    "memory on /dev/shm; freed logs and journals are holes): *peak* while an encoding runs "
+    "(its redo log complete), *rest* once every encoding committed (before: the same); the "
+    "bound 2 + m/(g − m) is 2.33 at m = 2, 3.00 at m = 4. FTI: the program's memory plus its "
+    "checkpoint and RS files; level 3, `Inline_L3 = 1`, RS over the group of 8 "
     "(k = m = 8: any 4 of 8 ranks may be lost, as kioku's m = 4).\n")
 out.append("| workload | MiB/rank | m | wait: before / after / after, bg | durable, bg | FTI L3 | "
            "after ÷ before | after ÷ FTI | sent ÷ changed: before / after | pool ÷ data: "
-           "before / after / bg / FTI |")
+           "before / after rest, peak / bg rest, peak / FTI |")
 out.append("|---|---|---|---|---|---|---|---|---|---|")
 for (w, mib, m), b, s, g in results:
     f = fti_rows.get((w, mib))
@@ -212,7 +223,7 @@ for (w, mib, m), b, s, g in results:
         f"| {ms(g['durable'])} | {ms(f['wait']) if f else '–'} | {best / b['wait']:.2f} "
         f"| {best / f['wait'] if f else float('nan'):.3f} "
         f"| {b['bytes'] / b['changed']:.1f} / {s['bytes'] / s['changed']:.1f} "
-        f"| {b['pool']:.2f} / {s['pool']:.2f} / {g['pool']:.2f} / "
+        f"| {b['pool']:.2f} / {s['rest']:.2f}, {s['pool']:.2f} / {g['rest']:.2f}, {g['pool']:.2f} / "
         f"{f['pool'] if f else float('nan'):.2f} |")
 if not HAVE_FTI:
     out.append("\nFTI was not given (FTI=dir of an FTI install), so its columns are empty.")
@@ -231,6 +242,28 @@ for m in MS:
     a = kioku("workload", "scatter", MIBS[0], m, 0)
     out.append(f"| {m} | {b['bytes'] / b['changed']:.1f} | {a['bytes'] / a['changed']:.1f} "
                f"| {ms(b['wait'])} / {ms(a['wait'])} |")
+
+# Background encoding where a core is free for it: a compute phase that leaves the core idle
+# (PAUSE_MS of usleep per interval), inline against background, this tree's library.
+out.append("")
+out.append(f"Background encoding when the program's compute phase leaves its core idle "
+           f"(`WORKLOAD_PAUSE_MS`: a usleep per interval, as a solver waiting on a GPU, I/O or "
+           f"a neighbour; {MIBS[0]} MiB per rank): *interval*: the slowest rank's time from one "
+           "checkpoint's return to the next (the pause, the compute, and the checkpoint); "
+           "*wait*: its time in `kioku_group_checkpoint`; *durable*: from the call to the rs "
+           "level's commit.\n")
+out.append("| workload | m | pause | interval: inline / bg | bg ÷ inline | wait: inline / bg | "
+           "durable: inline / bg |")
+out.append("|---|---|---|---|---|---|---|")
+PAUSES = [("mat", 300), ("lu", 3000)]
+for w, pause in PAUSES:
+    for m in MS:
+        a = kioku("workload", w, MIBS[0], m, 0, pause)
+        g = kioku("workload", w, MIBS[0], m, 1, pause)
+        out.append(f"| {names[w]} | {m} | {ms(pause)} | {ms(a['interval'])} / "
+                   f"{ms(g['interval'])} | {g['interval'] / a['interval']:.2f} "
+                   f"| {ms(a['wait'])} / {ms(g['wait'])} | {ms(a['durable'])} / "
+                   f"{ms(g['durable'])} |")
 
 rec_mib = MIBS[0]
 out.append("")
@@ -271,12 +304,16 @@ if PLOT:
     ax[1].set_ylabel("bytes sent ÷ bytes changed")
     ax[1].set_title("traffic")
     pools = [("before", [b["pool"] for _, b, _, _ in results]),
-             ("after", [s["pool"] for _, _, s, _ in results]),
-             ("after, bg", [g["pool"] for _, _, _, g in results])]
+             ("after, rest", [s["rest"] for _, _, s, _ in results]),
+             ("after, peak", [s["pool"] for _, _, s, _ in results]),
+             ("after, bg peak", [g["pool"] for _, _, _, g in results])]
     if HAVE_FTI:
         pools.append(("FTI L3", [fti_rows[(w, mib)]["pool"] for (w, mib, _), *_ in results]))
+    pw = 0.8 / len(pools)
     for i, (lab, ys) in enumerate(pools):
-        ax[2].bar([xi + (i - 1.5) * wd for xi in x], ys, wd, label=lab)
+        ax[2].bar([xi + (i - (len(pools) - 1) / 2) * pw for xi in x], ys, pw, label=lab)
+    ax[2].plot(list(x), [2 + m / (NP - m) for (_, _, m), *_ in results], "k_", markersize=20,
+               label="2 + m/(g−m)")
     ax[2].set_ylabel("memory ÷ protected data")
     ax[2].set_title("memory per rank")
     for a in ax:

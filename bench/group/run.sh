@@ -11,7 +11,7 @@
 #   -DCMAKE_BUILD_TYPE=Release -DENABLE_EXAMPLES=OFF -DENABLE_FORTRAN=OFF
 #   -DCMAKE_INSTALL_PREFIX=/path/to/fti && cmake --build build -j2 && cmake --install build
 # Env: MIBS (default "64 256"), MS (default "2 4"), INTERVALS (default 4), BEFORE (a commit,
-# default eec64f5: the group library before self-healing and background encoding),
+# default c6eff64: the group library with self-healing and background encoding, before exact and freed redo logs),
 # NO_WRITE=1 (print only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,7 +21,7 @@ load_start=$(cut -d" " -f1-3 /proc/loadavg)
 src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [ -n "$(git status --porcelain -- crates examples bench include 2>/dev/null | head -1)" ] &&
   src="$src + uncommitted changes"
-before=${BEFORE:-eec64f5}
+before=${BEFORE:-c6eff64}
 
 work=$(mktemp -d)
 shm=$(mktemp -d /dev/shm/kioku-group-bench.XXXXXX)

@@ -11,7 +11,8 @@
  * After a restart, "recover_ns" is the slowest rank's time from kioku_group_init to the end of
  * kioku_group_recover.
  * Environment: WORKLOAD_THREADS=1 initialises MPI with MPI_THREAD_MULTIPLE (kioku then encodes
- * in the background). After a restart (pools exist) it recovers and reports the recovery.
+ * in the background); WORKLOAD_PAUSE_MS=N adds a compute phase of N ms per interval that
+ * leaves the core idle (usleep). After a restart (pools exist) it recovers and reports the recovery.
  *
  * Rank 0 prints one JSON line per checkpoint — the interval, the slowest rank's time in
  * kioku_group_checkpoint ("wait"), pages written (all ranks), the largest pool (file size and
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "kioku_group.h"
 
@@ -61,7 +63,13 @@ static void report_flight(void)
 #if defined(KIOKU_GROUP_VERSION) && KIOKU_GROUP_VERSION >= 2
     uint64_t e = st.flight_epoch, bytes = st.flight_bytes_sent, pages = st.flight_encoded_pages;
     uint64_t durable = st.flight_durable_ns, committed = (uint64_t)st.flight_committed;
+#if KIOKU_GROUP_VERSION >= 3
+    uint64_t peak = st.flight_pool_peak_bytes;
 #else
+    uint64_t peak = 0;
+#endif
+#else
+    uint64_t peak = 0;
     uint64_t e = st.epoch, bytes = st.last_bytes_sent, pages = st.last_encoded_pages;
     uint64_t durable = st.last_total_ns, committed = 1;
 #endif
@@ -72,20 +80,27 @@ static void report_flight(void)
         return;
     last_flight_epoch = e;
     uint64_t sum[2] = {bytes, pages}, s[2];
-    uint64_t max[1] = {durable}, m[1];
+    uint64_t max[2] = {durable, peak}, m[2];
     uint64_t mn = committed, c;
     MPI_Reduce(sum, s, 2, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(max, m, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(max, m, 2, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     MPI_Reduce(&mn, &c, 1, MPI_UINT64_T, MPI_MIN, 0, MPI_COMM_WORLD);
     if (rank == 0)
         printf("{\"flight_epoch\": %llu, \"bytes\": %llu, \"encoded_pages\": %llu, "
-               "\"durable_ns\": %llu, \"committed\": %llu}\n",
+               "\"durable_ns\": %llu, \"committed\": %llu, \"pool_peak\": %llu}\n",
                (unsigned long long)e, (unsigned long long)s[0], (unsigned long long)s[1],
-               (unsigned long long)m[0], (unsigned long long)c);
+               (unsigned long long)m[0], (unsigned long long)c, (unsigned long long)m[1]);
 }
+
+static double last_return;
 
 static void checkpoint(long interval)
 {
+    /* A compute phase that leaves the core idle (WORKLOAD_PAUSE_MS: a solver waiting on a
+     * GPU, on I/O, or on a neighbour), where a background encoding can run. */
+    const char *pause = getenv("WORKLOAD_PAUSE_MS");
+    if (interval > 0 && pause && atol(pause) > 0)
+        usleep((useconds_t)(atol(pause) * 1000));
     double t0 = MPI_Wtime();
     int rc = kioku_group_checkpoint(KIOKU_LEVEL_RS);
     double t1 = MPI_Wtime();
@@ -96,14 +111,16 @@ static void checkpoint(long interval)
     uint64_t len, alloc;
     pool_size(&len, &alloc);
     uint64_t sum[1] = {st.last_dirty_pages}, s[1];
-    uint64_t max[3] = {(uint64_t)((t1 - t0) * 1e9), len, alloc}, m[3];
+    uint64_t span = interval > 0 ? (uint64_t)((t1 - last_return) * 1e9) : 0;
+    last_return = t1;
+    uint64_t max[4] = {(uint64_t)((t1 - t0) * 1e9), len, alloc, span}, m[4];
     MPI_Reduce(sum, s, 1, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(max, m, 3, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    MPI_Reduce(max, m, 4, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0)
         printf("{\"interval\": %ld, \"wait_ns\": %llu, \"dirty_pages\": %llu, \"pool_len\": %llu, "
-               "\"pool_alloc\": %llu}\n",
+               "\"pool_alloc\": %llu, \"interval_ns\": %llu}\n",
                interval, (unsigned long long)m[0], (unsigned long long)s[0],
-               (unsigned long long)m[1], (unsigned long long)m[2]);
+               (unsigned long long)m[1], (unsigned long long)m[2], (unsigned long long)m[3]);
     report_flight();
 }
 
@@ -220,6 +237,12 @@ int main(int argc, char **argv)
     kioku_group_wait();
 #endif
     report_flight();
+    /* At rest: every encoding committed (the largest pool). */
+    uint64_t len, alloc, rest;
+    pool_size(&len, &alloc);
+    MPI_Reduce(&alloc, &rest, 1, MPI_UINT64_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf("{\"rest_pool_alloc\": %llu}\n", (unsigned long long)rest);
     kioku_group_finalize();
     MPI_Finalize();
     return 0;

@@ -356,6 +356,7 @@ pub struct GroupStatus {
     pub flight_encoded_pages: u64,
     pub healed_pages: u64,
     pub pool_bytes: u64,
+    pub flight_pool_peak_bytes: u64,
 }
 
 /// Bytes of the status as `KIOKU_GROUP_VERSION` 1 defined it (the fields before `background`):
@@ -435,6 +436,7 @@ unsafe fn status_into(out: *mut GroupStatus, len: usize, what: &str) -> c_int {
             flight_encoded_pages: fl.encoded_pages,
             healed_pages: healed,
             pool_bytes: g.pool_bytes(),
+            flight_pool_peak_bytes: fl.pool_peak,
         };
         // SAFETY: `out` is non-NULL with `len` writable bytes (the caller's promise), `len` is
         // at most the size of `s`, and a local cannot overlap the caller's buffer.

@@ -37,6 +37,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub(crate) const TAG_FLIGHT: u32 = 21;
+/// Page lists that size the holders' redo logs before the deltas travel.
+const TAG_PAGES: u32 = 22;
 const HEAD: usize = 8;
 const FAILED: u8 = 1;
 
@@ -117,6 +119,8 @@ pub(crate) struct Exchanged {
     pub failure: Option<String>,
     /// Entries of the redo log and its index checksum (`Sink::Log`).
     pub log: (u64, u32),
+    /// Bytes this rank's pool took once its log was complete (the flight's peak).
+    pub pool_peak: u64,
     pub time: Duration,
 }
 
@@ -131,7 +135,15 @@ pub(crate) struct FlightReport {
     /// parity.
     pub committed: bool,
     pub failure: Option<String>,
+    /// Bytes this rank's pool took once its log was complete (the flight's peak).
+    pub pool_peak: u64,
     pub total: Duration,
+}
+
+/// Bytes the file system holds for the pool at `path` (holes take none).
+pub(crate) fn allocated(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).map_or(0, |m| m.blocks() * 512)
 }
 
 fn inner(g: &mut Option<Inner>) -> &mut Inner {
@@ -158,6 +170,7 @@ impl Flight {
             bytes_sent: ex.bytes_sent,
             committed: false,
             failure: None,
+            pool_peak: ex.pool_peak,
             total: Duration::ZERO,
         };
         match agreed {
@@ -198,7 +211,26 @@ impl Flight {
         let mut pending: VecDeque<Req> = VecDeque::new();
         let mut inbox: Vec<Vec<u8>> = vec![Vec::new(); k];
         let held = self.scheme.held(self.pos);
-        let mut log = Log::new(self.level, held.len() as u64 * self.q_total);
+        // The log is sized before anything is logged: a delta flight's holders learn from
+        // the contributors' page lists which stripe pages can change.
+        let capacity = match (self.sink, self.mode) {
+            (Sink::Log, Mode::Delta) => self.announce(bg, &by_chunk)?,
+            (Sink::Log, _) => held.len() as u64 * self.q_total,
+            _ => 0,
+        };
+        let mut log = Log::none(self.level);
+        if self.sink == Sink::Log {
+            let mut g = shared.lock();
+            match Log::create(
+                inner(&mut g).engine.pool_mut(),
+                self.page,
+                self.level,
+                capacity,
+            ) {
+                Ok(l) => log = l,
+                Err(e) => out.failure = Some(e.to_string()),
+            }
+        }
         let mut recv_fault = true;
         for j in 0..g {
             if j == g / 2 && self.sink != Sink::Compare {
@@ -243,14 +275,80 @@ impl Flight {
         }
         if self.sink != Sink::Compare && out.failure.is_none() {
             let mut g = shared.lock();
-            match log.finish(inner(&mut g).engine.pool()) {
+            let inner = inner(&mut g);
+            // The log's sections are committed with it, so that a crash after the record
+            // says `logged` finds them.
+            let finished = log.finish(inner.engine.pool()).and_then(|l| {
+                inner.engine.commit_sections()?;
+                Ok(l)
+            });
+            match finished {
                 Ok(l) => out.log = l,
                 Err(e) => out.failure = Some(e.to_string()),
             }
+            out.pool_peak = allocated(inner.engine.pool().path());
         }
         out.bytes_sent = bg.take_sent();
         out.time = t0.elapsed();
         Ok(out)
+    }
+
+    /// Tells each holder of every stripe this rank contributes to which of its stripe pages
+    /// can change (its page list), and returns how many pages of the stripes this rank holds
+    /// can change: the exact size of its redo log (zero deltas, skipped later, make it an
+    /// upper bound). Costs 4 bytes a page a holder.
+    fn announce(&self, bg: &mut Bg, by_chunk: &[Vec<u64>]) -> Result<u64> {
+        let mut pending: Vec<Req> = Vec::new();
+        let mut total = 0u64;
+        let mut buf = Vec::new();
+        // Every list is sent before any is awaited: one round of latency, not one a stripe.
+        for j in 0..self.scheme.g {
+            let contributors = self.scheme.contributors(j);
+            if let Some(i) = contributors.iter().position(|&p| p == self.pos) {
+                let list: Vec<u8> = by_chunk[i]
+                    .iter()
+                    .flat_map(|&q| (q as u32).to_le_bytes())
+                    .collect();
+                let list = Arc::new(list);
+                for &h in &self.scheme.holders(j) {
+                    pending.push(bg.isend(self.members[h], TAG_PAGES, &list)?);
+                }
+            }
+        }
+        for j in 0..self.scheme.g {
+            let contributors = self.scheme.contributors(j);
+            let holders = self.scheme.holders(j);
+            if holders.contains(&self.pos) {
+                let mut union: Vec<u32> = Vec::new();
+                for &c in &contributors {
+                    let src = self.members[c];
+                    bg.recv(src, TAG_PAGES, &mut buf)?;
+                    if buf.len() % 4 != 0 {
+                        return Err(GroupError::Remote {
+                            rank: src,
+                            detail: "malformed page list".into(),
+                        });
+                    }
+                    union.extend(
+                        buf.chunks_exact(4)
+                            .map(|b| u32::from_le_bytes(b.try_into().expect("4"))),
+                    );
+                }
+                union.sort_unstable();
+                union.dedup();
+                if union.last().is_some_and(|&q| q as u64 >= self.q_total) {
+                    return Err(GroupError::Remote {
+                        rank: self.rank,
+                        detail: "a page list names a page past the stripe".into(),
+                    });
+                }
+                total += union.len() as u64;
+            }
+        }
+        for r in pending {
+            r.wait()?;
+        }
+        Ok(total)
     }
 
     /// The message of this rank's chunk `i` for stripe pages `lo..hi`: the nonzero deltas of
@@ -509,6 +607,10 @@ impl Flight {
         l.flight = None;
         inner.record.write(pool)?;
         fault("applied", self.rank, self.epoch);
+        // The record no longer names the log: its space goes back at once, and the commit
+        // makes it reusable by the next flight.
+        Log::discard(pool, self.level)?;
+        inner.engine.commit_sections()?;
         Ok(())
     }
 
@@ -523,6 +625,7 @@ impl Flight {
         if l.flight.take().is_some() {
             inner.record.write(inner.engine.pool_mut())?;
         }
+        Log::discard(inner.engine.pool_mut(), self.level)?;
         Ok(())
     }
 }

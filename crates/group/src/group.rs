@@ -86,6 +86,9 @@ pub struct FlightStatus {
     /// From the start of the checkpoint call to the level's commit on this rank.
     pub durable: Duration,
     pub background: bool,
+    /// Bytes this rank's pool took once the flight's redo log was complete: its peak (the
+    /// log is freed when the flight is applied).
+    pub pool_peak: u64,
 }
 
 /// What a recovery did.
@@ -404,9 +407,10 @@ impl Group {
             .find(|l| l.id == RS)
             .map(|l| (l.scheme.k, l.scheme.m))
     }
-    /// The size of this rank's pool file.
+    /// Bytes this rank's pool takes: what the file system holds for it (the memory on
+    /// /dev/shm), not counting the holes where freed redo logs were.
     pub fn pool_bytes(&self) -> u64 {
-        std::fs::metadata(self.cfg.pool_path(self.rank())).map_or(0, |m| m.len())
+        crate::flight::allocated(&self.cfg.pool_path(self.rank()))
     }
 
     pub(crate) fn running(&self) -> Result<()> {
@@ -611,8 +615,7 @@ impl Group {
     /// Takes in a flight's outcome: a committed level starts a new journal.
     fn took(&mut self, rep: &FlightReport, durable: Duration, background: bool) {
         if rep.committed {
-            self.journals.retain(|j| j.level != rep.level);
-            self.journals.push(Journal::new(rep.level, rep.epoch));
+            self.new_journal(rep.level, rep.epoch);
         }
         self.last_flight = Some(FlightStatus {
             level: rep.level,
@@ -623,7 +626,26 @@ impl Group {
             bytes_sent: rep.bytes_sent,
             durable,
             background,
+            pool_peak: rep.pool_peak,
         });
+    }
+
+    /// Level `level` committed `epoch`: its journal starts afresh, and the old one's space
+    /// goes back to the file system (nothing reads it any more). Freeing is best effort: a
+    /// failure leaves the space taken, nothing else.
+    pub(crate) fn new_journal(&mut self, level: u8, epoch: u64) {
+        self.journals.retain(|j| j.level != level);
+        self.journals.push(Journal::new(level, epoch));
+        // The commit makes the space reusable, and a reopened pool no longer names it.
+        let freed = self.with(|i| -> Result<()> {
+            if Journal::discard(i.engine.pool_mut(), level)? {
+                i.engine.commit_sections()?;
+            }
+            Ok(())
+        });
+        if let Err(e) = freed {
+            tracing::warn!(level, %e, "cannot free a journal");
+        }
     }
 
     /// A collective checkpoint at `level` (1 local, 2 partner, 3 rs).
@@ -813,6 +835,7 @@ impl Group {
         let mut flights: Vec<Flight> = Vec::new();
         let mut encoded_pages = 0;
         let mut bytes_sent = 0;
+        let mut pool_peak = 0;
         for &(id, mode) in &inline {
             let pages: Vec<u64> = match mode {
                 Mode::Delta => {
@@ -855,6 +878,7 @@ impl Group {
             }
             encoded_pages += ex.encoded_pages;
             bytes_sent += ex.bytes_sent;
+            pool_peak = pool_peak.max(ex.pool_peak);
             flights.push(f);
         }
         let t_encode = te.elapsed();
@@ -889,8 +913,7 @@ impl Group {
         // (4) The inline flights commit; a rebuilt level now encodes this epoch's data.
         for f in &flights {
             f.commit_and_apply(&self.shared)?;
-            self.journals.retain(|j| j.level != f.level);
-            self.journals.push(Journal::new(f.level, epoch));
+            self.new_journal(f.level, epoch);
         }
         if let Some(decoded) = rebuild_from {
             self.with(|i| -> Result<()> {
@@ -914,6 +937,7 @@ impl Group {
                 bytes_sent,
                 durable: t0.elapsed(),
                 background: false,
+                pool_peak,
             });
         }
 

@@ -208,6 +208,10 @@ fn open_survivor(g: &mut Group, d: &Decision) -> Result<()> {
         }
     }
     record.write(engine.pool_mut())?;
+    // No level has a flight now: whatever logs were left take no more space.
+    for l in &d.levels {
+        crate::store::Log::discard(engine.pool_mut(), l.id)?;
+    }
     let meta = d.state[rank].clone();
     let pos = g.pos;
     g.table = meta

@@ -311,8 +311,7 @@ pub(crate) fn refresh(g: &mut Group, id: u8) -> Result<()> {
     })();
     g.bg = Some(bg);
     r?;
-    g.journals.retain(|j| j.level != id);
-    g.journals.push(Journal::new(id, epoch));
+    g.new_journal(id, epoch);
     Ok(())
 }
 

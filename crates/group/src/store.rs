@@ -276,6 +276,23 @@ impl Journal {
         v
     }
 
+    /// Gives level `level`'s journal space back to the file system: the level committed the
+    /// epoch its pages were written in, so no recovery reads them any more (a local
+    /// checkpoint that still records them records an older base, which recovery ignores).
+    /// `Ok(true)` when there was one to free.
+    pub fn discard(pool: &mut Pool, level: u8) -> Result<bool> {
+        let path = pool.path().display().to_string();
+        let mut freed = false;
+        for name in [journal_name(level), journal_index_name(level)] {
+            if pool.section(&name).is_some() {
+                pool.discard_section(&name)
+                    .map_err(|e| io(&path, "cannot free a journal", e))?;
+                freed = true;
+            }
+        }
+        Ok(freed)
+    }
+
     /// Makes room for `n` more entries (so that appending them does not grow the pool, which
     /// may move its mapping under views taken before).
     pub fn reserve(&self, pool: &mut Pool, page: usize, n: u64) -> Result<()> {
@@ -287,13 +304,14 @@ impl Journal {
         ] {
             match pool.section(&name) {
                 Some(s) if s.len >= need => {}
-                Some(s) => {
-                    let len = need.max(2 * s.len);
-                    pool.resize_section(&name, len)
+                // Exactly what this checkpoint journals: the journal is freed at the level's
+                // next commit, so it never has to outgrow one interval's pages.
+                Some(_) => {
+                    pool.resize_section(&name, need)
                         .map_err(|e| io(&path, "cannot grow a journal", e))?;
                 }
                 None => {
-                    pool.create_section(&name, need.max(64 * page as u64), 0)
+                    pool.create_section(&name, need, 0)
                         .map_err(|e| io(&path, "cannot create a journal", e))?;
                 }
             }
@@ -510,22 +528,63 @@ pub struct LogEntry {
 }
 
 /// The redo log of one flight of level `level`: new parity pages, appended while the flight
-/// runs, applied once every rank's is complete and the flight committed.
+/// runs, applied once every rank's is complete and the flight committed, then discarded (its
+/// space goes back to the file system).
+///
+/// It is made exactly as large as the flight can fill (`capacity` entries: the holder learns
+/// from its contributors' page lists which stripe pages will change before any delta
+/// arrives), so that it never takes more than the parity it replaces, and never grows while
+/// the flight runs (growing may move the pool's mapping under views taken before).
 pub struct Log {
     pub level: u8,
     pub entries: u64,
-    /// The most entries the flight can append (every page of every held stripe): the log grows
-    /// by doubling, but never past this, so that it never takes more than the parity it logs.
-    pub max_entries: u64,
+    pub capacity: u64,
 }
 
 impl Log {
-    pub fn new(level: u8, max_entries: u64) -> Log {
+    /// A log that takes nothing (a flight that failed before it could make one).
+    pub fn none(level: u8) -> Log {
         Log {
             level,
             entries: 0,
-            max_entries: max_entries.max(1),
+            capacity: 0,
         }
+    }
+
+    /// Makes the log of a new flight of `level` with room for exactly `capacity` entries,
+    /// discarding whatever an earlier flight left (a new flight starts only once the previous
+    /// one's log was applied or forgotten). The sections join the pool's next commit, which
+    /// must come before the record says the log is complete.
+    pub fn create(pool: &mut Pool, page: usize, level: u8, capacity: u64) -> Result<Log> {
+        Self::discard(pool, level)?;
+        let path = pool.path().display().to_string();
+        if capacity > 0 {
+            for (name, len) in [
+                (log_name(level), capacity * page as u64),
+                (log_index_name(level), capacity * LOG_ENTRY as u64),
+            ] {
+                pool.create_section(&name, len, 0)
+                    .map_err(|e| io(&path, "cannot create a parity log", e))?;
+            }
+        }
+        Ok(Log {
+            level,
+            entries: 0,
+            capacity,
+        })
+    }
+
+    /// Gives level `level`'s log space back to the file system (its flight was applied or
+    /// forgotten, and the record says so).
+    pub fn discard(pool: &mut Pool, level: u8) -> Result<()> {
+        let path = pool.path().display().to_string();
+        for name in [log_name(level), log_index_name(level)] {
+            if pool.section(&name).is_some() {
+                pool.discard_section(&name)
+                    .map_err(|e| io(&path, "cannot free a parity log", e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Appends the new value of page `q` of held stripe `h` (flushed, ordered by `finish`).
@@ -539,33 +598,24 @@ impl Log {
     ) -> Result<()> {
         let slot = self.entries;
         let path = pool.path().display().to_string();
-        let grow = |pool: &mut Pool, name: &str, need: u64, min: u64, max: u64| -> Result<u64> {
-            match pool.section(name) {
-                Some(s) if s.len >= need => Ok(s.offset),
-                Some(s) => Ok(pool
-                    .resize_section(name, need.max((2 * s.len).min(max)))
-                    .map_err(|e| io(&path, "cannot grow a parity log", e))?
-                    .offset),
-                None => Ok(pool
-                    .create_section(name, need.max(min.min(max)), 0)
-                    .map_err(|e| io(&path, "cannot create a parity log", e))?
-                    .offset),
-            }
+        if slot >= self.capacity {
+            return Err(GroupError::Pool {
+                path,
+                detail: format!(
+                    "the parity log of level {} is full ({} entries): more pages changed than the contributors announced (a bug in kioku)",
+                    self.level, self.capacity
+                ),
+            });
+        }
+        let (Some(data), Some(ix)) = (
+            pool.section(&log_name(self.level)).map(|s| s.offset),
+            pool.section(&log_index_name(self.level)).map(|s| s.offset),
+        ) else {
+            return Err(GroupError::Pool {
+                path,
+                detail: format!("the parity log of level {} is missing", self.level),
+            });
         };
-        let data = grow(
-            pool,
-            &log_name(self.level),
-            (slot + 1) * page as u64,
-            64 * page as u64,
-            self.max_entries * page as u64,
-        )?;
-        let ix = grow(
-            pool,
-            &log_index_name(self.level),
-            (slot + 1) * LOG_ENTRY as u64,
-            64 * LOG_ENTRY as u64,
-            self.max_entries * LOG_ENTRY as u64,
-        )?;
         let at = data + slot * page as u64;
         pool.bytes_mut(at, page as u64).copy_from_slice(bytes);
         let mut e = [0u8; LOG_ENTRY];
@@ -730,25 +780,32 @@ mod tests {
     }
 
     #[test]
-    fn a_log_never_grows_past_the_parity_it_can_log() {
+    fn a_log_is_sized_exactly_refuses_more_and_is_discarded() {
         let dir = tempfile::tempdir().unwrap();
         let mut p = pool(dir.path());
         let page = 4096;
-        let mut log = Log::new(3, 100);
+        let mut log = Log::create(&mut p, page, 3, 100).unwrap();
         for q in 0..100 {
             log.append(&mut p, page, 0, q, &vec![q as u8; page])
                 .unwrap();
         }
-        // Doubling from 64 pages would make 128; the log stops at what it can hold.
         assert_eq!(p.section("g.l3").unwrap().len, 100 * page as u64);
         assert_eq!(
             p.section("g.li3").unwrap().len,
             page as u64,
             "sections are whole pages"
         );
-        let mut small = Log::new(4, 3);
+        let full = log.append(&mut p, page, 0, 100, &vec![1u8; page]);
+        assert!(full.unwrap_err().to_string().contains("is full"));
+        // The next flight's log replaces it, at its own size; an empty one takes nothing.
+        let mut small = Log::create(&mut p, page, 3, 3).unwrap();
         small.append(&mut p, page, 0, 0, &vec![1u8; page]).unwrap();
-        assert_eq!(p.section("g.l4").unwrap().len, 3 * page as u64);
+        assert_eq!(p.section("g.l3").unwrap().len, 3 * page as u64);
+        Log::create(&mut p, page, 3, 0).unwrap();
+        assert!(p.section("g.l3").is_none() && p.section("g.li3").is_none());
+        let mut none = Log::none(3);
+        assert!(none.append(&mut p, page, 0, 0, &vec![1u8; page]).is_err());
+        Log::discard(&mut p, 3).unwrap();
     }
 
     #[test]
@@ -758,7 +815,7 @@ mod tests {
         let page = 4096;
         Parity::ensure(&mut p, page, 3, 2, 4).unwrap();
         assert_eq!(Parity::damaged(&p, page, 3, 2, 4), vec![], "zeros verify");
-        let mut log = Log::new(3, 1 << 20);
+        let mut log = Log::create(&mut p, page, 3, 2).unwrap();
         log.append(&mut p, page, 1, 3, &vec![7u8; page]).unwrap();
         log.append(&mut p, page, 0, 0, &vec![9u8; page]).unwrap();
         let (entries, index_crc) = log.finish(&p).unwrap();

@@ -664,6 +664,24 @@ impl Pool {
         Ok(self.sections[idx].clone())
     }
 
+    /// Removes a section and gives its space back to the file system at once (a hole: the
+    /// pool takes that much less memory or disk; the file keeps its length). Unlike
+    /// [`Pool::delete_section`], the bytes are gone now, even though the last commit may still
+    /// name the section: only for a section whose contents no committed state needs any more
+    /// (the caller's own records say so). Its space is reusable once the next commit no longer
+    /// names it.
+    pub fn discard_section(&mut self, name: &str) -> Result<()> {
+        let s = self
+            .section(name)
+            .cloned()
+            .ok_or_else(|| PoolError::NoSuchSection { name: name.into() })?;
+        self.delete_section(name)?;
+        // A section's extent is its own: allocation and resizing keep it clear of every other
+        // section, current or committed (see `busy_extents`).
+        self.medium.discard(s.offset, s.len)?;
+        Ok(())
+    }
+
     /// Removes a section; its space is reusable once the next commit no longer names it.
     pub fn delete_section(&mut self, name: &str) -> Result<()> {
         let idx = self

@@ -103,6 +103,69 @@ fn deleted_space_is_reused_only_after_commit_and_zeroed() {
     );
 }
 
+/// Bytes the file system holds for `path` (a hole holds none).
+fn allocated(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn a_discarded_section_gives_its_memory_back_at_once() {
+    for kind in [MediumKind::File, MediumKind::Shm] {
+        let dir = if kind == MediumKind::Shm {
+            match tempfile::tempdir_in("/dev/shm") {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("SKIPPED medium shm: no /dev/shm ({e})");
+                    continue;
+                }
+            }
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let path = dir.path().join("p.pool");
+        let mut o = opts();
+        o.medium = MediumChoice::Exactly(kind);
+        let mut pool = Pool::create(&path, &o).unwrap();
+        let len = 64 << 12;
+        let keep = pool.create_section("keep", 8192, 0).unwrap();
+        pool.bytes_mut(keep.offset, 8192).fill(0x5A);
+        let a = pool.create_section("a", len, 0).unwrap();
+        pool.bytes_mut(a.offset, len).fill(0xAB);
+        pool.persist(0, pool.len()).unwrap();
+        pool.commit(&[]).unwrap();
+        let (file_len, before) = (pool.len(), allocated(&path));
+        pool.discard_section("a").unwrap();
+        assert!(pool.section("a").is_none());
+        assert_eq!(pool.len(), file_len, "the file keeps its length");
+        let after = allocated(&path);
+        assert!(
+            before - after >= len,
+            "{kind:?}: {before} bytes allocated before, {after} after discarding {len}"
+        );
+        assert!(pool.bytes(a.offset, len).iter().all(|&x| x == 0));
+        assert!(pool.bytes(keep.offset, 8192).iter().all(|&x| x == 0x5A));
+        // Busy until the next commit stops naming it, then reused.
+        let b = pool.create_section("b", len, 0).unwrap();
+        assert!(b.offset >= a.end());
+        pool.delete_section("b").unwrap();
+        pool.commit(&[]).unwrap();
+        let c = pool.create_section("c", len, 0).unwrap();
+        assert_eq!(c.offset, a.offset);
+        assert!(matches!(
+            pool.discard_section("nope"),
+            Err(PoolError::NoSuchSection { .. })
+        ));
+        drop(pool);
+        // The other sections are intact after a reopen.
+        let mut oo = open_opts();
+        oo.medium = MediumChoice::Exactly(kind);
+        let pool = Pool::open(&path, &oo).unwrap();
+        let k = pool.section("keep").unwrap();
+        assert!(pool.bytes(k.offset, 8192).iter().all(|&x| x == 0x5A));
+    }
+}
+
 #[test]
 fn resize_in_place_and_by_moving() {
     let dir = tempfile::tempdir().unwrap();

@@ -302,6 +302,35 @@ pub fn is_tmpfs(file: &File) -> io::Result<bool> {
     Ok(filesystem_magic(file)? == TMPFS_MAGIC)
 }
 
+/// Punches a hole over `[off, off+len)` of the file behind `fd` (its size stays): `Ok(false)`
+/// when the file system cannot punch holes.
+pub fn punch_hole(fd: std::os::fd::RawFd, off: u64, len: u64) -> io::Result<bool> {
+    let start =
+        libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let count =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: fallocate only acts on the descriptor; no memory is passed.
+        let rc = unsafe {
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                start,
+                count,
+            )
+        };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => return Ok(false),
+            _ => return Err(err),
+        }
+    }
+}
+
 /// Extends `file` from `old_len` to `new_len` bytes of zeros. Blocks are reserved with
 /// fallocate where the filesystem can, so a full disk fails here rather than as SIGBUS on a
 /// later store through the mapping.

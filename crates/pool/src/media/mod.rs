@@ -201,6 +201,27 @@ pub trait Medium: Send + Sync + fmt::Debug {
         };
         self.persist(off, src.len() as u64)
     }
+    /// Gives `[off, off+len)` back to the file system (a hole, where it can punch one): the
+    /// range reads as zeros at once and takes no memory or disk. Nothing orders it: after a
+    /// crash the range may read as zeros or as before, so it is only for bytes no reader needs
+    /// any more. `off` and `len` must be multiples of the page size.
+    fn discard(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len, self.len())?;
+        if len == 0
+            || mapping::punch_hole(self.fd(), off, len).map_err(|e| MediumError::Io {
+                op: "fallocate(PUNCH_HOLE)",
+                path: "the pool file".into(),
+                source: e,
+            })?
+        {
+            return Ok(());
+        }
+        // No holes on this file system: zeros take the bytes' place.
+        // SAFETY: the range was checked against the mapping length above, and the caller owns
+        // these bytes (nothing borrows them while it discards them).
+        unsafe { std::ptr::write_bytes(self.as_ptr().add(off as usize), 0, len as usize) };
+        self.persist(off, len)
+    }
     /// Extend to `new_len` bytes (zero-filled), durably; the mapping may move.
     fn grow(&mut self, new_len: u64) -> Result<()>;
     /// Moves the mapping of `[0, len())` to addresses outside every range of `avoid` (no-op if
