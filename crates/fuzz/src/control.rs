@@ -13,20 +13,20 @@ use kioku_run::control::Control;
 struct Monitor {
     control: Control,
     name: String,
-    _pool: tempfile::NamedTempFile,
 }
 
 fn monitor() -> &'static Mutex<Monitor> {
     static M: OnceLock<Mutex<Monitor>> = OnceLock::new();
     M.get_or_init(|| {
-        let pool = tempfile::NamedTempFile::new().expect("a file to name the pool socket after");
-        // A pid no process has: the names stay this process's own.
+        // The pool name is taken from a file that outlives the process (a static is never
+        // dropped, so a temporary file would be left behind); the pid name from a pid no
+        // process has, so that it stays this process's own.
+        let exe = std::env::current_exe().expect("this executable");
         let fake_pid = -(std::process::id() as i32);
-        let control = Control::listen(fake_pid, pool.path(), &[]).expect("listening");
+        let control = Control::listen(fake_pid, &exe, &[]).expect("listening");
         Mutex::new(Monitor {
             control,
             name: format!("kioku/pid/{fake_pid}"),
-            _pool: pool,
         })
     })
 }

@@ -9,8 +9,9 @@ use kioku_pool::format::{self, HEADER_LEN, SLOT_LEN, TABLE_OFF};
 use kioku_pool::{OpenOptions, Pool};
 
 struct Template {
-    _dir: tempfile::TempDir,
     bytes: Vec<u8>,
+    /// Where each case is written, and removed again after it (a static is never dropped, so
+    /// nothing here may own a directory).
     scratch: PathBuf,
 }
 
@@ -40,12 +41,8 @@ fn template() -> &'static Template {
             e.checkpoint(b"second").expect("checkpoint 2");
         }
         let bytes = std::fs::read(&path).expect("template");
-        let scratch = dir.path().join("case.pool");
-        Template {
-            _dir: dir,
-            bytes,
-            scratch,
-        }
+        let scratch = scratch_parent().join(format!("kioku-fuzz-case-{}.pool", std::process::id()));
+        Template { bytes, scratch }
     })
 }
 
@@ -113,6 +110,7 @@ pub fn pool_image(data: &[u8]) {
     let _ = std::fs::remove_file(&t.scratch);
     std::fs::write(&t.scratch, &img).expect("scratch pool");
     read_like_kioku(&t.scratch);
+    let _ = std::fs::remove_file(&t.scratch);
 }
 
 fn read_like_kioku(path: &std::path::Path) {
