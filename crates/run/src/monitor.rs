@@ -206,6 +206,9 @@ impl Monitor {
         // failures may come from a process killed while stopped (SIGKILL does not wait).
         let decided = match &captured {
             Err(RunError::Unsupported { .. } | RunError::Unsettled { .. }) => true,
+            // An operation in the traced processes (a userfaultfd injected, a range mapped)
+            // fails the same way when a process was killed meanwhile: asked below.
+            Err(RunError::Ckpt(kioku_ckpt::CkptError::Os { .. })) => false,
             Err(e) => medium_failure(e),
             Ok(_) => false,
         };
