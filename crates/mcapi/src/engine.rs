@@ -16,13 +16,27 @@ use crate::link::{Io, Link, LinkState};
 use crate::shm::{Pidfd, Segment};
 use crate::tcp::{self, Handshake, HsContext, Outcome};
 use crate::topology::Topology;
+use rustix::event::epoll;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::TcpListener;
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often a TCP node looks for new connections while it is busy.
-const ACCEPT_EVERY: Duration = Duration::from_millis(1);
+/// TCP: how long a call that neither waits nor polls (a send, the start of a receive) may go
+/// without asking epoll what arrived. Such calls only need the network when a window is full,
+/// and then they wait (which asks at once); a system call for each of them would cost as much
+/// as the send itself. Requests, `test` and the other calls ask every time.
+const LAZY_POLL: Duration = Duration::from_micros(200);
+
+/// epoll tokens: the node's eventfd, the listener, a handshake, and link `TOKEN_LINK | node`.
+pub const TOKEN_WAKE: u64 = 0;
+const TOKEN_LISTENER: u64 = 1;
+const TOKEN_HANDSHAKE: u64 = 2;
+const TOKEN_LINK: u64 = 1 << 32;
+
+/// Events one epoll_wait takes (more stay ready for the next: epoll is level-triggered here).
+pub const EVENTS_PER_WAIT: usize = 32;
 
 /// What a completed request yields.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -179,19 +193,46 @@ pub enum Transport {
     Shm {
         own: Arc<Segment>,
     },
+    /// One epoll set holds the node's eventfd, the listener, handshakes and links. Sockets
+    /// are read only when epoll reported them (no read that would only say EAGAIN), and a
+    /// waiting thread sleeps in epoll_wait and hands what it saw to the engine.
     Tcp {
         listener: TcpListener,
         handshakes: Vec<Handshake>,
-        /// When the listener is next polled: accept(2) allocates a socket even when nothing
-        /// waits, too dear for every pass of a spinning wait; new peers can wait a millisecond.
-        accept_at: Instant,
+        epoll: Arc<OwnedFd>,
+        /// epoll reported connections waiting on the listener.
+        accept_ready: bool,
+        /// When epoll was last asked (by a progress pass or a sleeper).
+        polled_at: Instant,
     },
+}
+
+impl Transport {
+    /// The TCP transport over `listener`; `wake` (the node's eventfd) joins its epoll set.
+    pub fn tcp(listener: TcpListener, wake: &OwnedFd) -> std::io::Result<Transport> {
+        let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        let level_in = epoll::EventFlags::IN;
+        epoll::add(&ep, wake, epoll::EventData::new_u64(TOKEN_WAKE), level_in)?;
+        epoll::add(
+            &ep,
+            &listener,
+            epoll::EventData::new_u64(TOKEN_LISTENER),
+            level_in,
+        )?;
+        Ok(Transport::Tcp {
+            listener,
+            handshakes: Vec::new(),
+            epoll: Arc::new(ep),
+            accept_ready: true,
+            polled_at: Instant::now(),
+        })
+    }
 }
 
 /// How a waiting thread should sleep (built under the lock, used outside it).
 pub enum SleepPlan {
     Shm { own: Arc<Segment>, seq: u32 },
-    Tcp { fds: Vec<libc::pollfd> },
+    Tcp { epoll: Arc<OwnedFd> },
 }
 
 pub struct Engine {
@@ -1576,13 +1617,16 @@ impl Engine {
                     }
                 }
             }
-            Transport::Tcp { handshakes, .. } => {
-                let has_tx = matches!(&link.io, Io::Tcp { tx: Some(_), .. });
-                if has_tx || handshakes.iter().any(|h| h.target == Some(node)) {
+            Transport::Tcp {
+                handshakes, epoll, ..
+            } => {
+                let connected = matches!(&link.io, Io::Tcp(_));
+                if connected || handshakes.iter().any(|h| h.target == Some(node)) {
                     return;
                 }
                 match tcp::connect_start(self.topo.addresses[node as usize]) {
                     Ok(s) => {
+                        watch_handshake(epoll, &s);
                         handshakes.push(Handshake::connector(s, node));
                         if link.state == LinkState::Idle {
                             link.state = LinkState::Connecting;
@@ -1614,7 +1658,8 @@ impl Engine {
         }
     }
 
-    /// A TCP connection to or from `node` (incarnation `inc`) passed the handshake.
+    /// A TCP connection to or from `node` (incarnation `inc`) passed the handshake: it carries
+    /// frames both ways from now on.
     fn tcp_established(
         &mut self,
         node: u32,
@@ -1637,31 +1682,41 @@ impl Engine {
         } else if matches!(link.state, LinkState::Lost(_)) && link.lost_inc == inc {
             return; // the dead incarnation itself: stale
         }
+        let Transport::Tcp {
+            handshakes, epoll, ..
+        } = &mut self.transport
+        else {
+            return;
+        };
+        if !outgoing {
+            // The peer's dial won (it is the lower id, or ours was refused): ours is moot.
+            handshakes.retain(|h| h.target != Some(node));
+        }
+        // The handshake registered this socket; from now on it is the link's.
+        if let Err(e) = epoll::modify(
+            &**epoll,
+            &stream,
+            epoll::EventData::new_u64(TOKEN_LINK | u64::from(node)),
+            epoll::EventFlags::IN,
+        ) {
+            tracing::error!("epoll: cannot watch the connection to node {node}: {e}");
+            return;
+        }
         let link = &mut self.links[node as usize];
         link.peer_inc = inc;
-        if !matches!(link.io, Io::Tcp { .. }) {
-            link.io = Io::Tcp { tx: None, rx: None };
-        }
-        let Io::Tcp { tx, rx } = &mut link.io else {
-            unreachable!()
-        };
-        if outgoing {
-            *tx = Some(stream);
-            link.state = LinkState::Up;
-            link.after_loss = false;
-            link.backoff_ms = 1;
-            let me = self.me;
-            let _ = link.flush(me);
-        } else {
-            // Frames of a replaced connection of the same incarnation were all read before
-            // its peer dialled again (it dials only after its old connection broke).
-            *rx = Some(stream);
-            link.inbuf.clear();
-            link.in_start = 0;
-            if link.state == LinkState::Idle || matches!(link.state, LinkState::Lost(_)) {
-                link.state = LinkState::Connecting;
-            }
-        }
+        // A connection of the same incarnation is replaced only when the link was down, so
+        // nothing half-written or half-read of the old one remains.
+        link.inbuf.clear();
+        link.in_start = 0;
+        link.io = Io::Tcp(stream);
+        link.state = LinkState::Up;
+        link.after_loss = false;
+        link.backoff_ms = 1;
+        // Bytes may have come before the socket was the link's.
+        link.readable = true;
+        link.watch_out = false;
+        let me = self.me;
+        let _ = link.flush(me);
         tracing::debug!(me = self.me, node, outgoing, "connection up");
     }
 
@@ -1770,11 +1825,15 @@ impl Engine {
     // ---------------------------------------------------------------- progress
 
     /// Moves bytes: accepts and advances connections, writes what is queued, reads and
-    /// dispatches what arrived. Never blocks.
-    pub fn progress(&mut self) {
+    /// dispatches what arrived. Never blocks. Over TCP it asks epoll what arrived when
+    /// `eager`, or when it was last asked more than `LAZY_POLL` ago.
+    pub fn progress(&mut self, eager: bool) {
         match &self.transport {
             Transport::Shm { .. } => self.progress_shm_links(),
-            Transport::Tcp { .. } => self.progress_tcp_links(),
+            Transport::Tcp { .. } => {
+                self.poll_events(eager);
+                self.progress_tcp_links();
+            }
         }
         let me = self.me;
         let own = match &self.transport {
@@ -1795,7 +1854,7 @@ impl Engine {
             }
             let link = &mut self.links[node as usize];
             let readable = match &link.io {
-                Io::Tcp { rx, .. } => rx.is_some(),
+                Io::Tcp(_) => link.readable,
                 _ => link.inbound,
             };
             if !readable {
@@ -1925,6 +1984,63 @@ impl Engine {
         let _ = own;
     }
 
+    /// TCP: asks epoll (without waiting) what happened, if `eager` or not asked for a while.
+    fn poll_events(&mut self, eager: bool) {
+        let Transport::Tcp {
+            epoll, polled_at, ..
+        } = &mut self.transport
+        else {
+            return;
+        };
+        let now = Instant::now();
+        if !eager && now.duration_since(*polled_at) < LAZY_POLL {
+            return;
+        }
+        *polled_at = now;
+        let epoll = epoll.clone();
+        let mut buf = [std::mem::MaybeUninit::<epoll::Event>::uninit(); EVENTS_PER_WAIT];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match epoll::wait(&*epoll, &mut buf, Some(&zero)) {
+            Ok((events, _)) => {
+                for ev in events.iter() {
+                    self.note_event(ev.data.u64());
+                }
+            }
+            Err(e) => tracing::warn!("epoll_wait: {e}"),
+        }
+    }
+
+    /// TCP: what a sleeper's epoll_wait reported (token of each event), noted for the next
+    /// progress pass, which then reads those sockets and no others.
+    pub fn note_events(&mut self, tokens: &[u64]) {
+        if let Transport::Tcp { polled_at, .. } = &mut self.transport {
+            *polled_at = Instant::now();
+        }
+        for &t in tokens {
+            self.note_event(t);
+        }
+    }
+
+    fn note_event(&mut self, token: u64) {
+        match token {
+            TOKEN_LISTENER => {
+                if let Transport::Tcp { accept_ready, .. } = &mut self.transport {
+                    *accept_ready = true;
+                }
+            }
+            t if t & TOKEN_LINK != 0 => {
+                if let Some(l) = self.links.get_mut((t & 0xffff_ffff) as usize) {
+                    l.readable = true;
+                }
+            }
+            // The eventfd (drained by the sleeper) and handshakes (advanced on every pass).
+            _ => {}
+        }
+    }
+
     fn progress_tcp_links(&mut self) {
         let me = self.me;
         let nodes = self.topo.nodes;
@@ -1933,43 +2049,72 @@ impl Engine {
         let topo = self.topo.clone();
         let mut established = Vec::new();
         let mut failed = Vec::new();
-        {
+        let idle = match &self.transport {
+            Transport::Tcp {
+                handshakes,
+                accept_ready,
+                ..
+            } => handshakes.is_empty() && !accept_ready,
+            Transport::Shm { .. } => return,
+        };
+        // Connections we hold (incarnation of the peer, 0 if none): for `crossing`.
+        let connected: Vec<u64> = if idle {
+            Vec::new() // the common case once a job is up: no handshake to advance
+        } else {
+            self.links
+                .iter()
+                .map(|l| match (&l.state, &l.io) {
+                    (LinkState::Up, Io::Tcp(_)) => l.peer_inc,
+                    _ => 0,
+                })
+                .collect()
+        };
+        if !idle {
             let Transport::Tcp {
                 listener,
                 handshakes,
-                accept_at,
+                epoll,
+                accept_ready,
+                ..
             } = &mut self.transport
             else {
                 return;
             };
-            let now = Instant::now();
-            if now >= *accept_at {
-                *accept_at = now + ACCEPT_EVERY;
-                accept_all(listener, handshakes);
+            if std::mem::take(accept_ready) {
+                accept_all(listener, handshakes, epoll);
             }
+            let dialling: Vec<u32> = handshakes.iter().filter_map(|h| h.target).collect();
+            let crossing = |from: u32, inc: u64| {
+                let shared = connected
+                    .get(from as usize)
+                    .is_some_and(|&i| i != 0 && i == inc);
+                shared || (me < from && dialling.contains(&from))
+            };
             let cx = HsContext {
                 me,
                 incarnation,
                 nodes,
                 fingerprint: &fingerprint,
                 secret: &topo.secret,
+                crossing: &crossing,
             };
             let mut i = 0;
             while i < handshakes.len() {
                 match handshakes[i].advance(&cx) {
                     Outcome::Pending => i += 1,
-                    Outcome::Established {
-                        peer,
-                        incarnation,
-                        stream,
-                    } => {
+                    Outcome::Established { peer, incarnation } => {
                         let h = handshakes.remove(i);
-                        established.push((peer, incarnation, stream, h.target.is_some()));
+                        let outgoing = h.target.is_some();
+                        established.push((peer, incarnation, h.into_stream(), outgoing));
                     }
                     Outcome::Failed { peer, why, refused } => {
                         let h = handshakes.remove(i);
                         if let Some(t) = h.target {
                             failed.push((t, why, refused));
+                        } else if refused == Some(crate::auth::code::CROSSING) {
+                            tracing::debug!(
+                                "node {peer:?} dialled while we dial it: ours is used instead"
+                            );
                         } else {
                             tracing::warn!(
                                 "refused a connection from {:?} (node {:?}): {why}",
@@ -1987,6 +2132,8 @@ impl Engine {
         for (node, why, refused) in failed {
             if refused == Some(crate::auth::code::WRONG_TOPOLOGY) {
                 tracing::error!("node {node} runs another topology: {why}");
+            } else if refused == Some(crate::auth::code::CROSSING) {
+                tracing::debug!("node {node} dials us at the same time: we use its connection");
             } else {
                 tracing::debug!("connect to node {node}: {why}");
             }
@@ -2023,10 +2170,7 @@ impl Engine {
             let link = &self.links[node as usize];
             let dead = match &link.io {
                 Io::Shm { pidfd: Some(p), .. } => p.exited(),
-                // With an incoming connection, its end (after the frames before it) tells;
-                // without one, the peer closing the connection we send on does.
-                Io::Tcp { rx: None, .. } => link.tx_closed(),
-                Io::Tcp { .. } => false,
+                // TCP: the connection's end (after the frames before it) tells, when read.
                 _ => false,
             };
             if dead && !matches!(self.links[node as usize].state, LinkState::Lost(_)) {
@@ -2045,47 +2189,32 @@ impl Engine {
     }
 
     /// How to sleep until something may have happened.
-    pub fn sleep_plan(&self, eventfd: i32) -> SleepPlan {
+    pub fn sleep_plan(&mut self) -> SleepPlan {
         match &self.transport {
             Transport::Shm { own, .. } => SleepPlan::Shm {
                 own: own.clone(),
                 seq: own.prepare_sleep(),
             },
-            Transport::Tcp {
-                listener,
-                handshakes,
-                ..
-            } => {
-                use std::os::fd::AsRawFd;
-                let mut fds = vec![
-                    libc::pollfd {
-                        fd: eventfd,
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                    libc::pollfd {
-                        fd: listener.as_raw_fd(),
-                        events: libc::POLLIN,
-                        revents: 0,
-                    },
-                ];
-                for h in handshakes {
-                    fds.push(libc::pollfd {
-                        fd: h.fd(),
-                        events: libc::POLLIN | if h.wants_write() { libc::POLLOUT } else { 0 },
-                        revents: 0,
-                    });
-                }
-                for l in &self.links {
-                    for (fd, out) in l.fds() {
-                        fds.push(libc::pollfd {
-                            fd,
-                            events: libc::POLLIN | if out { libc::POLLOUT } else { 0 },
-                            revents: 0,
-                        });
+            Transport::Tcp { epoll, .. } => {
+                let epoll = epoll.clone();
+                // Writability matters only for links with frames waiting to go out.
+                for (node, l) in self.links.iter_mut().enumerate() {
+                    let want = l.has_out();
+                    let Some(s) = l.stream().filter(|_| want != l.watch_out) else {
+                        continue;
+                    };
+                    let flags = if want {
+                        epoll::EventFlags::IN | epoll::EventFlags::OUT
+                    } else {
+                        epoll::EventFlags::IN
+                    };
+                    let data = epoll::EventData::new_u64(TOKEN_LINK | node as u64);
+                    match epoll::modify(&*epoll, s, data, flags) {
+                        Ok(()) => l.watch_out = want,
+                        Err(e) => tracing::warn!("epoll: {e}"),
                     }
                 }
-                SleepPlan::Tcp { fds }
+                SleepPlan::Tcp { epoll }
             }
         }
     }
@@ -2152,7 +2281,7 @@ fn loss_of(e: &std::io::Error) -> PeerLoss {
 /// Accepts every waiting connection as a handshake. When the table is full, the oldest
 /// connection still waiting for a hello makes room (so a flood of silent clients delays a
 /// real peer by one round trip instead of locking it out); if there is none, it is refused.
-fn accept_all(listener: &TcpListener, handshakes: &mut Vec<Handshake>) {
+fn accept_all(listener: &TcpListener, handshakes: &mut Vec<Handshake>, epoll: &OwnedFd) {
     loop {
         match listener.accept() {
             Ok((s, addr)) => {
@@ -2182,6 +2311,7 @@ fn accept_all(listener: &TcpListener, handshakes: &mut Vec<Handshake>) {
                     }
                 }
                 let _ = s.set_nonblocking(true);
+                watch_handshake(epoll, &s);
                 handshakes.push(Handshake::acceptor(s, addr));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -2190,5 +2320,15 @@ fn accept_all(listener: &TcpListener, handshakes: &mut Vec<Handshake>) {
                 break;
             }
         }
+    }
+}
+
+/// Adds a handshake's socket to the epoll set, edge-triggered both ways: every pass advances
+/// all handshakes, so an edge only has to wake a sleeper. (A socket that is dropped leaves
+/// the set by itself: it has no duplicate descriptor.)
+fn watch_handshake(epoll: &OwnedFd, s: &std::net::TcpStream) {
+    let flags = epoll::EventFlags::IN | epoll::EventFlags::OUT | epoll::EventFlags::ET;
+    if let Err(e) = epoll::add(epoll, s, epoll::EventData::new_u64(TOKEN_HANDSHAKE), flags) {
+        tracing::warn!("epoll: cannot watch a handshake: {e}");
     }
 }

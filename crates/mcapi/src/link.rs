@@ -27,12 +27,12 @@ pub enum Io {
         peer: Segment,
         pidfd: Option<Pidfd>,
     },
-    /// Two one-way connections: frames go out on the one we dialled (`tx`) and come in on
-    /// the one the peer dialled (`rx`), so no tie-break between simultaneous dials is needed.
-    Tcp {
-        tx: Option<TcpStream>,
-        rx: Option<TcpStream>,
-    },
+    /// One connection carries frames both ways (whichever side dialled it; see
+    /// `Engine::crossing` for two nodes dialling each other at once). One connection, not a
+    /// pair of one-way ones: a reply then carries the TCP acknowledgement of the frame it
+    /// answers, where a one-way connection costs a bare ACK segment per frame (measured: +4 µs
+    /// on a 15 µs loopback round trip).
+    Tcp(TcpStream),
 }
 
 pub struct Link {
@@ -54,6 +54,10 @@ pub struct Link {
     pub backoff_ms: u64,
     /// A connect attempt after a loss: failing it fails the waiting operations.
     pub after_loss: bool,
+    /// TCP: epoll said the socket has bytes (or its end) that were not read yet.
+    pub readable: bool,
+    /// TCP: the socket is registered for writability too (frames wait in `out`).
+    pub watch_out: bool,
 }
 
 impl Link {
@@ -72,6 +76,8 @@ impl Link {
             retry_at: Instant::now(),
             backoff_ms: 1,
             after_loss: false,
+            readable: false,
+            watch_out: false,
         }
     }
 
@@ -79,39 +85,12 @@ impl Link {
         !self.out.is_empty()
     }
 
-    /// Sockets to poll: (fd, whether we wait to write on it).
-    pub fn fds(&self) -> Vec<(i32, bool)> {
+    /// TCP: the socket of the link.
+    pub fn stream(&self) -> Option<&TcpStream> {
         match &self.io {
-            Io::Tcp { tx, rx } => {
-                let mut v = Vec::new();
-                if let Some(t) = tx {
-                    v.push((t.as_raw_fd(), self.has_out()));
-                }
-                if let Some(r) = rx {
-                    v.push((r.as_raw_fd(), false));
-                }
-                v
-            }
-            _ => Vec::new(),
+            Io::Tcp(s) => Some(s),
+            _ => None,
         }
-    }
-
-    /// TCP: the peer closed our outgoing connection (it never writes on it).
-    pub fn tx_closed(&self) -> bool {
-        let Io::Tcp { tx: Some(t), .. } = &self.io else {
-            return false;
-        };
-        let mut b = [0u8; 1];
-        // SAFETY: a peek of at most one byte into a valid buffer, non-blocking.
-        let n = unsafe {
-            libc::recv(
-                t.as_raw_fd(),
-                b.as_mut_ptr().cast(),
-                1,
-                libc::MSG_PEEK | libc::MSG_DONTWAIT,
-            )
-        };
-        n == 0 || (n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock)
     }
 
     /// Writes `bufs` now as far as possible (nothing queued before them); returns bytes written.
@@ -124,7 +103,7 @@ impl Link {
                 }
                 Ok(n)
             }
-            Io::Tcp { tx: Some(s), .. } => send_vectored(s.as_raw_fd(), bufs),
+            Io::Tcp(s) => send_vectored(s.as_raw_fd(), bufs),
             _ => Ok(0),
         }
     }
@@ -148,7 +127,7 @@ impl Link {
                     }
                     n
                 }
-                Io::Tcp { tx: Some(s), .. } => send_vectored(s.as_raw_fd(), &[rest])?,
+                Io::Tcp(s) => send_vectored(s.as_raw_fd(), &[rest])?,
                 _ => return Ok(false),
             };
             if n == 0 {
@@ -182,8 +161,7 @@ impl Link {
         }
         let _ = me;
         match &mut self.io {
-            Io::Tcp { rx, .. } => {
-                let Some(s) = rx else { return Ok(true) };
+            Io::Tcp(s) => {
                 let mut budget = 8 << 20;
                 loop {
                     let len = self.inbuf.len();
@@ -205,15 +183,23 @@ impl Link {
                             // SAFETY: read(2) initialized the first n bytes of the spare capacity.
                             unsafe { self.inbuf.set_len(len + n) };
                             budget -= n.min(budget);
-                            // A short read took all there was: another would only say EAGAIN.
-                            if budget == 0 || short {
+                            // A short read took all there was: another would only say EAGAIN
+                            // (epoll reports the socket again when more comes).
+                            if short {
+                                self.readable = false;
+                                return Ok(true);
+                            }
+                            if budget == 0 {
                                 return Ok(true);
                             }
                         }
                         _ => {
                             let e = io::Error::last_os_error();
                             match e.kind() {
-                                io::ErrorKind::WouldBlock => return Ok(true),
+                                io::ErrorKind::WouldBlock => {
+                                    self.readable = false;
+                                    return Ok(true);
+                                }
                                 io::ErrorKind::Interrupted => {}
                                 _ => return Err(e),
                             }
@@ -274,26 +260,35 @@ impl Link {
         self.in_start = 0;
         self.accepted = false;
         self.inbound = false;
+        self.readable = false;
+        self.watch_out = false;
     }
 }
 
+/// Writes a frame's header and payload in one system call (no copy into one buffer first).
 fn send_vectored(fd: i32, bufs: &[&[u8]]) -> io::Result<usize> {
-    let iov: Vec<libc::iovec> = bufs
-        .iter()
-        .filter(|b| !b.is_empty())
-        .map(|b| libc::iovec {
+    let empty = libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    };
+    let mut iov = [empty; 2];
+    let mut n_iov = 0;
+    for b in bufs.iter().filter(|b| !b.is_empty()) {
+        assert!(n_iov < iov.len(), "a frame is a header and a payload");
+        iov[n_iov] = libc::iovec {
             iov_base: b.as_ptr() as *mut libc::c_void,
             iov_len: b.len(),
-        })
-        .collect();
-    if iov.is_empty() {
+        };
+        n_iov += 1;
+    }
+    if n_iov == 0 {
         return Ok(0);
     }
     // SAFETY: msghdr is plain data; zeroed is valid, then we set the iovec array which
     // outlives the call.
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-    msg.msg_iovlen = iov.len();
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = n_iov;
     loop {
         // SAFETY: fd is a socket we own; msg points to valid iovecs. MSG_NOSIGNAL: a broken
         // connection is an error, not a SIGPIPE.

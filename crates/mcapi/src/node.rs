@@ -3,7 +3,7 @@
 //! waiting thread sleeps in the kernel (a futex on the node's shared-memory doorbell, or
 //! poll(2) on its sockets) while the others wait on a condition variable it signals.
 
-use crate::engine::{Completion, Engine, SleepPlan, Transport};
+use crate::engine::{Completion, Engine, SleepPlan, Transport, EVENTS_PER_WAIT, TOKEN_WAKE};
 use crate::error::{McapiError, PeerLoss, Result};
 use crate::ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId};
 use crate::link::LinkState;
@@ -88,16 +88,11 @@ impl Node {
                 if fd < 0 {
                     return Err(McapiError::io("eventfd", std::io::Error::last_os_error()));
                 }
-                (
-                    Transport::Tcp {
-                        listener,
-                        handshakes: Vec::new(),
-                        accept_at: Instant::now(),
-                    },
-                    // SAFETY: fd is a fresh descriptor we own.
-                    Some(unsafe { OwnedFd::from_raw_fd(fd) }),
-                    None,
-                )
+                // SAFETY: fd is a fresh descriptor we own.
+                let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+                let transport =
+                    Transport::tcp(listener, &wake).map_err(|e| McapiError::io("epoll", e))?;
+                (transport, Some(wake), None)
             }
         };
         let engine = Engine::new(node, incarnation, topo.clone(), transport);
@@ -141,8 +136,19 @@ impl Node {
 
     /// Runs `f` on the engine after making progress, then wakes waiters if anything completed.
     fn with<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        self.with_progress(true, f)
+    }
+
+    /// `with` for the calls of the data path (sends, the start of a receive): over TCP their
+    /// progress pass asks epoll only if nobody did for a while (see `LAZY_POLL`); a call that
+    /// then has to wait asks at once.
+    fn with_lazy<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        self.with_progress(false, f)
+    }
+
+    fn with_progress<T>(&self, eager: bool, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
-        g.progress();
+        g.progress(eager);
         let r = f(&mut g);
         self.notify(&mut g);
         r
@@ -188,13 +194,18 @@ impl Node {
         let mut g = self.lock()?;
         // The calls that wait made progress just before (`with`); a first look without another
         // pass saves a system call per operation. Nothing is missed: what arrived meanwhile
-        // makes the sleep return at once (poll(2) is level-triggered; a shared-memory sleeper
-        // looks at its rings first).
+        // makes the sleep return at once (epoll is level-triggered for links; a shared-memory
+        // sleeper looks at its rings first).
         // (A wait whose deadline has passed gets its pass: it would not sleep.)
+        // After its own epoll_wait a sleeper hands the engine what it saw: no second look.
         let mut first = true;
+        let mut woke: Option<([u64; EVENTS_PER_WAIT], usize)> = None;
         loop {
-            if !first || deadline.is_some_and(|d| Instant::now() >= d) {
-                g.progress();
+            if let Some((tokens, n)) = woke.take() {
+                g.note_events(&tokens[..n]);
+                g.progress(false);
+            } else if !first || deadline.is_some_and(|d| Instant::now() >= d) {
+                g.progress(true);
             }
             first = false;
             let r = check(&mut g);
@@ -229,15 +240,9 @@ impl Node {
                 .unwrap_or(Duration::MAX)
                 .min(Duration::from_millis(10));
             if !self.shared.poller.swap(true, Ordering::AcqRel) {
-                let efd = self
-                    .shared
-                    .eventfd
-                    .as_ref()
-                    .map(|f| f.as_raw_fd())
-                    .unwrap_or(-1);
-                let plan = g.sleep_plan(efd);
+                let plan = g.sleep_plan();
                 drop(g);
-                self.sleep(plan, slice);
+                woke = self.sleep(plan, slice);
                 self.shared.poller.store(false, Ordering::Release);
                 g = self.lock()?;
                 g.check_liveness();
@@ -257,7 +262,8 @@ impl Node {
         }
     }
 
-    fn sleep(&self, plan: SleepPlan, slice: Duration) {
+    /// Sleeps up to `slice`; over TCP, returns the tokens of the events epoll reported.
+    fn sleep(&self, plan: SleepPlan, slice: Duration) -> Option<([u64; EVENTS_PER_WAIT], usize)> {
         match plan {
             SleepPlan::Shm { own, seq } => {
                 if own.has_input(self.shared.id) {
@@ -265,17 +271,35 @@ impl Node {
                 } else {
                     own.sleep(seq, slice);
                 }
+                None
             }
-            SleepPlan::Tcp { mut fds } => {
-                let ms = slice.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: a valid array of pollfds for the duration of the call.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-                // fds[0] is the eventfd: drain it only when it fired.
-                if let Some(fd) = self.shared.eventfd.as_ref().filter(|_| fds[0].revents != 0) {
-                    let mut v: u64 = 0;
-                    // SAFETY: reading 8 bytes from our non-blocking eventfd.
-                    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            SleepPlan::Tcp { epoll } => {
+                use rustix::event::{epoll as ep, Timespec};
+                let timeout = Timespec {
+                    tv_sec: slice.as_secs().min(i64::MAX as u64) as i64,
+                    tv_nsec: i64::from(slice.subsec_nanos()),
+                };
+                let mut buf = [std::mem::MaybeUninit::<ep::Event>::uninit(); EVENTS_PER_WAIT];
+                let mut tokens = [0u64; EVENTS_PER_WAIT];
+                let mut n = 0;
+                if let Ok((events, _)) = ep::wait(&*epoll, &mut buf, Some(&timeout)) {
+                    for ev in events.iter() {
+                        let t = ev.data.u64();
+                        if t == TOKEN_WAKE {
+                            if let Some(fd) = &self.shared.eventfd {
+                                let mut v: u64 = 0;
+                                // SAFETY: reading 8 bytes from our non-blocking eventfd.
+                                unsafe {
+                                    libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8)
+                                };
+                            }
+                        } else {
+                            tokens[n] = t;
+                            n += 1;
+                        }
+                    }
                 }
+                Some((tokens, n))
             }
         }
     }
@@ -343,7 +367,7 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<RequestId> {
-        self.with(|e| e.msg_send_i(from, to, data, priority))
+        self.with_lazy(|e| e.msg_send_i(from, to, data, priority))
     }
 
     /// Sends a message; waits while the receiver's queue is full (up to `from`'s timeout).
@@ -354,7 +378,7 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<()> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e.endpoint_timeout(from);
             Ok((e.msg_send_i(from, to, data, priority)?, t))
         })?;
@@ -362,12 +386,12 @@ impl Node {
     }
 
     pub fn msg_recv_i(&self, ep: EndpointId) -> Result<RequestId> {
-        self.with(|e| e.msg_recv_i(ep))
+        self.with_lazy(|e| e.msg_recv_i(ep))
     }
 
     /// Receives the next message (highest priority first), waiting up to `ep`'s timeout.
     pub fn msg_recv(&self, ep: EndpointId) -> Result<Vec<u8>> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e.endpoint_timeout(ep);
             Ok((e.msg_recv_i(ep)?, t))
         })?;
@@ -409,11 +433,11 @@ impl Node {
     }
 
     pub fn pktchan_send_i(&self, h: ChannelHandle, data: &[u8]) -> Result<RequestId> {
-        self.with(|e| e.pkt_send_i(h, data))
+        self.with_lazy(|e| e.pkt_send_i(h, data))
     }
 
     pub fn pktchan_send(&self, h: ChannelHandle, data: &[u8]) -> Result<()> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -424,11 +448,11 @@ impl Node {
     }
 
     pub fn pktchan_recv_i(&self, h: ChannelHandle) -> Result<RequestId> {
-        self.with(|e| e.chan_recv_i(h, None))
+        self.with_lazy(|e| e.chan_recv_i(h, None))
     }
 
     pub fn pktchan_recv(&self, h: ChannelHandle) -> Result<Vec<u8>> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -444,7 +468,7 @@ impl Node {
 
     /// Sends a scalar of `width` bytes (1, 2, 4 or 8).
     pub fn sclchan_send(&self, h: ChannelHandle, width: u8, value: u64) -> Result<()> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -456,7 +480,7 @@ impl Node {
 
     /// Receives a scalar that was sent with the same `width`.
     pub fn sclchan_recv(&self, h: ChannelHandle, width: u8) -> Result<u64> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -570,7 +594,7 @@ impl Node {
         let deadline = Instant::now() + linger;
         let mut g = self.lock()?;
         loop {
-            g.progress();
+            g.progress(true);
             if g.flushed() || Instant::now() >= deadline {
                 break;
             }
