@@ -58,6 +58,8 @@ pub struct Link {
     pub readable: bool,
     /// TCP: the socket is registered for writability too (frames wait in `out`).
     pub watch_out: bool,
+    /// Encoded control frames (credit) that go with the next frame written to this peer.
+    pub deferred: Vec<u8>,
 }
 
 impl Link {
@@ -78,6 +80,7 @@ impl Link {
             after_loss: false,
             readable: false,
             watch_out: false,
+            deferred: Vec::new(),
         }
     }
 
@@ -142,15 +145,20 @@ impl Link {
         Ok(true)
     }
 
-    /// Queues `bufs` (after what is queued already).
-    pub fn enqueue(&mut self, bufs: &[&[u8]]) {
-        let mut v = Vec::with_capacity(bufs.iter().map(|b| b.len()).sum());
+    /// Queues what follows the first `written` bytes of `bufs` (after what is queued already).
+    pub fn enqueue_after(&mut self, bufs: &[&[u8]], written: usize) {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if written >= total {
+            return;
+        }
+        let mut v = Vec::with_capacity(total - written);
+        let mut skip = written;
         for b in bufs {
-            v.extend_from_slice(b);
+            let k = skip.min(b.len());
+            skip -= k;
+            v.extend_from_slice(&b[k..]);
         }
-        if !v.is_empty() {
-            self.out.push_back(v);
-        }
+        self.out.push_back(v);
     }
 
     /// Reads what the transport has for us into `inbuf`. Ok(false): end of stream.
@@ -262,6 +270,7 @@ impl Link {
         self.inbound = false;
         self.readable = false;
         self.watch_out = false;
+        self.deferred.clear();
     }
 }
 
@@ -271,10 +280,13 @@ fn send_vectored(fd: i32, bufs: &[&[u8]]) -> io::Result<usize> {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     };
-    let mut iov = [empty; 2];
+    let mut iov = [empty; 3];
     let mut n_iov = 0;
     for b in bufs.iter().filter(|b| !b.is_empty()) {
-        assert!(n_iov < iov.len(), "a frame is a header and a payload");
+        assert!(
+            n_iov < iov.len(),
+            "deferred control frames, a header and a payload"
+        );
         iov[n_iov] = libc::iovec {
             iov_base: b.as_ptr() as *mut libc::c_void,
             iov_len: b.len(),
