@@ -9,6 +9,7 @@
 //! link for other endpoints. The receiver checks the same counts and drops a peer that sends
 //! beyond them.
 
+use crate::clock;
 use crate::error::{McapiError, PeerLoss, Result};
 use crate::frame::{Header, Kind, MAX_PAYLOAD, MIN_PRIORITY};
 use crate::ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId, MAX_PORT};
@@ -17,17 +18,27 @@ use crate::shm::{Pidfd, Segment};
 use crate::tcp::{self, Handshake, HsContext, Outcome};
 use crate::topology::Topology;
 use rustix::event::epoll;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+/// Maps keyed by port, node, endpoint or token, on every call's path: foldhash instead of the
+/// standard SipHash, which showed as 8 % of a TCP round trip's user time (keys come from
+/// authenticated peers only; the seed is still random per process).
+type HashMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
+type HashSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// TCP: how long a call that neither waits nor polls (a send, the start of a receive) may go
-/// without asking epoll what arrived. Such calls only need the network when a window is full,
-/// and then they wait (which asks at once); a system call for each of them would cost as much
-/// as the send itself. Requests, `test` and the other calls ask every time.
-const LAZY_POLL: Duration = Duration::from_micros(200);
+/// TCP: how long calls that need not look at the network (a send, the start of a receive) may
+/// go without asking epoll what arrived, in ticks of the coarse clock (4 ms with HZ=250).
+/// Such calls only need the network when a window is full, and then they wait (which asks at
+/// once); a system call for each of them would cost as much as the send itself. Requests,
+/// `test` and the other calls ask every time.
+const LAZY_POLL_MS: u64 = 1;
+
+/// How often a progress pass looks for dead shared-memory peers (pidfds).
+const LIVENESS_EVERY_MS: u64 = 20;
 
 /// epoll tokens: the node's eventfd, the listener, a handshake, and link `TOKEN_LINK | node`.
 pub const TOKEN_WAKE: u64 = 0;
@@ -117,13 +128,13 @@ impl Endpoint {
             queues: Default::default(),
             count: 0,
             waiters: VecDeque::new(),
-            inflight: HashMap::new(),
-            unreported: HashMap::new(),
+            inflight: HashMap::default(),
+            unreported: HashMap::default(),
             chan: None,
             open_req: None,
             early_opened: None,
             timeout: None,
-            getters: HashSet::new(),
+            getters: HashSet::default(),
             generation: 0,
         }
     }
@@ -202,8 +213,8 @@ pub enum Transport {
         epoll: Arc<OwnedFd>,
         /// epoll reported connections waiting on the listener.
         accept_ready: bool,
-        /// When epoll was last asked (by a progress pass or a sleeper).
-        polled_at: Instant,
+        /// When epoll was last asked (by a progress pass or a sleeper), `clock::coarse_ms`.
+        polled_at: u64,
     },
 }
 
@@ -224,7 +235,7 @@ impl Transport {
             handshakes: Vec::new(),
             epoll: Arc::new(ep),
             accept_ready: true,
-            polled_at: Instant::now(),
+            polled_at: clock::coarse_ms(),
         })
     }
 }
@@ -256,7 +267,8 @@ pub struct Engine {
     pub completed: bool,
     /// Some link holds deferred control frames (`send_credit`).
     deferred_any: bool,
-    last_liveness: Instant,
+    /// `clock::coarse_ms` of the last look for dead peers.
+    last_liveness: u64,
     pub finalized: bool,
 }
 
@@ -272,21 +284,21 @@ impl Engine {
             incarnation,
             fingerprint: topo.fingerprint(),
             topo,
-            endpoints: HashMap::new(),
+            endpoints: HashMap::default(),
             any_cursor: MAX_PORT,
             slots: Vec::new(),
             free_slots: Vec::new(),
             live: 0,
             links: (0..n).map(|_| Link::new()).collect(),
-            sends: HashMap::new(),
+            sends: HashMap::default(),
             next_token: 1,
-            tokens: HashMap::new(),
-            remote_gets: HashMap::new(),
-            local_gets: HashMap::new(),
+            tokens: HashMap::default(),
+            remote_gets: HashMap::default(),
+            local_gets: HashMap::default(),
             transport,
             completed: false,
             deferred_any: false,
-            last_liveness: Instant::now(),
+            last_liveness: clock::coarse_ms(),
             finalized: false,
         }
     }
@@ -1907,7 +1919,9 @@ impl Engine {
             }
             self.drain_frames(node);
         }
-        if self.last_liveness.elapsed() > Duration::from_millis(20) {
+        if matches!(self.transport, Transport::Shm { .. })
+            && clock::coarse_ms().saturating_sub(self.last_liveness) > LIVENESS_EVERY_MS
+        {
             self.check_liveness();
         }
     }
@@ -2018,8 +2032,8 @@ impl Engine {
         let Transport::Tcp { polled_at, .. } = &mut self.transport else {
             return;
         };
-        let now = Instant::now();
-        if !eager && now.duration_since(*polled_at) < LAZY_POLL {
+        let now = clock::coarse_ms();
+        if !eager && now.saturating_sub(*polled_at) < LAZY_POLL_MS {
             return;
         }
         *polled_at = now;
@@ -2047,7 +2061,7 @@ impl Engine {
     /// progress pass, which then reads those sockets and no others.
     pub fn note_events(&mut self, tokens: &[u64]) {
         if let Transport::Tcp { polled_at, .. } = &mut self.transport {
-            *polled_at = Instant::now();
+            *polled_at = clock::coarse_ms();
         }
         for &t in tokens {
             self.note_event(t);
@@ -2192,7 +2206,10 @@ impl Engine {
 
     /// Shared memory: peers whose process exited are lost (after draining what they wrote).
     pub fn check_liveness(&mut self) {
-        self.last_liveness = Instant::now();
+        if !matches!(self.transport, Transport::Shm { .. }) {
+            return; // TCP: the connection's end tells, when read
+        }
+        self.last_liveness = clock::coarse_ms();
         for node in 0..self.topo.nodes {
             if node == self.me {
                 continue;
