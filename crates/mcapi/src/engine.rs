@@ -49,6 +49,11 @@ const TOKEN_LINK: u64 = 1 << 32;
 /// Events one epoll_wait takes (more stay ready for the next: epoll is level-triggered here).
 pub const EVENTS_PER_WAIT: usize = 32;
 
+/// TCP: the receive timeout of link sockets, how long a waiting thread blocks in a read of
+/// its one connection (`Engine::sleep_plan`) before it sleeps in epoll_wait instead. Other
+/// events (a new connection, another thread's wakeup) wait at most this long meanwhile.
+pub const DIRECT_READ: Duration = Duration::from_millis(1);
+
 /// What a completed request yields.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Completion {
@@ -242,8 +247,21 @@ impl Transport {
 
 /// How a waiting thread should sleep (built under the lock, used outside it).
 pub enum SleepPlan {
-    Shm { own: Arc<Segment>, seq: u32 },
-    Tcp { epoll: Arc<OwnedFd> },
+    Shm {
+        own: Arc<Segment>,
+        seq: u32,
+    },
+    Tcp {
+        epoll: Arc<OwnedFd>,
+    },
+    /// TCP: block in recv(2) on the one connection, into the link's input buffer (the
+    /// thread holds it until `direct_read_done`).
+    Read {
+        node: u32,
+        stream: Arc<std::net::TcpStream>,
+        buf: Vec<u8>,
+        conn: u64,
+    },
 }
 
 pub struct Engine {
@@ -267,6 +285,8 @@ pub struct Engine {
     pub completed: bool,
     /// Some link holds deferred control frames (`send_credit`).
     deferred_any: bool,
+    /// A link socket could not be given a receive timeout: waiting threads use epoll only.
+    no_direct_read: bool,
     /// `clock::coarse_ms` of the last look for dead peers.
     last_liveness: u64,
     pub finalized: bool,
@@ -298,6 +318,7 @@ impl Engine {
             transport,
             completed: false,
             deferred_any: false,
+            no_direct_read: false,
             last_liveness: clock::coarse_ms(),
             finalized: false,
         }
@@ -1709,7 +1730,15 @@ impl Engine {
         outgoing: bool,
     ) {
         tcp::tune(&stream, self.topo.tcp_dead_after);
-        let _ = stream.set_nonblocking(true);
+        // Blocking, for a direct read by a waiting thread (every other call says MSG_DONTWAIT);
+        // the timeout bounds that read.
+        if stream.set_nonblocking(false).is_err()
+            || stream.set_read_timeout(Some(DIRECT_READ)).is_err()
+        {
+            let _ = stream.set_nonblocking(true);
+            // Without the timeout a direct read could block for good: never do one.
+            self.no_direct_read = true;
+        }
         let link = &mut self.links[node as usize];
         if link.peer_inc != 0 && link.peer_inc != inc {
             // A new incarnation: the old one is gone (fail what waited on it, drop its state).
@@ -1749,7 +1778,9 @@ impl Engine {
         // nothing half-written or half-read of the old one remains.
         link.inbuf.clear();
         link.in_start = 0;
-        link.io = Io::Tcp(stream);
+        link.io = Io::Tcp(Arc::new(stream));
+        link.conn += 1;
+        link.reader_busy = false;
         link.state = LinkState::Up;
         link.after_loss = false;
         link.backoff_ms = 1;
@@ -1895,7 +1926,7 @@ impl Engine {
             }
             let link = &mut self.links[node as usize];
             let readable = match &link.io {
-                Io::Tcp(_) => link.readable,
+                Io::Tcp(_) => link.readable && !link.reader_busy,
                 _ => link.inbound,
             };
             if !readable {
@@ -2235,9 +2266,28 @@ impl Engine {
         }
     }
 
-    /// How to sleep until something may have happened.
-    pub fn sleep_plan(&mut self) -> SleepPlan {
+    /// How to sleep until something may have happened. Over TCP, a thread that waits alone
+    /// (`alone`: no other thread of the node waits, and this wait did not already spend a
+    /// direct read) on a node with one connection, nothing to write, no handshake and no
+    /// connection waiting to be accepted, blocks in recv(2) on that connection: the peer's
+    /// next frame wakes it straight, where epoll_wait and a read cost a second system call
+    /// and the epoll wakeup path (together about 1.5 µs of a 15 µs loopback round trip).
+    pub fn sleep_plan(&mut self, alone: bool) -> SleepPlan {
         self.flush_deferred();
+        if alone && !self.no_direct_read {
+            if let Some(node) = self.direct_read_link() {
+                let link = &mut self.links[node as usize];
+                let stream = link.stream().expect("a connected link").clone();
+                link.prepare_inbuf();
+                link.reader_busy = true;
+                return SleepPlan::Read {
+                    node,
+                    stream,
+                    buf: std::mem::take(&mut link.inbuf),
+                    conn: link.conn,
+                };
+            }
+        }
         match &self.transport {
             Transport::Shm { own, .. } => SleepPlan::Shm {
                 own: own.clone(),
@@ -2263,6 +2313,88 @@ impl Engine {
                     }
                 }
                 SleepPlan::Tcp { epoll }
+            }
+        }
+    }
+
+    /// The one link a waiting thread may read directly, if the node is in that state.
+    fn direct_read_link(&self) -> Option<u32> {
+        let Transport::Tcp {
+            handshakes,
+            accept_ready,
+            ..
+        } = &self.transport
+        else {
+            return None;
+        };
+        if !handshakes.is_empty() || *accept_ready {
+            return None;
+        }
+        let mut found = None;
+        for (node, l) in self.links.iter().enumerate() {
+            if l.stream().is_none() {
+                continue;
+            }
+            if found.is_some()
+                || l.state != LinkState::Up
+                || l.has_out()
+                || !l.deferred.is_empty()
+                || l.readable
+                || l.reader_busy
+            {
+                return None;
+            }
+            found = Some(node as u32);
+        }
+        found
+    }
+
+    /// A direct read (`SleepPlan::Read`) came back with `result`: its bytes join the link's
+    /// input (unless the link changed meanwhile: they go with the old connection) and the
+    /// frames in them are dispatched.
+    pub fn direct_read_done(
+        &mut self,
+        node: u32,
+        mut buf: Vec<u8>,
+        conn: u64,
+        result: std::io::Result<usize>,
+    ) {
+        let link = &mut self.links[node as usize];
+        if link.conn != conn {
+            return;
+        }
+        link.reader_busy = false;
+        let spare = buf.capacity() - buf.len();
+        let end = match result {
+            Ok(0) => Some(PeerLoss::Died),
+            Ok(n) => {
+                // SAFETY: recv(2) initialized the first n bytes of the spare capacity.
+                unsafe { buf.set_len(buf.len() + n) };
+                // A full buffer may have left bytes behind: look again at the next pass.
+                link.readable = n == spare;
+                None
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) =>
+            {
+                None
+            }
+            Err(e) => {
+                tracing::debug!("read from node {node}: {e}");
+                Some(loss_of(&e))
+            }
+        };
+        link.inbuf = buf;
+        link.in_start = 0;
+        self.drain_frames(node);
+        if let Some(why) = end {
+            if !matches!(self.links[node as usize].state, LinkState::Lost(_)) {
+                self.lose(node, why);
             }
         }
     }

@@ -8,6 +8,7 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::time::Instant;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,7 +33,11 @@ pub enum Io {
     /// pair of one-way ones: a reply then carries the TCP acknowledgement of the frame it
     /// answers, where a one-way connection costs a bare ACK segment per frame (measured: +4 µs
     /// on a 15 µs loopback round trip).
-    Tcp(TcpStream),
+    ///
+    /// The socket is blocking, with a receive timeout, for a waiting thread that reads it
+    /// directly (`Engine::sleep_plan`); every other read and write passes `MSG_DONTWAIT`. It
+    /// is shared so that it stays open while that thread reads, even if the link drops it.
+    Tcp(Arc<TcpStream>),
 }
 
 pub struct Link {
@@ -60,6 +65,12 @@ pub struct Link {
     pub watch_out: bool,
     /// Encoded control frames (credit) that go with the next frame written to this peer.
     pub deferred: Vec<u8>,
+    /// TCP: a waiting thread reads the socket outside the lock (into `inbuf`, which it holds
+    /// meanwhile); nobody else reads it.
+    pub reader_busy: bool,
+    /// Changes whenever the transport is replaced or dropped: a direct read that comes back
+    /// to another connection than it started on drops its bytes with the old connection.
+    pub conn: u64,
 }
 
 impl Link {
@@ -81,6 +92,8 @@ impl Link {
             readable: false,
             watch_out: false,
             deferred: Vec::new(),
+            reader_busy: false,
+            conn: 0,
         }
     }
 
@@ -89,10 +102,22 @@ impl Link {
     }
 
     /// TCP: the socket of the link.
-    pub fn stream(&self) -> Option<&TcpStream> {
+    pub fn stream(&self) -> Option<&Arc<TcpStream>> {
         match &self.io {
             Io::Tcp(s) => Some(s),
             _ => None,
+        }
+    }
+
+    /// TCP: makes `inbuf` ready for a read of at least 64 KiB into its spare capacity, with
+    /// no consumed bytes left before the unparsed ones.
+    pub fn prepare_inbuf(&mut self) {
+        if self.in_start > 0 {
+            self.inbuf.drain(..self.in_start);
+            self.in_start = 0;
+        }
+        if self.inbuf.capacity() - self.inbuf.len() < 64 << 10 {
+            self.inbuf.reserve(256 << 10);
         }
     }
 
@@ -163,25 +188,25 @@ impl Link {
 
     /// Reads what the transport has for us into `inbuf`. Ok(false): end of stream.
     pub fn fill(&mut self, me: u32, own: Option<&Segment>, from: u32) -> io::Result<bool> {
-        if self.in_start > 0 && self.in_start * 2 >= self.inbuf.len() {
-            self.inbuf.drain(..self.in_start);
-            self.in_start = 0;
-        }
         let _ = me;
         match &mut self.io {
             Io::Tcp(s) => {
+                let fd = s.as_raw_fd();
                 let mut budget = 8 << 20;
                 loop {
+                    self.prepare_inbuf();
                     let len = self.inbuf.len();
-                    if self.inbuf.capacity() - len < 64 << 10 {
-                        self.inbuf.reserve(256 << 10);
-                    }
                     // Read into the spare capacity: zeroing it first would cost a memset of
                     // 256 KiB on every poll of the socket.
                     let spare = self.inbuf.spare_capacity_mut();
-                    // SAFETY: read(2) into `spare`, writable for its whole length.
+                    // SAFETY: recv(2) into `spare`, writable for its whole length.
                     let n = unsafe {
-                        libc::read(s.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len())
+                        libc::recv(
+                            fd,
+                            spare.as_mut_ptr().cast(),
+                            spare.len(),
+                            libc::MSG_DONTWAIT,
+                        )
                     };
                     match n {
                         0 => return Ok(false),
@@ -216,6 +241,10 @@ impl Link {
                 }
             }
             _ => {
+                if self.in_start > 0 && self.in_start * 2 >= self.inbuf.len() {
+                    self.inbuf.drain(..self.in_start);
+                    self.in_start = 0;
+                }
                 let Some(own) = own else { return Ok(true) };
                 let pending = own.pending(from) as usize;
                 if pending == 0 {
@@ -262,6 +291,8 @@ impl Link {
     /// Forgets the transport and what was buffered (the peer is gone).
     pub fn reset(&mut self) {
         self.io = Io::None;
+        self.conn += 1;
+        self.reader_busy = false;
         self.out.clear();
         self.out_off = 0;
         self.inbuf.clear();

@@ -3,7 +3,9 @@
 //! waiting thread sleeps in the kernel (a futex on the node's shared-memory doorbell, or
 //! poll(2) on its sockets) while the others wait on a condition variable it signals.
 
-use crate::engine::{Completion, Engine, SleepPlan, Transport, EVENTS_PER_WAIT, TOKEN_WAKE};
+use crate::engine::{
+    Completion, Engine, SleepPlan, Transport, DIRECT_READ, EVENTS_PER_WAIT, TOKEN_WAKE,
+};
 use crate::error::{McapiError, PeerLoss, Result};
 use crate::ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId};
 use crate::link::LinkState;
@@ -24,6 +26,19 @@ struct Shared {
     eventfd: Option<OwnedFd>,
     own: Option<Arc<Segment>>,
     finalized: AtomicBool,
+}
+
+/// What a sleeping thread saw, handed to the engine once it holds the lock again.
+enum Woke {
+    /// Tokens of the events epoll_wait reported.
+    Events([u64; EVENTS_PER_WAIT], usize),
+    /// A direct read of link `node` (see `SleepPlan::Read`).
+    Read {
+        node: u32,
+        buf: Vec<u8>,
+        conn: u64,
+        result: std::io::Result<usize>,
+    },
 }
 
 /// An initialized MCAPI node (cheap to clone; all clones are the same node).
@@ -203,10 +218,20 @@ impl Node {
         // (A wait whose deadline has passed gets its pass: it would not sleep.)
         // After its own epoll_wait a sleeper hands the engine what it saw: no second look.
         let mut first = true;
-        let mut woke: Option<([u64; EVENTS_PER_WAIT], usize)> = None;
+        let mut woke: Option<Woke> = None;
+        // One direct read per wait: if it times out, the rest of the wait sleeps in epoll.
+        let mut direct_read_spent = false;
         loop {
-            if let Some((tokens, n)) = woke.take() {
-                g.note_events(&tokens[..n]);
+            if let Some(w) = woke.take() {
+                match w {
+                    Woke::Events(tokens, n) => g.note_events(&tokens[..n]),
+                    Woke::Read {
+                        node,
+                        buf,
+                        conn,
+                        result,
+                    } => g.direct_read_done(node, buf, conn, result),
+                }
                 g.progress(false);
             } else if !first || timeout == Some(Duration::ZERO) {
                 g.progress(true);
@@ -253,7 +278,11 @@ impl Node {
                 .unwrap_or(Duration::MAX)
                 .min(Duration::from_millis(10));
             if !self.shared.poller.swap(true, Ordering::AcqRel) {
-                let plan = g.sleep_plan();
+                let alone = !direct_read_spent
+                    && slice >= DIRECT_READ
+                    && self.shared.cv_waiters.load(Ordering::Acquire) == 0;
+                let plan = g.sleep_plan(alone);
+                direct_read_spent |= matches!(plan, SleepPlan::Read { .. });
                 drop(g);
                 woke = self.sleep(plan, slice);
                 self.shared.poller.store(false, Ordering::Release);
@@ -275,8 +304,8 @@ impl Node {
         }
     }
 
-    /// Sleeps up to `slice`; over TCP, returns the tokens of the events epoll reported.
-    fn sleep(&self, plan: SleepPlan, slice: Duration) -> Option<([u64; EVENTS_PER_WAIT], usize)> {
+    /// Sleeps up to `slice`; over TCP, returns what it saw.
+    fn sleep(&self, plan: SleepPlan, slice: Duration) -> Option<Woke> {
         match plan {
             SleepPlan::Shm { own, seq } => {
                 if own.has_input(self.shared.id) {
@@ -312,7 +341,36 @@ impl Node {
                         }
                     }
                 }
-                Some((tokens, n))
+                Some(Woke::Events(tokens, n))
+            }
+            SleepPlan::Read {
+                node,
+                stream,
+                mut buf,
+                conn,
+            } => {
+                let spare = buf.spare_capacity_mut();
+                // SAFETY: recv(2) into `spare`, writable for its whole length; the socket is
+                // blocking with a receive timeout of DIRECT_READ (the slice is at least that).
+                let n = unsafe {
+                    libc::recv(
+                        stream.as_raw_fd(),
+                        spare.as_mut_ptr().cast(),
+                        spare.len(),
+                        0,
+                    )
+                };
+                let result = if n >= 0 {
+                    Ok(n as usize)
+                } else {
+                    Err(std::io::Error::last_os_error())
+                };
+                Some(Woke::Read {
+                    node,
+                    buf,
+                    conn,
+                    result,
+                })
             }
         }
     }
