@@ -30,8 +30,8 @@ struct Shared {
 
 /// What a sleeping thread saw, handed to the engine once it holds the lock again.
 enum Woke {
-    /// Tokens of the events epoll_wait reported.
-    Events([u64; EVENTS_PER_WAIT], usize),
+    /// epoll_wait reported this many events (their tokens are in the waiter's buffer).
+    Events(usize),
     /// A direct read of link `node` (see `SleepPlan::Read`).
     Read {
         node: u32,
@@ -219,12 +219,13 @@ impl Node {
         // After its own epoll_wait a sleeper hands the engine what it saw: no second look.
         let mut first = true;
         let mut woke: Option<Woke> = None;
+        let mut tokens = [0u64; EVENTS_PER_WAIT];
         // One direct read per wait: if it times out, the rest of the wait sleeps in epoll.
         let mut direct_read_spent = false;
         loop {
             if let Some(w) = woke.take() {
                 match w {
-                    Woke::Events(tokens, n) => g.note_events(&tokens[..n]),
+                    Woke::Events(n) => g.note_events(&tokens[..n]),
                     Woke::Read {
                         node,
                         buf,
@@ -261,15 +262,20 @@ impl Node {
             if since < spin {
                 drop(g);
                 let own = self.shared.own.as_deref();
+                let mut input = false;
                 for _ in 0..200 {
                     std::hint::spin_loop();
                     if own.is_some_and(|s| s.has_input(self.shared.id)) {
+                        input = true;
                         break;
                     }
                 }
                 // The peer may be waiting for this very CPU (more runnable threads than cores):
-                // without a yield the spin only delays its reply.
-                std::thread::yield_now();
+                // without a yield the spin only delays its reply. With input there, the yield
+                // (a system call) would only delay taking it.
+                if !input {
+                    std::thread::yield_now();
+                }
                 g = self.lock()?;
                 continue;
             }
@@ -284,7 +290,7 @@ impl Node {
                 let plan = g.sleep_plan(alone);
                 direct_read_spent |= matches!(plan, SleepPlan::Read { .. });
                 drop(g);
-                woke = self.sleep(plan, slice);
+                woke = self.sleep(plan, slice, &mut tokens);
                 self.shared.poller.store(false, Ordering::Release);
                 g = self.lock()?;
                 g.check_liveness();
@@ -304,8 +310,13 @@ impl Node {
         }
     }
 
-    /// Sleeps up to `slice`; over TCP, returns what it saw.
-    fn sleep(&self, plan: SleepPlan, slice: Duration) -> Option<Woke> {
+    /// Sleeps up to `slice`; over TCP, returns what it saw (epoll's tokens in `tokens`).
+    fn sleep(
+        &self,
+        plan: SleepPlan,
+        slice: Duration,
+        tokens: &mut [u64; EVENTS_PER_WAIT],
+    ) -> Option<Woke> {
         match plan {
             SleepPlan::Shm { own, seq } => {
                 if own.has_input(self.shared.id) {
@@ -322,7 +333,6 @@ impl Node {
                     tv_nsec: i64::from(slice.subsec_nanos()),
                 };
                 let mut buf = [std::mem::MaybeUninit::<ep::Event>::uninit(); EVENTS_PER_WAIT];
-                let mut tokens = [0u64; EVENTS_PER_WAIT];
                 let mut n = 0;
                 if let Ok((events, _)) = ep::wait(&*epoll, &mut buf, Some(&timeout)) {
                     for ev in events.iter() {
@@ -341,7 +351,7 @@ impl Node {
                         }
                     }
                 }
-                Some(Woke::Events(tokens, n))
+                Some(Woke::Events(n))
             }
             SleepPlan::Read {
                 node,
