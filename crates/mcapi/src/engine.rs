@@ -1022,10 +1022,13 @@ impl Engine {
             return;
         }
         let u = e.unreported.entry(from).or_default();
-        // The sender may be blocked only if what it has outstanding (as far as we know, all of
-        // it once its last frame is consumed) leaves no room for one more entry or for a
-        // message of the largest size: then credit goes back at once. Otherwise it goes back
-        // in batches (one frame per quarter window), which halves the frames of a ping-pong.
+        // Credit goes back in batches (one frame per quarter window), which halves the frames
+        // of a ping-pong. The sender may be blocked if what it has outstanding (as far as we
+        // know, all of it once its last frame is consumed) leaves no room for one more entry
+        // or for a message of the largest size: then credit goes back as soon as a batch is
+        // ready or nothing of the sender's is left here to consume, whichever comes first.
+        // (Not at each consumption: a sender that always fills its window would then send one
+        // entry per credit, a frame and two wakeups for each.)
         let out_entries = u.entries + inflight.0 + entries;
         let out_bytes = u.bytes + inflight.1 + bytes;
         let was_full = out_entries >= self.topo.queue_depth
@@ -1033,11 +1036,10 @@ impl Engine {
             || out_bytes + MAX_PAYLOAD as u64 > self.topo.queue_bytes;
         u.entries += entries;
         u.bytes += bytes;
-        if now
-            || was_full
-            || u.entries >= (self.topo.queue_depth / 4).max(1)
-            || u.bytes >= self.topo.queue_bytes / 4
-        {
+        let batch =
+            u.entries >= (self.topo.queue_depth / 4).max(1) || u.bytes >= self.topo.queue_bytes / 4;
+        let drained = inflight.0 == 0;
+        if now || batch || (was_full && drained) {
             let (ue, ub) = (u.entries, u.bytes);
             e.unreported.remove(&from);
             self.send_credit(from, port, ue, ub, now || was_full);
