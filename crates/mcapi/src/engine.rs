@@ -1052,7 +1052,7 @@ impl Engine {
     /// first): a credit frame of its own costs a system call, a segment and a wakeup of the
     /// sender, measured at about one extra segment per eight in a ping-pong.
     fn send_credit(&mut self, node: u32, port: u16, entries: u32, bytes: u64, urgent: bool) {
-        if entries == 0 && bytes == 0 || node == self.me {
+        if (entries == 0 && bytes == 0) || node == self.me {
             return;
         }
         let mut h = Header::control(Kind::Credit, port, 0);
