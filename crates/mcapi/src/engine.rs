@@ -31,10 +31,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// TCP: how long calls that need not look at the network (a send, the start of a receive) may
-/// go without asking epoll what arrived, in ticks of the coarse clock (4 ms with HZ=250).
-/// Such calls only need the network when a window is full, and then they wait (which asks at
-/// once); a system call for each of them would cost as much as the send itself. Requests,
-/// `test` and the other calls ask every time.
+/// go without asking epoll what arrived, in milliseconds of the coarse clock. That clock moves
+/// once per kernel tick, so in effect they ask once per tick (4 ms with HZ=250). Such calls
+/// only need the network when a window is full, and then they wait (which asks at once); a
+/// system call for each of them would cost as much as the send itself. Requests, `test` and
+/// the other calls ask every time.
 const LAZY_POLL_MS: u64 = 1;
 
 /// How often a progress pass looks for dead shared-memory peers (pidfds).
