@@ -9,6 +9,7 @@
 
 pub(crate) mod auth;
 pub mod capi;
+mod clock;
 mod engine;
 mod error;
 mod frame;
