@@ -1,0 +1,378 @@
+//! memcached's slab allocator over one contiguous item memory: the memory is cut into slab pages,
+//! each page belongs to one size class and is cut into equal chunks; one chunk holds one item
+//! (header, key, value). Each class keeps a free list and an LRU list of its items. The links
+//! are 32-bit item ids (page, slot) stored in the items themselves, not pointers, so the item
+//! memory means the same wherever it is mapped (a checkpoint region restored at another time,
+//! an item moved onto a huge page).
+//!
+//! Everything here runs under the store's lock; nothing is shared without it.
+
+use std::ptr::NonNull;
+
+/// An item's place: slab page in the high 16 bits, chunk slot in the low 16 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ItemId(pub u32);
+
+impl ItemId {
+    /// No item (end of a list).
+    pub const NONE: ItemId = ItemId(u32::MAX);
+
+    fn new(page: u32, slot: u32) -> Self {
+        ItemId(page << 16 | slot)
+    }
+
+    /// The slab page.
+    pub fn page(self) -> u32 {
+        self.0 >> 16
+    }
+
+    /// The chunk within the page.
+    pub fn slot(self) -> u32 {
+        self.0 & 0xffff
+    }
+}
+
+/// The header every item starts with (48 bytes; key then value follow).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    /// LRU neighbour towards the head (more recent).
+    pub prev: ItemId,
+    /// LRU neighbour towards the tail (older).
+    pub next: ItemId,
+    /// The cas unique.
+    pub cas: u64,
+    /// Absolute expiry (Unix seconds), 0 = never.
+    pub exptime: i64,
+    /// Last access (Unix seconds).
+    pub atime: i64,
+    /// The client's flags.
+    pub flags: u32,
+    /// Value length.
+    pub nbytes: u32,
+    /// Key length.
+    pub nkey: u8,
+    /// Size class.
+    pub class: u8,
+    /// [`LINKED`], [`FETCHED`], [`STALE`], [`WON`].
+    pub state: u8,
+    /// Zero.
+    pub pad: u8,
+    /// Zero.
+    pub pad2: u32,
+}
+
+/// The item is in the index and its class's LRU.
+pub const LINKED: u8 = 1;
+/// The item was read since it was stored.
+pub const FETCHED: u8 = 2;
+/// The item was invalidated (meta `I`): served with `X`, replaceable by the first `W` winner.
+pub const STALE: u8 = 4;
+/// A client was handed the right to recache it (meta `W`).
+pub const WON: u8 = 8;
+
+/// Bytes of [`Header`].
+pub const HEADER: usize = std::mem::size_of::<Header>();
+const _: () = assert!(HEADER == 48);
+
+/// Smallest chunk (header plus 48 bytes of key and value, as memcached's `-n 48`).
+const MIN_CHUNK: usize = HEADER + 48;
+const CHUNK_ALIGN: usize = 8;
+
+/// One size class.
+#[derive(Debug)]
+pub struct Class {
+    /// Chunk size in bytes.
+    pub size: usize,
+    /// Chunks per slab page.
+    pub per_page: u32,
+    /// Pages given to this class.
+    pub pages: Vec<u32>,
+    /// Free chunks.
+    pub free: Vec<ItemId>,
+    /// Most recently used item.
+    pub head: ItemId,
+    /// Least recently used item.
+    pub tail: ItemId,
+    /// Items linked.
+    pub items: u64,
+    /// Items evicted to make room.
+    pub evictions: u64,
+    /// Pages taken from this class to give to another.
+    pub pages_moved_out: u64,
+}
+
+/// The item memory: `len` bytes at `base`, owned elsewhere (an anonymous mapping or a
+/// checkpoint region) and alive as long as the allocator.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    /// Start (slab-page aligned offsets are relative to it).
+    pub base: NonNull<u8>,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+// SAFETY: the memory is only touched through `Slabs`, which the store keeps behind its mutex.
+unsafe impl Send for Memory {}
+
+/// The slab allocator.
+#[derive(Debug)]
+pub struct Slabs {
+    mem: Memory,
+    page_size: usize,
+    pages_total: u32,
+    next_page: u32,
+    /// The class of each page handed out (`u8::MAX`: none).
+    page_class: Vec<u8>,
+    /// The classes, smallest first.
+    pub classes: Vec<Class>,
+}
+
+/// The slab page size for an item size limit: 1 MiB as memcached, or the next power of two
+/// that holds the largest item (2 MiB for the default `-I 1m`, which is a huge page).
+pub fn page_size_for(item_max: usize) -> usize {
+    (item_max + HEADER + 256).next_power_of_two().max(1 << 20)
+}
+
+impl Slabs {
+    /// An allocator over `mem`, with classes growing by `factor` from 96 bytes up to a whole
+    /// page. `mem.len` should be a multiple of `page_size` (the rest is unused).
+    pub fn new(mem: Memory, page_size: usize, factor: f64) -> Self {
+        let mut sizes = Vec::new();
+        let mut size = MIN_CHUNK;
+        while size <= page_size / 2 && sizes.len() < 62 {
+            sizes.push(size);
+            let next = ((size as f64 * factor) as usize).div_ceil(CHUNK_ALIGN) * CHUNK_ALIGN;
+            size = next.max(size + CHUNK_ALIGN);
+        }
+        sizes.push(page_size);
+        let classes = sizes
+            .into_iter()
+            .map(|size| Class {
+                size,
+                per_page: u32::try_from((page_size / size).min(0xffff)).expect("bounded"),
+                pages: Vec::new(),
+                free: Vec::new(),
+                head: ItemId::NONE,
+                tail: ItemId::NONE,
+                items: 0,
+                evictions: 0,
+                pages_moved_out: 0,
+            })
+            .collect();
+        let pages_total = u32::try_from((mem.len / page_size).min(0xffff)).expect("bounded");
+        Slabs {
+            mem,
+            page_size,
+            pages_total,
+            next_page: 0,
+            page_class: vec![u8::MAX; pages_total as usize],
+            classes,
+        }
+    }
+
+    /// The slab page size.
+    pub fn page_size(&self) -> usize {
+        self.page_size
+    }
+
+    /// Pages the memory holds.
+    pub fn pages_total(&self) -> u32 {
+        self.pages_total
+    }
+
+    /// Pages handed out to classes so far.
+    pub fn pages_used(&self) -> u32 {
+        self.next_page
+    }
+
+    /// The memory.
+    pub fn memory(&self) -> Memory {
+        self.mem
+    }
+
+    /// The class whose chunks hold `total` bytes (header included), if any.
+    pub fn class_for(&self, total: usize) -> Option<u8> {
+        let i = self.classes.partition_point(|c| c.size < total);
+        (i < self.classes.len()).then(|| u8::try_from(i).expect("at most 63 classes"))
+    }
+
+    /// The largest item (header, key and value) any class holds.
+    pub fn largest_chunk(&self) -> usize {
+        self.page_size
+    }
+
+    /// A free chunk of `class`, from its free list or a page not yet handed out.
+    pub fn alloc(&mut self, class: u8) -> Option<ItemId> {
+        if let Some(id) = self.classes[class as usize].free.pop() {
+            return Some(id);
+        }
+        if self.next_page == self.pages_total {
+            return None;
+        }
+        let page = self.next_page;
+        self.next_page += 1;
+        self.give_page(page, class);
+        self.classes[class as usize].free.pop()
+    }
+
+    /// Put `page` (whose items are all unlinked) into `class`'s free lists.
+    fn give_page(&mut self, page: u32, class: u8) {
+        self.page_class[page as usize] = class;
+        let c = &mut self.classes[class as usize];
+        c.pages.push(page);
+        // Reverse order: chunks are handed out from the page's start.
+        c.free
+            .extend((0..c.per_page).rev().map(|slot| ItemId::new(page, slot)));
+    }
+
+    /// Return an unlinked item's chunk to its class.
+    pub fn free(&mut self, id: ItemId) {
+        let class = self.page_class[id.page() as usize];
+        // SAFETY: `id` came from `alloc`, so it addresses a chunk inside the memory; the store's
+        // lock is held, so nobody else touches the header.
+        unsafe { (*self.header(id)).state = 0 };
+        self.classes[class as usize].free.push(id);
+    }
+
+    /// The items linked on `page` (to be unlinked before [`Slabs::move_page`]).
+    pub fn linked_on(&self, page: u32) -> Vec<ItemId> {
+        let class = self.page_class[page as usize];
+        let per_page = self.classes[class as usize].per_page;
+        (0..per_page)
+            .map(|slot| ItemId::new(page, slot))
+            // SAFETY: the chunk lies inside the page, inside the memory; the lock is held.
+            .filter(|&id| unsafe { (*self.header(id)).state } & LINKED != 0)
+            .collect()
+    }
+
+    /// The class (other than `except`) with the most pages, if it has one to spare.
+    pub fn richest_class(&self, except: u8) -> Option<u8> {
+        (0..self.classes.len())
+            .filter(|&c| c != except as usize && !self.classes[c].pages.is_empty())
+            .max_by_key(|&c| self.classes[c].pages.len())
+            .map(|c| u8::try_from(c).expect("at most 63 classes"))
+    }
+
+    /// The page of `from` to move: the one holding its LRU tail (its oldest items).
+    pub fn page_to_move(&self, from: u8) -> Option<u32> {
+        let c = &self.classes[from as usize];
+        if c.tail != ItemId::NONE {
+            return Some(c.tail.page());
+        }
+        c.pages.first().copied()
+    }
+
+    /// Move `page` (no item linked on it any more) from its class to `to`.
+    pub fn move_page(&mut self, page: u32, to: u8) {
+        let from = self.page_class[page as usize];
+        let c = &mut self.classes[from as usize];
+        c.pages.retain(|&p| p != page);
+        c.free.retain(|id| id.page() != page);
+        c.pages_moved_out += 1;
+        self.give_page(page, to);
+        // The new class's chunk boundaries fall elsewhere: clear each new header's state so that
+        // no old value byte reads as LINKED.
+        let per_page = self.classes[to as usize].per_page;
+        for slot in 0..per_page {
+            // SAFETY: the chunk lies inside the page; the lock is held.
+            unsafe { (*self.header(ItemId::new(page, slot))).state = 0 };
+        }
+    }
+
+    /// The header of `id`.
+    pub fn header(&self, id: ItemId) -> *mut Header {
+        self.chunk(id).cast()
+    }
+
+    /// The chunk of `id`.
+    pub fn chunk(&self, id: ItemId) -> *mut u8 {
+        let class = self.page_class[id.page() as usize] as usize;
+        let offset =
+            id.page() as usize * self.page_size + id.slot() as usize * self.classes[class].size;
+        debug_assert!(offset + self.classes[class].size <= self.mem.len);
+        // SAFETY: offset is inside the memory (page < pages_total, slot < per_page).
+        unsafe { self.mem.base.as_ptr().add(offset) }
+    }
+
+    /// Link `id` at the head of its class's LRU.
+    pub fn lru_push(&mut self, id: ItemId) {
+        let h = self.header(id);
+        // SAFETY: `id` is an allocated chunk; the lock is held, so these headers are ours.
+        unsafe {
+            let class = (*h).class as usize;
+            let old_head = self.classes[class].head;
+            (*h).prev = ItemId::NONE;
+            (*h).next = old_head;
+            if old_head != ItemId::NONE {
+                (*self.header(old_head)).prev = id;
+            } else {
+                self.classes[class].tail = id;
+            }
+            self.classes[class].head = id;
+            self.classes[class].items += 1;
+        }
+    }
+
+    /// Unlink `id` from its class's LRU.
+    pub fn lru_remove(&mut self, id: ItemId) {
+        let h = self.header(id);
+        // SAFETY: as in `lru_push`.
+        unsafe {
+            let class = (*h).class as usize;
+            let (prev, next) = ((*h).prev, (*h).next);
+            if prev != ItemId::NONE {
+                (*self.header(prev)).next = next;
+            } else {
+                self.classes[class].head = next;
+            }
+            if next != ItemId::NONE {
+                (*self.header(next)).prev = prev;
+            } else {
+                self.classes[class].tail = prev;
+            }
+            self.classes[class].items -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slabs(pages: usize) -> (Vec<u64>, Slabs) {
+        let mut backing = vec![0u64; pages * (1 << 20) / 8];
+        let mem = Memory {
+            base: NonNull::new(backing.as_mut_ptr().cast()).unwrap(),
+            len: backing.len() * 8,
+        };
+        (backing, Slabs::new(mem, 1 << 20, 1.25))
+    }
+
+    #[test]
+    fn classes_grow_and_end_with_a_page() {
+        let (_b, s) = slabs(2);
+        assert_eq!(s.classes[0].size, 96);
+        assert_eq!(s.classes.last().unwrap().size, 1 << 20);
+        assert!(s.classes.windows(2).all(|w| w[0].size < w[1].size));
+        assert_eq!(s.class_for(96), Some(0));
+        assert_eq!(s.class_for(97), Some(1));
+        assert_eq!(s.class_for((1 << 20) + 1), None);
+    }
+
+    #[test]
+    fn pages_run_out_then_move() {
+        let (_b, mut s) = slabs(2);
+        let big = s.class_for(600_000).unwrap();
+        let a = s.alloc(big).unwrap();
+        let b = s.alloc(big).unwrap();
+        assert_ne!(a.page(), b.page());
+        assert_eq!(s.alloc(big), None);
+        assert_eq!(s.alloc(0), None, "no page left for the small class");
+        s.free(a);
+        assert_eq!(s.richest_class(0), Some(big));
+        s.move_page(a.page(), 0);
+        assert_eq!(s.classes[0].free.len(), s.classes[0].per_page as usize);
+        assert!(s.alloc(0).is_some());
+    }
+}

@@ -1,0 +1,478 @@
+//! The item store: a hash index over the slab allocator's items, expiry, LRU eviction within
+//! the memory limit, cas uniques and the counters `stats` reports. One mutex guards it all; a
+//! command takes it once and copies what it returns, so no reader ever sees an item while it
+//! is written, moved or reused.
+
+use std::hash::BuildHasher;
+
+use hashbrown::HashTable;
+
+use crate::slab::{Header, ItemId, Slabs, FETCHED, HEADER, LINKED, STALE, WON};
+
+/// Why a value could not be stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// Key and value do not fit the largest slab class.
+    #[error("object too large for cache; raise -I or store a smaller value")]
+    TooLarge,
+    /// Nothing can be evicted (`-M`, or every page is needed by items of other classes).
+    #[error("out of memory storing object; raise -m, or allow evictions (drop -M)")]
+    OutOfMemory,
+}
+
+/// Counters for `stats`, kept under the store's lock.
+#[derive(Debug, Default, Clone)]
+pub struct Counters {
+    pub cmd_get: u64,
+    pub cmd_set: u64,
+    pub cmd_flush: u64,
+    pub cmd_touch: u64,
+    pub get_hits: u64,
+    pub get_misses: u64,
+    pub get_expired: u64,
+    pub get_flushed: u64,
+    pub delete_hits: u64,
+    pub delete_misses: u64,
+    pub incr_hits: u64,
+    pub incr_misses: u64,
+    pub decr_hits: u64,
+    pub decr_misses: u64,
+    pub cas_hits: u64,
+    pub cas_misses: u64,
+    pub cas_badval: u64,
+    pub touch_hits: u64,
+    pub touch_misses: u64,
+    pub total_items: u64,
+    pub evictions: u64,
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
+    pub reclaimed: u64,
+    pub slabs_moved: u64,
+}
+
+/// A copy of an item's header with borrowed key and value.
+#[derive(Debug)]
+pub struct ItemView<'a> {
+    /// The header.
+    pub header: Header,
+    /// The key.
+    pub key: &'a [u8],
+    /// The value.
+    pub value: &'a [u8],
+}
+
+/// The store (guarded by the caller's mutex).
+pub struct Store {
+    slabs: Slabs,
+    index: HashTable<ItemId>,
+    hasher: hashbrown::DefaultHashBuilder,
+    next_cas: u64,
+    evictions_allowed: bool,
+    /// `flush_all` with a delay: every item present at this time is dropped then.
+    flush_at: Option<i64>,
+    /// Bytes of items linked (header, key, value).
+    bytes: u64,
+    /// The counters.
+    pub counters: Counters,
+}
+
+impl Store {
+    /// A store over `slabs`. `evictions_allowed = false` is memcached's `-M`.
+    pub fn new(slabs: Slabs, evictions_allowed: bool) -> Self {
+        Store {
+            slabs,
+            index: HashTable::new(),
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            next_cas: 1,
+            evictions_allowed,
+            flush_at: None,
+            bytes: 0,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The allocator (for `stats slabs`).
+    pub fn slabs(&self) -> &Slabs {
+        &self.slabs
+    }
+
+    /// Items linked.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// No item linked.
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Bytes of the items linked.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// The largest value a key of `nkey` bytes can have.
+    pub fn max_value(&self, nkey: usize) -> usize {
+        self.slabs.largest_chunk() - HEADER - nkey
+    }
+
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The item of `key`, if present and live at `now` (expired items are dropped here).
+    pub fn lookup(&mut self, key: &[u8], now: i64) -> Option<ItemId> {
+        self.run_pending_flush(now);
+        let hash = self.hash(key);
+        let slabs = &self.slabs;
+        let id = *self.index.find(hash, |&id| item_key(slabs, id) == key)?;
+        let h = self.header(id);
+        if h.exptime != 0 && h.exptime <= now {
+            self.counters.get_expired += 1;
+            if h.state & FETCHED == 0 {
+                self.counters.expired_unfetched += 1;
+            }
+            self.unlink(id);
+            return None;
+        }
+        Some(id)
+    }
+
+    /// A copy of `id`'s header.
+    pub fn header(&self, id: ItemId) -> Header {
+        // SAFETY: `id` is an allocated chunk (from the index or `alloc`); we hold `&self`, and
+        // the store's mutex, so nothing writes it meanwhile.
+        unsafe { *self.slabs.header(id) }
+    }
+
+    fn header_mut(&mut self, id: ItemId) -> &mut Header {
+        // SAFETY: as in `header`, with `&mut self`: this is the only reference to the header.
+        unsafe { &mut *self.slabs.header(id) }
+    }
+
+    /// The item's header, key and value.
+    pub fn view(&self, id: ItemId) -> ItemView<'_> {
+        let header = self.header(id);
+        let (nkey, nbytes) = (header.nkey as usize, header.nbytes as usize);
+        // SAFETY: the chunk holds header, key and value (`store` checked they fit its class);
+        // the borrow of `self` keeps the store (and its lock) from changing them.
+        let data =
+            unsafe { std::slice::from_raw_parts(self.slabs.chunk(id).add(HEADER), nkey + nbytes) };
+        ItemView {
+            header,
+            key: &data[..nkey],
+            value: &data[nkey..],
+        }
+    }
+
+    /// Mark `id` read and move it to the head of its LRU (unless `bump` is false).
+    pub fn fetched(&mut self, id: ItemId, now: i64, bump: bool) {
+        let h = self.header_mut(id);
+        h.state |= FETCHED;
+        if bump {
+            h.atime = now;
+            self.slabs.lru_remove(id);
+            self.slabs.lru_push(id);
+        }
+    }
+
+    /// Set `id`'s absolute expiry.
+    pub fn set_exptime(&mut self, id: ItemId, exptime: i64) {
+        self.header_mut(id).exptime = exptime;
+    }
+
+    /// Set or clear state bits ([`STALE`], [`WON`]).
+    pub fn set_state(&mut self, id: ItemId, set: u8, clear: u8) {
+        let h = self.header_mut(id);
+        h.state = (h.state | set) & !clear;
+    }
+
+    /// Give `id` a new cas unique (`explicit`, or the next one).
+    pub fn new_cas(&mut self, id: ItemId, explicit: Option<u64>) -> u64 {
+        let cas = explicit.unwrap_or_else(|| self.take_cas());
+        self.header_mut(id).cas = cas;
+        cas
+    }
+
+    fn take_cas(&mut self) -> u64 {
+        let cas = self.next_cas;
+        self.next_cas += 1;
+        cas
+    }
+
+    /// Store a new version of `key` whose value is the concatenation of `parts`, replacing the
+    /// current one. `cas`: the unique to give it (`None`: the next one). `key` and `parts` must
+    /// not point into item memory (an append copies the old value first): making room may
+    /// evict and reuse any chunk.
+    #[allow(clippy::too_many_arguments)]
+    pub fn store(
+        &mut self,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        parts: &[&[u8]],
+        cas: Option<u64>,
+        now: i64,
+    ) -> Result<ItemId, StoreError> {
+        let nbytes: usize = parts.iter().map(|p| p.len()).sum();
+        let total = HEADER + key.len() + nbytes;
+        let class = self.slabs.class_for(total).ok_or(StoreError::TooLarge)?;
+        let id = self.alloc(class, now)?;
+        let cas = cas.unwrap_or_else(|| self.take_cas());
+        let header = Header {
+            prev: ItemId::NONE,
+            next: ItemId::NONE,
+            cas,
+            exptime,
+            atime: now,
+            flags,
+            nbytes: u32::try_from(nbytes).map_err(|_| StoreError::TooLarge)?,
+            nkey: u8::try_from(key.len()).map_err(|_| StoreError::TooLarge)?,
+            class,
+            state: LINKED,
+            pad: 0,
+            pad2: 0,
+        };
+        let chunk = self.slabs.chunk(id);
+        // SAFETY: `id` is a free chunk of a class of at least `total` bytes; no one else can
+        // reach it (not linked) and we hold the lock. `key` and `parts` lie outside item memory
+        // (the contract above), so the copies do not overlap.
+        unsafe {
+            chunk.cast::<Header>().write(header);
+            let mut at = chunk.add(HEADER);
+            std::ptr::copy_nonoverlapping(key.as_ptr(), at, key.len());
+            at = at.add(key.len());
+            for part in parts {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                at = at.add(part.len());
+            }
+        }
+        if let Some(old) = self.lookup_raw(key) {
+            self.unlink(old);
+        }
+        let hash = self.hash(key);
+        let slabs = &self.slabs;
+        let hasher = &self.hasher;
+        self.index
+            .insert_unique(hash, id, |&other| hasher.hash_one(item_key(slabs, other)));
+        self.slabs.lru_push(id);
+        self.bytes += total as u64;
+        self.counters.total_items += 1;
+        Ok(id)
+    }
+
+    fn lookup_raw(&self, key: &[u8]) -> Option<ItemId> {
+        let slabs = &self.slabs;
+        self.index
+            .find(self.hash(key), |&id| item_key(slabs, id) == key)
+            .copied()
+    }
+
+    /// Drop `id` from the index and its LRU and free its chunk.
+    pub fn unlink(&mut self, id: ItemId) {
+        let view = self.view(id);
+        let total = HEADER + view.key.len() + view.value.len();
+        let hash = self.hash(view.key);
+        if let Ok(entry) = self.index.find_entry(hash, |&x| x == id) {
+            entry.remove();
+        }
+        self.slabs.lru_remove(id);
+        self.header_mut(id).state &= !(LINKED | STALE | WON);
+        self.slabs.free(id);
+        self.bytes -= total as u64;
+    }
+
+    /// A free chunk of `class`: free list, a new page, an expired or least recently used item
+    /// of the class, or a page taken from the class with the most pages.
+    fn alloc(&mut self, class: u8, now: i64) -> Result<ItemId, StoreError> {
+        self.run_pending_flush(now);
+        if let Some(id) = self.slabs.alloc(class) {
+            return Ok(id);
+        }
+        // Expired items near the tail first (memcached looks at 5).
+        let mut at = self.slabs.classes[class as usize].tail;
+        for _ in 0..5 {
+            if at == ItemId::NONE {
+                break;
+            }
+            let h = self.header(at);
+            if h.exptime != 0 && h.exptime <= now {
+                self.counters.reclaimed += 1;
+                self.unlink(at);
+                return Ok(self.slabs.alloc(class).expect("a chunk was just freed"));
+            }
+            at = h.prev;
+        }
+        if !self.evictions_allowed {
+            return Err(StoreError::OutOfMemory);
+        }
+        let tail = self.slabs.classes[class as usize].tail;
+        if tail != ItemId::NONE {
+            self.evict(tail);
+            return Ok(self.slabs.alloc(class).expect("a chunk was just freed"));
+        }
+        // The class has no item to evict: take the oldest page of the class with most pages.
+        let from = self
+            .slabs
+            .richest_class(class)
+            .ok_or(StoreError::OutOfMemory)?;
+        let page = self
+            .slabs
+            .page_to_move(from)
+            .ok_or(StoreError::OutOfMemory)?;
+        for id in self.slabs.linked_on(page) {
+            self.evict(id);
+        }
+        self.slabs.move_page(page, class);
+        self.counters.slabs_moved += 1;
+        self.slabs.alloc(class).ok_or(StoreError::OutOfMemory)
+    }
+
+    fn evict(&mut self, id: ItemId) {
+        let h = self.header(id);
+        self.counters.evictions += 1;
+        self.slabs.classes[h.class as usize].evictions += 1;
+        if h.state & FETCHED == 0 {
+            self.counters.evicted_unfetched += 1;
+        }
+        self.unlink(id);
+    }
+
+    /// `flush_all`: drop every item now (`at <= now`) or at `at`.
+    pub fn flush(&mut self, at: i64, now: i64) {
+        self.flush_at = Some(at);
+        self.run_pending_flush(now);
+    }
+
+    fn run_pending_flush(&mut self, now: i64) {
+        match self.flush_at {
+            Some(at) if at <= now => {}
+            _ => return,
+        }
+        self.flush_at = None;
+        let all: Vec<ItemId> = self.index.iter().copied().collect();
+        self.counters.get_flushed += all.len() as u64;
+        for id in all {
+            self.unlink(id);
+        }
+    }
+}
+
+fn item_key(slabs: &Slabs, id: ItemId) -> &[u8] {
+    // SAFETY: `id` is in the index, so its chunk holds a header and its key; the caller holds
+    // the store (and its lock) borrowed, so nothing changes them.
+    unsafe {
+        let h = slabs.header(id);
+        std::slice::from_raw_parts(h.cast::<u8>().add(HEADER), (*h).nkey as usize)
+    }
+}
+
+/// memcached's expiry rule: 0 never; negative already expired; up to 30 days relative to `now`;
+/// beyond, an absolute Unix time.
+pub fn absolute_exptime(exptime: i64, now: i64) -> i64 {
+    use crate::protocol::REALTIME_MAXDELTA;
+    match exptime {
+        0 => 0,
+        e if e < 0 => now - 1,
+        e if e > REALTIME_MAXDELTA => {
+            if e <= now {
+                now - 1
+            } else {
+                e
+            }
+        }
+        e => now + e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::NonNull;
+
+    use super::*;
+    use crate::slab::Memory;
+
+    fn store(pages: usize, backing: &mut Vec<u64>) -> Store {
+        backing.resize(pages * (1 << 20) / 8, 0);
+        let mem = Memory {
+            base: NonNull::new(backing.as_mut_ptr().cast()).unwrap(),
+            len: backing.len() * 8,
+        };
+        Store::new(Slabs::new(mem, 1 << 20, 1.25), true)
+    }
+
+    #[test]
+    fn store_lookup_replace_expire() {
+        let mut b = Vec::new();
+        let mut s = store(2, &mut b);
+        let a = s.store(b"k", 3, 0, &[b"hello"], None, 100).unwrap();
+        assert_eq!(s.lookup(b"k", 100), Some(a));
+        assert_eq!(s.view(a).value, b"hello");
+        let b2 = s.store(b"k", 4, 105, &[b"he", b"llo!"], None, 100).unwrap();
+        assert_eq!(s.len(), 1);
+        let v = s.view(b2);
+        assert_eq!((v.value, v.header.flags), (&b"hello!"[..], 4));
+        assert!(v.header.cas > 1);
+        assert_eq!(s.lookup(b"k", 104), Some(b2));
+        assert_eq!(s.lookup(b"k", 105), None, "expired at its time");
+        assert!(s.is_empty() && s.bytes() == 0);
+    }
+
+    #[test]
+    fn lru_evicts_the_least_recently_used() {
+        let mut b = Vec::new();
+        let mut s = store(1, &mut b);
+        let value = vec![7u8; 500];
+        let mut n = 0;
+        // Fill the only page, then keep going: the oldest go first.
+        while s.counters.evictions == 0 {
+            let key = format!("key{n}");
+            s.store(key.as_bytes(), 0, 0, &[&value], None, 1).unwrap();
+            if n == 0 {
+                let id = s.lookup(b"key0", 1).unwrap();
+                s.fetched(id, 1, true);
+            }
+            n += 1;
+            // Keep key0 hot.
+            if let Some(id) = s.lookup(b"key0", 1) {
+                s.fetched(id, 1, true);
+            }
+        }
+        assert!(s.lookup(b"key0", 1).is_some(), "the hot item stays");
+        assert!(s.lookup(b"key1", 1).is_none(), "the coldest went first");
+        assert!(s.lookup(format!("key{}", n - 1).as_bytes(), 1).is_some());
+    }
+
+    #[test]
+    fn a_class_without_pages_takes_one_from_another() {
+        let mut b = Vec::new();
+        let mut s = store(2, &mut b);
+        for i in 0..25_000 {
+            s.store(format!("small{i}").as_bytes(), 0, 0, &[b"v"], None, 1)
+                .unwrap();
+        }
+        let big = vec![1u8; 300_000];
+        s.store(b"big", 0, 0, &[&big], None, 1).unwrap();
+        let id = s.lookup(b"big", 1).unwrap();
+        assert_eq!(s.view(id).value, &big[..]);
+        assert!(s.counters.slabs_moved >= 1);
+        // Every item still indexed is intact.
+        for i in 0..25_000 {
+            if let Some(id) = s.lookup(format!("small{i}").as_bytes(), 1) {
+                assert_eq!(s.view(id).value, b"v");
+            }
+        }
+    }
+
+    #[test]
+    fn expiry_rules() {
+        assert_eq!(absolute_exptime(0, 1000), 0);
+        assert_eq!(absolute_exptime(-1, 1000), 999);
+        assert_eq!(absolute_exptime(10, 1000), 1010);
+        let abs = REALTIME + 5;
+        assert_eq!(absolute_exptime(abs, REALTIME), abs);
+        assert_eq!(absolute_exptime(REALTIME - 5, REALTIME), REALTIME - 1);
+    }
+    const REALTIME: i64 = 1_800_000_000;
+}
