@@ -369,7 +369,7 @@ impl Cache {
                 s.counters.get_misses += 1;
                 let Some(ttl) = f.vivify else {
                     if !f.quiet {
-                        out.extend_from_slice(b"EN\r\n");
+                        meta_reply(out, "EN", raw_key, f, None);
                     }
                     return;
                 };
@@ -431,14 +431,15 @@ impl Cache {
                 _ => echo_flag(out, c, raw_key, f),
             }
         }
-        if won {
-            out.extend_from_slice(b" W");
+        // memcached's order: Z (a token was already handed out), then X (stale), then W.
+        if already_won {
+            out.extend_from_slice(b" Z");
         }
         if h.state & STALE != 0 {
             out.extend_from_slice(b" X");
         }
-        if already_won {
-            out.extend_from_slice(b" Z");
+        if won {
+            out.extend_from_slice(b" W");
         }
         out.extend_from_slice(b"\r\n");
         if f.value {
@@ -463,7 +464,7 @@ impl Cache {
             b'P' => StoreMode::Prepend,
             b'R' => StoreMode::Replace,
             _ => {
-                out.extend_from_slice(b"CLIENT_ERROR invalid mode for ms STORE\r\n");
+                out.extend_from_slice(b"CLIENT_ERROR invalid mode for ms M token\r\n");
                 return;
             }
         };
@@ -540,10 +541,7 @@ impl Cache {
         let Some(id) = s.lookup(key, now) else {
             s.counters.delete_misses += 1;
             drop(s);
-            if !f.quiet {
-                meta_reply(out, "NF", raw_key, f, None);
-            }
-            return;
+            return meta_reply(out, "NF", raw_key, f, None);
         };
         if let Some(want) = f.compare_cas {
             if s.header(id).cas != want {
@@ -587,7 +585,7 @@ impl Cache {
             b'I' | b'+' => true,
             b'D' | b'-' => false,
             _ => {
-                out.extend_from_slice(b"CLIENT_ERROR invalid mode for ma\r\n");
+                out.extend_from_slice(b"CLIENT_ERROR invalid mode for ma M token\r\n");
                 return;
             }
         };
@@ -666,9 +664,7 @@ impl Cache {
             }
             Arith::NotFound => {
                 drop(s);
-                if !f.quiet {
-                    meta_reply(out, "NF", raw_key, f, None);
-                }
+                meta_reply(out, "NF", raw_key, f, None);
             }
             Arith::NonNumeric => out.extend_from_slice(
                 b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n",
@@ -840,8 +836,13 @@ fn arith(s: &mut Store, key: &[u8], incr: bool, delta: u64, now: i64, cas: Optio
     } else {
         old.saturating_sub(delta)
     };
-    let (flags, exp) = (v.header.flags, v.header.exptime);
-    let text = value.to_string();
+    let (flags, exp, old_len) = (v.header.flags, v.header.exptime, v.value.len());
+    // memcached rewrites a shorter number in place, padded with spaces to the old length;
+    // clients see the same bytes here.
+    let mut text = value.to_string();
+    if text.len() < old_len {
+        text.extend(std::iter::repeat_n(' ', old_len - text.len()));
+    }
     match s.store(key, flags, exp, &[text.as_bytes()], cas, now) {
         Ok(id) => {
             s.fetched(id, now, true);

@@ -64,7 +64,7 @@ pub struct MetaFlags<'a> {
     pub base64: bool,
     /// `O<token>`: opaque, echoed.
     pub opaque: Option<&'a [u8]>,
-    /// `q`: suppress the common replies (EN for mg, HD for ms/md/ma, NF for md/ma).
+    /// `q`: suppress the reply that means "as expected" (EN for mg, HD for ms, md and ma).
     pub quiet: bool,
     /// `v`: return the value (mg, ma).
     pub value: bool,
@@ -474,15 +474,18 @@ fn parse_meta_set<'a>(
     };
     let len = unsigned(len)
         .and_then(|n| usize::try_from(n).ok())
-        .ok_or(err(ErrorKind::BadDataChunk, line_end))?;
-    let flags = meta_flags(rest).map_err(|k| err(k, line_end))?;
+        .filter(|&n| n <= i32::MAX as usize)
+        .ok_or(err(ErrorKind::BadFormat, line_end))?;
+    // From here on the value's length is known: a refused request discards its value too.
+    let refuse = |kind| ProtoError {
+        swallow: len + 2,
+        ..err(kind, line_end)
+    };
+    let flags = meta_flags(rest).map_err(refuse)?;
     if len > limits.max_value {
-        return Err(ProtoError {
-            swallow: len + 2,
-            ..err(ErrorKind::TooLarge, line_end)
-        });
+        return Err(refuse(ErrorKind::TooLarge));
     }
-    let key = meta_key(raw_key, flags.base64).map_err(|k| err(k, line_end))?;
+    let key = meta_key(raw_key, flags.base64).map_err(refuse)?;
     let Some(data) = value(buf, line_end, len)? else {
         return Ok(None);
     };
