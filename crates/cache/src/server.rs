@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use crate::protocol::{self, Limits, MAX_LINE};
 /// Reply bytes pending on a connection above which its requests wait.
 const MAX_PENDING_REPLY: usize = 4 << 20;
 /// Bytes read per `read` call.
-const READ_CHUNK: usize = 16 * 1024;
+const READ_CHUNK: usize = 64 * 1024;
 const WAKER: Token = Token(usize::MAX);
 const LISTENER: Token = Token(usize::MAX - 1);
 
@@ -49,10 +50,18 @@ pub struct Server {
 }
 
 impl Server {
-    /// Bind `addr` for `cache`.
-    pub fn bind(cache: Arc<Cache>, addr: SocketAddr) -> Result<Self, ServerError> {
+    /// Bind `addr` for `cache`, with a listen queue of `backlog` connections.
+    pub fn bind(cache: Arc<Cache>, addr: SocketAddr, backlog: i32) -> Result<Self, ServerError> {
         let listener =
             TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
+        // std binds with a backlog of 128; under a burst of connections on a loaded machine the
+        // queue overflows and clients wait a second for a SYN retry. memcached's default is 1024
+        // (`-b`), and Linux lets `listen` raise the backlog of a listening socket.
+        // SAFETY: listen(2) on a socket we own; no memory is passed.
+        if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+            let source = io::Error::last_os_error();
+            return Err(ServerError::Bind { addr, source });
+        }
         Ok(Server {
             cache,
             listener,
@@ -155,6 +164,7 @@ fn worker(mut poll: Poll, rx: mpsc::Receiver<TcpStream>, cache: Arc<Cache>, stop
     let mut conns: HashMap<usize, Conn> = HashMap::new();
     let mut next_token = 0usize;
     let mut events = Events::with_capacity(256);
+    let mut scratch = vec![0u8; READ_CHUNK];
     let limits = Limits {
         max_value: cache.max_value(),
     };
@@ -171,7 +181,7 @@ fn worker(mut poll: Poll, rx: mpsc::Receiver<TcpStream>, cache: Arc<Cache>, stop
             }
             let t = ev.token().0;
             let done = match conns.get_mut(&t) {
-                Some(c) => drive(c, &cache, &limits).is_err(),
+                Some(c) => drive(c, &cache, &limits, &mut scratch).is_err(),
                 None => false,
             };
             if done {
@@ -204,7 +214,7 @@ fn worker(mut poll: Poll, rx: mpsc::Receiver<TcpStream>, cache: Arc<Cache>, stop
                 swallow: 0,
                 closing: false,
             };
-            if drive(&mut c, &cache, &limits).is_ok() {
+            if drive(&mut c, &cache, &limits, &mut scratch).is_ok() {
                 conns.insert(token, c);
             } else {
                 cache.conns.current.fetch_sub(1, Ordering::Relaxed);
@@ -218,7 +228,7 @@ fn worker(mut poll: Poll, rx: mpsc::Receiver<TcpStream>, cache: Arc<Cache>, stop
 }
 
 /// Advance a connection as far as it can go without blocking. `Err`: close it.
-fn drive(c: &mut Conn, cache: &Cache, limits: &Limits) -> Result<(), ()> {
+fn drive(c: &mut Conn, cache: &Cache, limits: &Limits, scratch: &mut [u8]) -> Result<(), ()> {
     let cap = MAX_LINE + limits.max_value + 2;
     loop {
         flush(c)?;
@@ -242,28 +252,22 @@ fn drive(c: &mut Conn, cache: &Cache, limits: &Limits) -> Result<(), ()> {
                 return Ok(());
             }
         }
-        // Read more.
-        let have = c.input.len();
-        let room = cap.saturating_sub(have).min(READ_CHUNK);
+        // Read more, through the worker's scratch buffer: an idle connection keeps no buffer.
+        let room = cap.saturating_sub(c.input.len()).min(scratch.len());
         if room == 0 {
             // Cannot happen: the parser errs on a line over MAX_LINE and a value over the limit.
             return Err(());
         }
-        c.input.resize(have + room, 0);
-        match c.stream.read(&mut c.input[have..]) {
-            Ok(0) => {
-                c.input.truncate(have);
-                return Err(()); // the client closed (perhaps mid-value: nothing is stored)
-            }
-            Ok(n) => c.input.truncate(have + n),
+        match c.stream.read(&mut scratch[..room]) {
+            Ok(0) => return Err(()), // the client closed (perhaps mid-value: nothing is stored)
+            Ok(n) => c.input.extend_from_slice(&scratch[..n]),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                c.input.truncate(have);
-                if c.input.is_empty() && c.input.capacity() > 64 * 1024 {
-                    c.input = Vec::new(); // an idle connection keeps no large buffer
+                if c.input.is_empty() && c.input.capacity() > 0 {
+                    c.input = Vec::new();
                 }
                 return Ok(());
             }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => c.input.truncate(have),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(_) => return Err(()),
         }
     }

@@ -55,6 +55,7 @@ const SCRIPTS: &[&str] = &[
     "flush_all\r\nget a\r\nflush_all noreply\r\nflush_all 0\r\n",
     // errors
     "bogus\r\n\r\nget\r\nset x\r\nset x 0 0 -1\r\nset x abc 0 1\r\nset x 0 0 1\r\nxyz\r\nget x\r\n",
+    "set k 0 0 3\r\nabcde\r\nget k\r\nms k 2\r\nabcd\r\n",
     "incr\r\nverbosity\r\nverbosity 1\r\nverbosity x\r\nversion_\r\ngets\r\ntouch\r\n",
     // meta
     "ms m 3 T0 F7\r\nabc\r\nmg m v f s t k Oxyz\r\nmg m\r\nmg none v\r\nmg none v q\r\nmn\r\n",

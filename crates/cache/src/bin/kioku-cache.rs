@@ -1,5 +1,5 @@
 //! `kioku-cache`: the server, with memcached's flags where they mean the same (-p, -U 0, -m,
-//! -c, -t, -l, -I, -M, -C, -f, -F, -v), so that scripts written for memcached keep working.
+//! -c, -t, -l, -I, -M, -C, -f, -F, -b, -v), so that scripts written for memcached keep working.
 //! Its own binary rather than a `kioku` subcommand: memcached's one-letter flags would clash
 //! with the `kioku` command line's, and the server pulls in nothing the rest of kioku needs.
 
@@ -47,6 +47,9 @@ struct Args {
     /// Refuse flush_all.
     #[arg(short = 'F', long = "disable-flush-all")]
     disable_flush: bool,
+    /// Listen queue length.
+    #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
+    backlog: i32,
     /// Verbose (repeat for more).
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
@@ -136,7 +139,7 @@ fn main() -> anyhow::Result<()> {
     };
     raise_fd_limit(args.conn_limit as u64 + 64);
     let cache = Arc::new(Cache::new(store, settings));
-    let server = Server::bind(cache, SocketAddr::new(args.listen, args.port))?;
+    let server = Server::bind(cache, SocketAddr::new(args.listen, args.port), args.backlog)?;
     let addr = server.local_addr()?;
     println!(
         "kioku-cache {} listening on {addr} (TCP only)",

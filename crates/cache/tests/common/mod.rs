@@ -169,6 +169,8 @@ impl Client {
             match self.stream.read(&mut chunk) {
                 Ok(0) => return true,
                 Ok(_) => continue,
+                // The server closed with our request bytes unread: the kernel resets.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
                 Err(_) => return false,
             }
         }
