@@ -55,6 +55,10 @@ pub struct Cache {
     pub settings: Settings,
     /// Connection counters.
     pub conns: ConnCounters,
+    /// Checkpoint counters (with `--pool`).
+    pub persist: crate::persist::PersistStats,
+    /// Whether the item memory is a checkpoint pool's.
+    pub pooled: bool,
     started: i64,
     pid: u32,
 }
@@ -83,6 +87,8 @@ impl Cache {
             store: Mutex::new(store),
             settings,
             conns: ConnCounters::default(),
+            persist: Default::default(),
+            pooled: false,
             started: now(),
             pid: std::process::id(),
         }
@@ -731,6 +737,14 @@ impl Cache {
                     "total_malloced",
                     &(s.slabs().pages_used() as usize * s.slabs().page_size()),
                 );
+                if self.pooled {
+                    let p = &self.persist;
+                    stat("checkpoint_epoch", &p.epoch.load(Ordering::Relaxed));
+                    stat("checkpoint_failures", &p.failures.load(Ordering::Relaxed));
+                    stat("checkpoint_last_us", &p.last_us.load(Ordering::Relaxed));
+                    stat("restored_items", &p.restored_items.load(Ordering::Relaxed));
+                    stat("restore_us", &p.restore_us.load(Ordering::Relaxed));
+                }
             }
             Some(b"settings") => {
                 let st = &self.settings;

@@ -171,6 +171,60 @@ impl Slabs {
         }
     }
 
+    /// Slabs over memory that already holds items (a restored checkpoint): `page_class` and
+    /// `next_page` as [`Slabs::page_classes`] gave them. Returns the allocator, with every
+    /// chunk not holding a well-formed linked item on its free list, and the linked items (to
+    /// be indexed by the store). A page whose class is out of range is refused as damaged.
+    pub fn restore(
+        mem: Memory,
+        page_size: usize,
+        factor: f64,
+        page_class: &[u8],
+        next_page: u32,
+    ) -> Result<(Self, Vec<ItemId>), &'static str> {
+        let mut slabs = Slabs::new(mem, page_size, factor);
+        if page_class.len() != slabs.page_class.len() || next_page > slabs.pages_total {
+            return Err("the page table does not match the item memory");
+        }
+        let mut linked = Vec::new();
+        for page in 0..next_page {
+            let class = page_class[page as usize];
+            if class as usize >= slabs.classes.len() {
+                return Err("a slab page has no valid size class");
+            }
+            slabs.page_class[page as usize] = class;
+            let c = &slabs.classes[class as usize];
+            let (size, per_page) = (c.size, c.per_page);
+            slabs.classes[class as usize].pages.push(page);
+            for slot in (0..per_page).rev() {
+                let id = ItemId::new(page, slot);
+                let h = slabs.header(id);
+                // SAFETY: the chunk lies inside the page; nothing else runs yet.
+                let ok = unsafe {
+                    (*h).state & LINKED != 0
+                        && (*h).class == class
+                        && (*h).nkey > 0
+                        && HEADER + (*h).nkey as usize + (*h).nbytes as usize <= size
+                };
+                if ok {
+                    linked.push(id);
+                } else {
+                    // SAFETY: as above.
+                    unsafe { (*h).state = 0 };
+                    slabs.classes[class as usize].free.push(id);
+                }
+            }
+        }
+        slabs.next_page = next_page;
+        Ok((slabs, linked))
+    }
+
+    /// Each page's size class (`u8::MAX`: not handed out) and the next page to hand out: what
+    /// [`Slabs::restore`] needs besides the memory.
+    pub fn page_classes(&self) -> (&[u8], u32) {
+        (&self.page_class, self.next_page)
+    }
+
     /// The slab page size.
     pub fn page_size(&self) -> usize {
         self.page_size

@@ -92,6 +92,54 @@ impl Store {
         }
     }
 
+    /// A store over restored slabs and their `linked` items ([`Slabs::restore`]): items are
+    /// indexed and put in LRU order of their last access; expired ones are freed; cas uniques
+    /// continue above `next_cas` and every restored item's.
+    pub fn rebuild(
+        slabs: Slabs,
+        mut linked: Vec<ItemId>,
+        evictions_allowed: bool,
+        next_cas: u64,
+        now: i64,
+    ) -> Self {
+        let mut store = Store::new(slabs, evictions_allowed);
+        store.next_cas = next_cas.max(1);
+        linked.sort_by_key(|&id| store.header(id).atime);
+        for id in linked {
+            let h = store.header(id);
+            store.next_cas = store.next_cas.max(h.cas + 1);
+            if h.exptime != 0 && h.exptime <= now {
+                store.slabs.free(id);
+                continue;
+            }
+            // A key is linked once in a checkpoint; should memory say otherwise, keep the newer.
+            if let Some(old) = store.lookup_raw(store.view(id).key) {
+                if store.header(old).cas < h.cas {
+                    store.unlink(old);
+                } else {
+                    store.slabs.free(id);
+                    continue;
+                }
+            }
+            let view = store.view(id);
+            let total = HEADER + view.key.len() + view.value.len();
+            let hash = store.hash(view.key);
+            let slabs = &store.slabs;
+            let hasher = &store.hasher;
+            store
+                .index
+                .insert_unique(hash, id, |&other| hasher.hash_one(item_key(slabs, other)));
+            store.slabs.lru_push(id);
+            store.bytes += total as u64;
+        }
+        store
+    }
+
+    /// The next cas unique (for a checkpoint's metadata).
+    pub fn next_cas(&self) -> u64 {
+        self.next_cas
+    }
+
     /// The allocator (for `stats slabs`).
     pub fn slabs(&self) -> &Slabs {
         &self.slabs

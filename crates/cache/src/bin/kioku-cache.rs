@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use kioku_cache::{page_size_for, Cache, Mapping, Server, Settings, Slabs, Store};
+use kioku_cache::{page_size_for, Cache, Checkpointer, Mapping, Server, Settings, Slabs, Store};
 
 #[derive(Parser, Debug)]
 #[command(name = "kioku-cache", version = kioku_cache::VERSION, about = "memcached-compatible cache (kioku)")]
@@ -50,6 +50,13 @@ struct Args {
     /// Listen queue length.
     #[arg(short = 'b', long = "listen-backlog", default_value_t = 1024)]
     backlog: i32,
+    /// Keep the items in this kioku checkpoint pool and restart warm from its last checkpoint
+    /// (created if missing; the same -m, -I and -f are needed to reopen it).
+    #[arg(long = "pool")]
+    pool: Option<std::path::PathBuf>,
+    /// Seconds between checkpoints with --pool (0: only on SIGUSR1 and at SIGTERM/SIGINT).
+    #[arg(long = "checkpoint-interval", default_value_t = 10)]
+    checkpoint_interval: u64,
     /// Verbose (repeat for more).
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
@@ -122,9 +129,47 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let len = memory_limit / page * page;
-    let mapping = Mapping::anonymous(len).context("cannot map the item memory; lower -m")?;
-    let slabs = Slabs::new(mapping.memory(), page, args.factor);
-    let store = Store::new(slabs, !args.disable_evictions);
+    let evictions = !args.disable_evictions;
+    let t0 = std::time::Instant::now();
+    let mut mapping = None;
+    let mut checkpointer = None;
+    let mut restored_items = None;
+    let store = match &args.pool {
+        None => {
+            let m = Mapping::anonymous(len).context("cannot map the item memory; lower -m")?;
+            let store = Store::new(Slabs::new(m.memory(), page, args.factor), evictions);
+            mapping = Some(m);
+            store
+        }
+        Some(path) => {
+            let interval = (args.checkpoint_interval > 0)
+                .then(|| std::time::Duration::from_secs(args.checkpoint_interval));
+            let opened = Checkpointer::open(path, len, interval)?;
+            let store = match opened.restored {
+                Some(meta) => {
+                    if meta.page_size != page as u64
+                        || meta.mem_len != len as u64
+                        || meta.factor != args.factor
+                    {
+                        bail!(
+                            "{}: the pool holds a cache made with {} MiB slab pages, {} MiB of memory and -f {}; start with the same -m/-I/-f or give a new --pool",
+                            path.display(), meta.page_size >> 20, meta.mem_len >> 20, meta.factor
+                        );
+                    }
+                    let (slabs, linked) = Slabs::restore(opened.memory, page, args.factor, &meta.page_class, meta.next_page)
+                        .map_err(|why| anyhow::anyhow!("{}: the checkpoint's slab table is damaged ({why}); restore the pool from a copy or give a new --pool", path.display()))?;
+                    let store =
+                        Store::rebuild(slabs, linked, evictions, meta.next_cas, kioku_cache::now());
+                    restored_items = Some(store.len());
+                    store
+                }
+                None => Store::new(Slabs::new(opened.memory, page, args.factor), evictions),
+            };
+            checkpointer = Some(opened.checkpointer);
+            store
+        }
+    };
+    let restore_time = t0.elapsed();
     let settings = Settings {
         memory_limit,
         item_size_max,
@@ -138,7 +183,29 @@ fn main() -> anyhow::Result<()> {
         flush_enabled: !args.disable_flush,
     };
     raise_fd_limit(args.conn_limit as u64 + 64);
-    let cache = Arc::new(Cache::new(store, settings));
+    let mut cache = Cache::new(store, settings);
+    cache.pooled = checkpointer.is_some();
+    if let Some(n) = restored_items {
+        cache
+            .persist
+            .restored_items
+            .store(n as u64, std::sync::atomic::Ordering::Relaxed);
+        cache.persist.restore_us.store(
+            restore_time.as_micros() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let _ = writeln!(
+            std::io::stdout(),
+            "kioku-cache restored {n} items from {} in {:.3} s",
+            args.pool.as_ref().expect("pooled").display(),
+            restore_time.as_secs_f64()
+        );
+    }
+    let cache = Arc::new(cache);
+    if let Some(cp) = checkpointer {
+        cp.attach(cache.clone());
+        handle_signals(cp)?;
+    }
     let server = Server::bind(cache, SocketAddr::new(args.listen, args.port), args.backlog)?;
     let addr = server.local_addr()?;
     println!(
@@ -149,5 +216,29 @@ fn main() -> anyhow::Result<()> {
     tracing::info!("listening on {addr}");
     server.run()?;
     drop(mapping);
+    Ok(())
+}
+
+/// SIGUSR1: checkpoint now. SIGTERM/SIGINT: a last checkpoint, then exit (memcached -e's clean
+/// shutdown; a crash instead restarts from the last checkpoint).
+fn handle_signals(cp: Checkpointer) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT])
+        .context("cannot install signal handlers")?;
+    std::thread::Builder::new()
+        .name("kioku-cache-signals".into())
+        .spawn(move || {
+            for sig in signals.forever() {
+                if sig == SIGUSR1 {
+                    cp.request();
+                    continue;
+                }
+                match cp.checkpoint() {
+                    Ok(epoch) => eprintln!("kioku-cache: checkpoint {epoch} taken; exiting"),
+                    Err(e) => eprintln!("kioku-cache: last checkpoint failed: {e}; exiting"),
+                }
+                std::process::exit(0);
+            }
+        })?;
     Ok(())
 }

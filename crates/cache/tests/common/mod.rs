@@ -22,14 +22,23 @@ impl Server {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start kioku-cache");
+        let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .expect("read the listening line");
-        let addr = line
-            .split_whitespace()
-            .find_map(|w| w.parse().ok())
-            .unwrap_or_else(|| panic!("no address in {line:?}"));
+        let mut addr = None;
+        while addr.is_none() {
+            line.clear();
+            if out.read_line(&mut line).unwrap_or(0) == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("kioku-cache {args:?} exited before listening");
+            }
+            if line.contains("listening on") {
+                addr = line.split_whitespace().find_map(|w| w.parse().ok());
+            }
+        }
+        // Keep reading what it prints, so that it never writes into a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let addr = addr.unwrap();
         Server { child, addr }
     }
 

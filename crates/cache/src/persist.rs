@@ -1,0 +1,385 @@
+//! Warm restart: with `--pool PATH` the item memory is a kioku checkpoint region ("items") and
+//! the slab page table travels in the checkpoint's metadata. A checkpoint is taken with the
+//! store's lock held — every write to item memory happens under that lock, so the memory is
+//! quiescent — at an interval, on SIGUSR1 and on request. After SIGKILL or a power cut the
+//! server recovers the last checkpoint and rebuilds its index from the items themselves.
+//! Expiry times are absolute Unix times, so they stay relative to the wall clock.
+//!
+//! The engine lives on its own thread (it owns the pool and the write tracker); the server
+//! talks to it through a channel.
+
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use kioku_ckpt::{Engine, EngineOptions, RegionOptions};
+
+use crate::exec::Cache;
+use crate::slab::Memory;
+
+const MAGIC: &[u8; 12] = b"kioku-cache\0";
+const FORMAT: u32 = 1;
+const REGION: &str = "items";
+
+/// Why the pool could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PersistError {
+    /// The checkpoint engine failed (pool missing, damaged, busy, no write tracking...).
+    #[error("checkpoint pool {path}: {source}")]
+    Ckpt {
+        /// The pool.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: kioku_ckpt::CkptError,
+    },
+    /// The pool was made with other settings.
+    #[error("checkpoint pool {path} holds a cache made with {found}; start with the same -m/-I/-f or give a new --pool")]
+    Mismatch {
+        /// The pool.
+        path: PathBuf,
+        /// Its settings.
+        found: String,
+    },
+    /// The pool's cache metadata does not decode.
+    #[error("checkpoint pool {path}: the cache metadata is damaged ({reason}); restore the pool from a copy or give a new --pool")]
+    Damaged {
+        /// The pool.
+        path: PathBuf,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The checkpoint thread is gone.
+    #[error("the checkpoint thread stopped; see the log")]
+    Stopped,
+}
+
+/// What a checkpoint's metadata holds besides the item memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheMeta {
+    /// Slab page size.
+    pub page_size: u64,
+    /// Item memory length.
+    pub mem_len: u64,
+    /// Growth factor.
+    pub factor: f64,
+    /// Next page to hand out.
+    pub next_page: u32,
+    /// Next cas unique.
+    pub next_cas: u64,
+    /// Class of each page.
+    pub page_class: Vec<u8>,
+}
+
+impl CacheMeta {
+    /// The bytes stored with a checkpoint.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(64 + self.page_class.len());
+        b.extend_from_slice(MAGIC);
+        b.extend_from_slice(&FORMAT.to_le_bytes());
+        b.extend_from_slice(&self.page_size.to_le_bytes());
+        b.extend_from_slice(&self.mem_len.to_le_bytes());
+        b.extend_from_slice(&self.factor.to_bits().to_le_bytes());
+        b.extend_from_slice(&self.next_page.to_le_bytes());
+        b.extend_from_slice(&self.next_cas.to_le_bytes());
+        b.extend_from_slice(&(self.page_class.len() as u32).to_le_bytes());
+        b.extend_from_slice(&self.page_class);
+        b
+    }
+
+    /// Decode [`CacheMeta::encode`]'s bytes, checking every length.
+    pub fn decode(b: &[u8]) -> Result<Self, &'static str> {
+        let mut at = 0;
+        let mut take = |n: usize| -> Result<&[u8], &'static str> {
+            let s = b.get(at..at + n).ok_or("truncated")?;
+            at += n;
+            Ok(s)
+        };
+        if take(12)? != MAGIC {
+            return Err("not a kioku-cache checkpoint");
+        }
+        let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4 bytes"));
+        let u64_ = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
+        if u32_(take(4)?) != FORMAT {
+            return Err("unknown format version");
+        }
+        let page_size = u64_(take(8)?);
+        let mem_len = u64_(take(8)?);
+        let factor = f64::from_bits(u64_(take(8)?));
+        let next_page = u32_(take(4)?);
+        let next_cas = u64_(take(8)?);
+        let n = u32_(take(4)?) as usize;
+        let page_class = take(n)?.to_vec();
+        if at != b.len() {
+            return Err("trailing bytes");
+        }
+        Ok(CacheMeta {
+            page_size,
+            mem_len,
+            factor,
+            next_page,
+            next_cas,
+            page_class,
+        })
+    }
+}
+
+/// Checkpoint counters shown by `stats`.
+#[derive(Debug, Default)]
+pub struct PersistStats {
+    /// Epoch of the last checkpoint (0: none yet).
+    pub epoch: AtomicU64,
+    /// Checkpoints that failed.
+    pub failures: AtomicU64,
+    /// Duration of the last checkpoint (µs).
+    pub last_us: AtomicU64,
+    /// Items restored at start.
+    pub restored_items: AtomicU64,
+    /// Duration of the restore at start (µs).
+    pub restore_us: AtomicU64,
+}
+
+enum Request {
+    Attach(Arc<Cache>),
+    Checkpoint(Option<mpsc::Sender<Result<u64, String>>>),
+    Stop,
+}
+
+/// The pool's item memory and what was restored, handed to the server at start.
+pub struct Opened {
+    /// The item memory (the region).
+    pub memory: Memory,
+    /// The last checkpoint's cache metadata, if the pool held one.
+    pub restored: Option<CacheMeta>,
+    /// The checkpointer.
+    pub checkpointer: Checkpointer,
+}
+
+/// The handle of the checkpoint thread.
+pub struct Checkpointer {
+    tx: mpsc::Sender<Request>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Checkpointer {
+    /// Open (recover) or create the pool at `path` with an item region of `len` bytes, on a
+    /// new thread that then checkpoints every `interval` (if any) once attached.
+    pub fn open(
+        path: &Path,
+        len: usize,
+        interval: Option<Duration>,
+    ) -> Result<Opened, PersistError> {
+        let (tx, rx) = mpsc::channel::<Request>();
+        let (init_tx, init_rx) = mpsc::channel();
+        let path_buf = path.to_path_buf();
+        let thread = std::thread::Builder::new()
+            .name("kioku-cache-ckpt".into())
+            .spawn(move || {
+                let opened = open_engine(&path_buf, len);
+                let (mut engine, addr, meta) = match opened {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = init_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = init_tx.send(Ok((addr, meta)));
+                run(&mut engine, &rx, interval);
+            })
+            .map_err(|_| PersistError::Stopped)?;
+        let (addr, meta) = init_rx.recv().map_err(|_| PersistError::Stopped)??;
+        let restored = match meta {
+            Some(bytes) => {
+                Some(
+                    CacheMeta::decode(&bytes).map_err(|reason| PersistError::Damaged {
+                        path: path.to_path_buf(),
+                        reason,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let memory = Memory {
+            base: NonNull::new(addr as *mut u8).expect("a region is never at address 0"),
+            len,
+        };
+        Ok(Opened {
+            memory,
+            restored,
+            checkpointer: Checkpointer {
+                tx,
+                thread: Some(thread),
+            },
+        })
+    }
+
+    /// Start checkpointing `cache` (whose store lives in the region).
+    pub fn attach(&self, cache: Arc<Cache>) {
+        let _ = self.tx.send(Request::Attach(cache));
+    }
+
+    /// Take a checkpoint now; returns its epoch once durable.
+    pub fn checkpoint(&self) -> Result<u64, String> {
+        let (tx, rx) = mpsc::channel();
+        self.tx
+            .send(Request::Checkpoint(Some(tx)))
+            .map_err(|_| PersistError::Stopped.to_string())?;
+        rx.recv().map_err(|_| PersistError::Stopped.to_string())?
+    }
+
+    /// Ask for a checkpoint without waiting (a signal handler's thread).
+    pub fn request(&self) {
+        let _ = self.tx.send(Request::Checkpoint(None));
+    }
+
+    /// A sender that asks for checkpoints (for the signal thread).
+    pub fn requester(&self) -> impl Fn() + Send + 'static {
+        let tx = self.tx.clone();
+        move || {
+            let _ = tx.send(Request::Checkpoint(None));
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Request::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+type EngineInit = (Engine, usize, Option<Vec<u8>>);
+
+fn open_engine(path: &Path, len: usize) -> Result<EngineInit, PersistError> {
+    let ckpt = |source| PersistError::Ckpt {
+        path: path.to_path_buf(),
+        source,
+    };
+    let opts = EngineOptions::default();
+    if path.exists() {
+        let (engine, rec) = Engine::recover(path, &opts).map_err(ckpt)?;
+        let region = engine.region(REGION).ok_or(PersistError::Damaged {
+            path: path.to_path_buf(),
+            reason: "no item region",
+        })?;
+        if region.len != len {
+            return Err(PersistError::Mismatch {
+                path: path.to_path_buf(),
+                found: format!("-m {} MiB of item memory", region.len >> 20),
+            });
+        }
+        let meta = (rec.epoch > 0 && !rec.metadata.is_empty()).then_some(rec.metadata);
+        Ok((engine, region.addr, meta))
+    } else {
+        let mut engine = Engine::create(path, &opts).map_err(ckpt)?;
+        let region = engine
+            .create_region(REGION, len, RegionOptions::default())
+            .map_err(ckpt)?;
+        Ok((engine, region.addr, None))
+    }
+}
+
+fn run(engine: &mut Engine, rx: &mpsc::Receiver<Request>, interval: Option<Duration>) {
+    let mut cache: Option<Arc<Cache>> = None;
+    let mut next = interval.map(|i| Instant::now() + i);
+    loop {
+        let req = match next {
+            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                Ok(r) => Some(r),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            },
+            None => match rx.recv() {
+                Ok(r) => Some(r),
+                Err(_) => return,
+            },
+        };
+        let reply = match req {
+            Some(Request::Attach(c)) => {
+                cache = Some(c);
+                continue;
+            }
+            Some(Request::Stop) => return,
+            Some(Request::Checkpoint(reply)) => reply,
+            None => None,
+        };
+        if let Some(i) = interval {
+            next = Some(Instant::now() + i);
+        }
+        let result = match &cache {
+            Some(c) => checkpoint(engine, c),
+            None => Err("the cache is not running yet".to_string()),
+        };
+        if let Err(e) = &result {
+            tracing::error!("checkpoint failed: {e}");
+        }
+        if let Some(tx) = reply {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+fn checkpoint(engine: &mut Engine, cache: &Cache) -> Result<u64, String> {
+    let t0 = Instant::now();
+    let stats = &cache.persist;
+    // Every write to item memory happens under this lock: holding it, the region is quiescent.
+    let store = cache.lock();
+    let (page_class, next_page) = store.slabs().page_classes();
+    let meta = CacheMeta {
+        page_size: store.slabs().page_size() as u64,
+        mem_len: store.slabs().memory().len as u64,
+        factor: cache.settings.growth_factor,
+        next_page,
+        next_cas: store.next_cas(),
+        page_class: page_class.to_vec(),
+    };
+    let result = engine.checkpoint(&meta.encode());
+    drop(store);
+    match result {
+        Ok(s) => {
+            stats.epoch.store(s.epoch, Ordering::Relaxed);
+            stats
+                .last_us
+                .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
+            tracing::info!(epoch = s.epoch, dirty_pages = s.dirty_pages, "checkpoint");
+            Ok(s.epoch)
+        }
+        Err(e) => {
+            stats.failures.fetch_add(1, Ordering::Relaxed);
+            Err(e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_round_trips_and_refuses_damage() {
+        let m = CacheMeta {
+            page_size: 2 << 20,
+            mem_len: 64 << 20,
+            factor: 1.25,
+            next_page: 3,
+            next_cas: 99,
+            page_class: vec![1, 2, 3, 255],
+        };
+        let b = m.encode();
+        assert_eq!(CacheMeta::decode(&b), Ok(m));
+        for cut in 0..b.len() {
+            assert!(CacheMeta::decode(&b[..cut]).is_err());
+        }
+        let mut bad = b.clone();
+        bad[0] ^= 1;
+        assert_eq!(CacheMeta::decode(&bad), Err("not a kioku-cache checkpoint"));
+        let mut long = b;
+        long.push(0);
+        assert_eq!(CacheMeta::decode(&long), Err("trailing bytes"));
+    }
+}
