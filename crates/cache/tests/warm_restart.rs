@@ -88,11 +88,8 @@ fn sigkill_under_load_restarts_with_the_last_checkpoint() {
                             .sent
                             .push((version, Instant::now()));
                         // A connection cut by the SIGKILL ends the writer.
-                        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            c.set(&format!("k{key}"), key, 0, &v)
-                        }));
-                        match ok {
-                            Ok(r) if r == "STORED" => {
+                        match c.try_set(&format!("k{key}"), key, 0, &v) {
+                            Some(r) if r == "STORED" => {
                                 logs.lock()
                                     .unwrap()
                                     .get_mut(&key)

@@ -154,6 +154,26 @@ impl Client {
         self.line()
     }
 
+    /// `set`, or None when the connection is gone (a server that was killed).
+    pub fn try_set(&mut self, key: &str, flags: u32, exp: i64, value: &[u8]) -> Option<String> {
+        let mut req = format!("set {key} {flags} {exp} {}\r\n", value.len()).into_bytes();
+        req.extend_from_slice(value);
+        req.extend_from_slice(b"\r\n");
+        self.stream.write_all(&req).ok()?;
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..i]).into_owned();
+                self.buf.drain(..i + 2);
+                return Some(line);
+            }
+            let mut chunk = [0u8; 4096];
+            match self.stream.read(&mut chunk) {
+                Ok(n) if n > 0 => self.buf.extend_from_slice(&chunk[..n]),
+                _ => return None,
+            }
+        }
+    }
+
     /// `get key`: the value and flags, or None.
     pub fn get(&mut self, key: &str) -> Option<(Vec<u8>, u32)> {
         self.send(format!("get {key}\r\n").as_bytes());
