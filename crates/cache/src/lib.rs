@@ -13,7 +13,7 @@ mod store;
 
 pub use exec::{now, After, Cache, ConnCounters, Settings, VERSION};
 pub use memory::Mapping;
-pub use persist::{CacheMeta, Checkpointer, Opened, PersistError, PersistStats};
+pub use persist::{restore_store, CacheMeta, Checkpointer, Opened, PersistError, PersistStats};
 pub use server::{Server, ServerError};
-pub use slab::{page_size_for, ItemId, Memory, Slabs};
+pub use slab::{page_size_for, ItemId, LruEnds, Memory, Restored, Slabs};
 pub use store::{absolute_exptime, Counters, ItemView, Store, StoreError};

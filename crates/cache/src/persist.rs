@@ -17,10 +17,12 @@ use std::time::{Duration, Instant};
 use kioku_ckpt::{Engine, EngineOptions, RegionOptions};
 
 use crate::exec::Cache;
-use crate::slab::Memory;
+use crate::slab::{ItemId, LruEnds, Memory, Slabs};
+use crate::store::Store;
 
 const MAGIC: &[u8; 12] = b"kioku-cache\0";
-const FORMAT: u32 = 1;
+/// Format 2 adds the LRU lists' ends; format 1 (without them) is still read.
+const FORMAT: u32 = 2;
 const REGION: &str = "items";
 
 /// Why the pool could not be used.
@@ -72,6 +74,8 @@ pub struct CacheMeta {
     pub next_cas: u64,
     /// Class of each page.
     pub page_class: Vec<u8>,
+    /// Each class's LRU ends (`None` in format 1: relink by last access).
+    pub lru: Option<Vec<LruEnds>>,
 }
 
 impl CacheMeta {
@@ -87,7 +91,28 @@ impl CacheMeta {
         b.extend_from_slice(&self.next_cas.to_le_bytes());
         b.extend_from_slice(&(self.page_class.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.page_class);
+        let lru = self.lru.as_deref().unwrap_or(&[]);
+        b.extend_from_slice(&(lru.len() as u32).to_le_bytes());
+        for e in lru {
+            b.extend_from_slice(&e.head.0.to_le_bytes());
+            b.extend_from_slice(&e.tail.0.to_le_bytes());
+            b.extend_from_slice(&e.items.to_le_bytes());
+        }
         b
+    }
+
+    /// What a checkpoint of `store` (made with growth factor `factor`) keeps besides memory.
+    pub fn of(store: &Store, factor: f64) -> Self {
+        let (page_class, next_page) = store.slabs().page_classes();
+        CacheMeta {
+            page_size: store.slabs().page_size() as u64,
+            mem_len: store.slabs().memory().len as u64,
+            factor,
+            next_page,
+            next_cas: store.next_cas(),
+            page_class: page_class.to_vec(),
+            lru: Some(store.slabs().lru_ends()),
+        }
     }
 
     /// Decode [`CacheMeta::encode`]'s bytes, checking every length.
@@ -103,7 +128,8 @@ impl CacheMeta {
         }
         let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().expect("4 bytes"));
         let u64_ = |s: &[u8]| u64::from_le_bytes(s.try_into().expect("8 bytes"));
-        if u32_(take(4)?) != FORMAT {
+        let format = u32_(take(4)?);
+        if format != 1 && format != FORMAT {
             return Err("unknown format version");
         }
         let page_size = u64_(take(8)?);
@@ -113,6 +139,23 @@ impl CacheMeta {
         let next_cas = u64_(take(8)?);
         let n = u32_(take(4)?) as usize;
         let page_class = take(n)?.to_vec();
+        let lru = if format == 1 {
+            None
+        } else {
+            let classes = u32_(take(4)?) as usize;
+            if classes > 64 {
+                return Err("too many size classes");
+            }
+            let mut lru = Vec::with_capacity(classes);
+            for _ in 0..classes {
+                lru.push(LruEnds {
+                    head: ItemId(u32_(take(4)?)),
+                    tail: ItemId(u32_(take(4)?)),
+                    items: u64_(take(8)?),
+                });
+            }
+            Some(lru)
+        };
         if at != b.len() {
             return Err("trailing bytes");
         }
@@ -123,8 +166,61 @@ impl CacheMeta {
             next_page,
             next_cas,
             page_class,
+            lru,
         })
     }
+}
+
+/// The store a pool's checkpoint holds: the slab pages of `memory` (the restored region)
+/// under `meta`, checked against this server's settings, its items indexed ([`Slabs::restore`],
+/// [`Store::rebuild`]). `path` names the pool in errors.
+pub fn restore_store(
+    path: &Path,
+    memory: Memory,
+    meta: &CacheMeta,
+    page_size: usize,
+    factor: f64,
+    evictions_allowed: bool,
+    now: i64,
+) -> Result<Store, PersistError> {
+    if meta.page_size != page_size as u64
+        || meta.mem_len != memory.len as u64
+        || meta.factor != factor
+    {
+        return Err(PersistError::Mismatch {
+            path: path.to_path_buf(),
+            found: format!(
+                "{} MiB slab pages, {} MiB of memory and -f {}",
+                meta.page_size >> 20,
+                meta.mem_len >> 20,
+                meta.factor
+            ),
+        });
+    }
+    let restored = Slabs::restore(
+        memory,
+        page_size,
+        factor,
+        &meta.page_class,
+        meta.next_page,
+        meta.lru.as_deref(),
+    )
+    .map_err(|reason| PersistError::Damaged {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    if meta.lru.is_some() && !restored.lru_adopted {
+        tracing::warn!(
+            "{}: the checkpoint's LRU lists do not match its items; relinking them by last access",
+            path.display()
+        );
+    }
+    Ok(Store::rebuild(
+        restored,
+        evictions_allowed,
+        meta.next_cas,
+        now,
+    ))
 }
 
 /// Checkpoint counters shown by `stats`.
@@ -329,15 +425,7 @@ fn checkpoint(engine: &mut Engine, cache: &Cache) -> Result<u64, String> {
     let stats = &cache.persist;
     // Every write to item memory happens under this lock: holding it, the region is quiescent.
     let store = cache.lock();
-    let (page_class, next_page) = store.slabs().page_classes();
-    let meta = CacheMeta {
-        page_size: store.slabs().page_size() as u64,
-        mem_len: store.slabs().memory().len as u64,
-        factor: cache.settings.growth_factor,
-        next_page,
-        next_cas: store.next_cas(),
-        page_class: page_class.to_vec(),
-    };
+    let meta = CacheMeta::of(&store, cache.settings.growth_factor);
     let result = engine.checkpoint(&meta.encode());
     drop(store);
     match result {
@@ -369,6 +457,11 @@ mod tests {
             next_page: 3,
             next_cas: 99,
             page_class: vec![1, 2, 3, 255],
+            lru: Some(vec![LruEnds {
+                head: ItemId(7),
+                tail: ItemId::NONE,
+                items: 1,
+            }]),
         };
         let b = m.encode();
         assert_eq!(CacheMeta::decode(&b), Ok(m));

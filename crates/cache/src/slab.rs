@@ -79,6 +79,52 @@ const _: () = assert!(HEADER == 48);
 const MIN_CHUNK: usize = HEADER + 48;
 const CHUNK_ALIGN: usize = 8;
 
+/// One class's LRU list as a checkpoint keeps it: its ends and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LruEnds {
+    /// Most recently used item.
+    pub head: ItemId,
+    /// Least recently used item.
+    pub tail: ItemId,
+    /// Items on the list.
+    pub items: u64,
+}
+
+/// What [`Slabs::restore`] gives back.
+#[derive(Debug)]
+pub struct Restored {
+    /// The allocator.
+    pub slabs: Slabs,
+    /// The linked items, in memory order.
+    pub linked: Vec<ItemId>,
+    /// Whether the LRU lists are the checkpoint's (else the caller links the items).
+    pub lru_adopted: bool,
+}
+
+/// A chunk's links in [`Slabs::restore`]'s table when it holds no linked item (page 0xffff
+/// never exists: at most 0xffff pages).
+const NOT_LINKED: ItemId = ItemId(u32::MAX - 1);
+
+/// Fault in `len` bytes of `mem` in one call (`MADV_POPULATE_READ`, Linux 5.14) rather than
+/// page by page; where the kernel lacks it the scan faults them in as it goes.
+fn populate_read(mem: Memory, len: usize) {
+    const MADV_POPULATE_READ: libc::c_int = 22;
+    if len == 0 {
+        return;
+    }
+    // SAFETY: advice on memory we own; POPULATE_READ only faults pages in, changing no byte.
+    let r = unsafe {
+        libc::madvise(
+            mem.base.as_ptr().cast(),
+            len.min(mem.len),
+            MADV_POPULATE_READ,
+        )
+    };
+    if r != 0 {
+        tracing::debug!("MADV_POPULATE_READ: {}", std::io::Error::last_os_error());
+    }
+}
+
 /// One size class.
 #[derive(Debug)]
 pub struct Class {
@@ -172,51 +218,161 @@ impl Slabs {
     }
 
     /// Slabs over memory that already holds items (a restored checkpoint): `page_class` and
-    /// `next_page` as [`Slabs::page_classes`] gave them. Returns the allocator, with every
-    /// chunk not holding a well-formed linked item on its free list, and the linked items (to
-    /// be indexed by the store). A page whose class is out of range is refused as damaged.
+    /// `next_page` as [`Slabs::page_classes`] gave them, `lru` as [`Slabs::lru_ends`] gave
+    /// them (none: relink by last access). Every chunk not holding a well-formed linked item
+    /// goes on its class's free list; the linked items are returned in memory order, to be
+    /// indexed by the store. The LRU lists are taken as the items' own links say when they
+    /// check out (see [`Restored::lru_adopted`]). A page whose class is out of range is
+    /// refused as damaged.
+    ///
+    /// Item memory is only read (a chunk that is neither linked nor cleared is cleared — never
+    /// the case in a checkpoint's image), so that the restored pages stay clean for write
+    /// tracking and the next checkpoint.
     pub fn restore(
         mem: Memory,
         page_size: usize,
         factor: f64,
         page_class: &[u8],
         next_page: u32,
-    ) -> Result<(Self, Vec<ItemId>), &'static str> {
+        lru: Option<&[LruEnds]>,
+    ) -> Result<Restored, &'static str> {
         let mut slabs = Slabs::new(mem, page_size, factor);
         if page_class.len() != slabs.page_class.len() || next_page > slabs.pages_total {
             return Err("the page table does not match the item memory");
         }
+        populate_read(mem, next_page as usize * page_size);
         let mut linked = Vec::new();
+        // Each linked item's LRU links, by chunk (`first_chunk[page] + slot`), so that the
+        // lists are checked without walking item memory again.
+        let mut links: Vec<(ItemId, ItemId)> = Vec::new();
+        let mut first_chunk = Vec::with_capacity(next_page as usize);
+        let mut free = Vec::new();
         for page in 0..next_page {
             let class = page_class[page as usize];
             if class as usize >= slabs.classes.len() {
                 return Err("a slab page has no valid size class");
             }
             slabs.page_class[page as usize] = class;
-            let c = &slabs.classes[class as usize];
-            let (size, per_page) = (c.size, c.per_page);
+            let per_page = slabs.classes[class as usize].per_page;
             slabs.classes[class as usize].pages.push(page);
-            for slot in (0..per_page).rev() {
+            first_chunk.push(links.len());
+            links.resize(links.len() + per_page as usize, (NOT_LINKED, NOT_LINKED));
+            let first = links.len() - per_page as usize;
+            free.clear();
+            for slot in 0..per_page {
                 let id = ItemId::new(page, slot);
                 let h = slabs.header(id);
-                // SAFETY: the chunk lies inside the page; nothing else runs yet.
-                let ok = unsafe {
-                    (*h).state & LINKED != 0
-                        && (*h).class == class
-                        && (*h).nkey > 0
-                        && HEADER + (*h).nkey as usize + (*h).nbytes as usize <= size
-                };
-                if ok {
+                if slabs.well_formed(id, class) {
                     linked.push(id);
+                    // SAFETY: the chunk lies inside the page; nothing else runs yet.
+                    links[first + slot as usize] = unsafe { ((*h).prev, (*h).next) };
                 } else {
                     // SAFETY: as above.
-                    unsafe { (*h).state = 0 };
-                    slabs.classes[class as usize].free.push(id);
+                    unsafe {
+                        if (*h).state != 0 {
+                            (*h).state = 0;
+                        }
+                    }
+                    free.push(id);
                 }
             }
+            // Reverse order: chunks are handed out from the page's start.
+            slabs.classes[class as usize].free.extend(free.iter().rev());
         }
         slabs.next_page = next_page;
-        Ok((slabs, linked))
+        let lru_adopted =
+            lru.is_some_and(|ends| slabs.adopt_lru(ends, &linked, &links, &first_chunk));
+        Ok(Restored {
+            slabs,
+            linked,
+            lru_adopted,
+        })
+    }
+
+    /// Whether `id`, a chunk of a page of `class`, holds a linked item whose header fits it.
+    fn well_formed(&self, id: ItemId, class: u8) -> bool {
+        let size = self.classes[class as usize].size;
+        let h = self.header(id);
+        // SAFETY: `id` lies inside a page handed out to `class`; the caller holds the lock (or
+        // nothing else runs yet).
+        unsafe {
+            (*h).state & LINKED != 0
+                && (*h).class == class
+                && (*h).nkey > 0
+                && HEADER + (*h).nkey as usize + (*h).nbytes as usize <= size
+        }
+    }
+
+    /// Each class's LRU ends and length, for a checkpoint's metadata.
+    pub fn lru_ends(&self) -> Vec<LruEnds> {
+        self.classes
+            .iter()
+            .map(|c| LruEnds {
+                head: c.head,
+                tail: c.tail,
+                items: c.items,
+            })
+            .collect()
+    }
+
+    /// Take the LRU lists of a restored checkpoint from its `ends` and the items' `links`
+    /// (by chunk, [`Slabs::restore`]) — after checking them: each list walked from its head
+    /// reaches its tail through linked items of its class with matching back links, and the
+    /// lists hold exactly the `linked` items. Nothing is taken (false) if a check fails.
+    fn adopt_lru(
+        &mut self,
+        ends: &[LruEnds],
+        linked: &[ItemId],
+        links: &[(ItemId, ItemId)],
+        first_chunk: &[usize],
+    ) -> bool {
+        if ends.len() != self.classes.len() {
+            return false;
+        }
+        let mut per_class = vec![0u64; self.classes.len()];
+        for &id in linked {
+            per_class[self.page_class[id.page() as usize] as usize] += 1;
+        }
+        for (class, e) in ends.iter().enumerate() {
+            if e.items != per_class[class]
+                || !self.lru_list_holds(class as u8, e, links, first_chunk)
+            {
+                return false;
+            }
+        }
+        for (c, e) in self.classes.iter_mut().zip(ends) {
+            (c.head, c.tail, c.items) = (e.head, e.tail, e.items);
+        }
+        true
+    }
+
+    /// Whether following `next` from `e.head` visits `e.items` distinct linked items of
+    /// `class`, each pointing back at the one before, and ends at `e.tail`.
+    fn lru_list_holds(
+        &self,
+        class: u8,
+        e: &LruEnds,
+        links: &[(ItemId, ItemId)],
+        first_chunk: &[usize],
+    ) -> bool {
+        let (mut prev, mut at, mut n) = (ItemId::NONE, e.head, 0u64);
+        while at != ItemId::NONE {
+            n += 1;
+            // More steps than items: a cycle.
+            if n > e.items
+                || at.page() >= self.next_page
+                || self.page_class[at.page() as usize] != class
+                || at.slot() >= self.classes[class as usize].per_page
+            {
+                return false;
+            }
+            let (back, next) = links[first_chunk[at.page() as usize] + at.slot() as usize];
+            if back == NOT_LINKED || back != prev {
+                return false;
+            }
+            (prev, at) = (at, next);
+        }
+        n == e.items && prev == e.tail
     }
 
     /// Each page's size class (`u8::MAX`: not handed out) and the next page to hand out: what

@@ -5,9 +5,10 @@
 
 use std::hash::BuildHasher;
 
+use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use crate::slab::{Header, ItemId, Slabs, FETCHED, HEADER, LINKED, STALE, WON};
+use crate::slab::{Header, ItemId, Restored, Slabs, FETCHED, HEADER, LINKED, STALE, WON};
 
 /// Why a value could not be stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -92,47 +93,93 @@ impl Store {
         }
     }
 
-    /// A store over restored slabs and their `linked` items ([`Slabs::restore`]): items are
-    /// indexed and put in LRU order of their last access; expired ones are freed; cas uniques
-    /// continue above `next_cas` and every restored item's.
-    pub fn rebuild(
-        slabs: Slabs,
-        mut linked: Vec<ItemId>,
-        evictions_allowed: bool,
-        next_cas: u64,
-        now: i64,
-    ) -> Self {
+    /// A store over a restored checkpoint's slabs ([`Slabs::restore`]): its linked items are
+    /// indexed; the LRU lists are the checkpoint's when the slabs took them, else the items
+    /// are linked in order of last access; expired items are freed; cas uniques continue
+    /// above `next_cas` and every restored item's. With the checkpoint's lists nothing but the
+    /// expired items' chunks is written, so restored memory stays clean.
+    pub fn rebuild(restored: Restored, evictions_allowed: bool, next_cas: u64, now: i64) -> Self {
+        let Restored {
+            slabs,
+            mut linked,
+            lru_adopted: adopted,
+        } = restored;
         let mut store = Store::new(slabs, evictions_allowed);
         store.next_cas = next_cas.max(1);
-        linked.sort_by_key(|&id| store.header(id).atime);
+        if !adopted {
+            let mut by_atime: Vec<(i64, ItemId)> = linked
+                .iter()
+                .map(|&id| (store.header(id).atime, id))
+                .collect();
+            by_atime.sort_unstable();
+            linked = by_atime.into_iter().map(|(_, id)| id).collect();
+        }
+        {
+            let (slabs, hasher) = (&store.slabs, &store.hasher);
+            store.index.reserve(linked.len(), |&other| {
+                hasher.hash_one(item_key(slabs, other))
+            });
+        }
         for id in linked {
             let h = store.header(id);
             store.next_cas = store.next_cas.max(h.cas + 1);
-            if h.exptime != 0 && h.exptime <= now {
-                store.slabs.free(id);
+            let keep = h.exptime == 0 || h.exptime > now;
+            let (slabs, hasher) = (&store.slabs, &store.hasher);
+            let key = item_key(slabs, id);
+            let hash = hasher.hash_one(key);
+            // A key is linked once in a checkpoint; should memory say otherwise, keep the newer.
+            let mut replaced = None;
+            let kept = match store.index.entry(
+                hash,
+                |&other| item_key(slabs, other) == key,
+                |&other| hasher.hash_one(item_key(slabs, other)),
+            ) {
+                Entry::Vacant(v) if keep => {
+                    v.insert(id);
+                    true
+                }
+                Entry::Vacant(_) => false,
+                Entry::Occupied(mut o) => {
+                    let old = *o.get();
+                    // SAFETY: `old` is an indexed item; the store is ours alone here.
+                    if keep && unsafe { (*slabs.header(old)).cas } < h.cas {
+                        *o.get_mut() = id;
+                        replaced = Some(old);
+                        true
+                    } else {
+                        false
+                    }
+                }
+            };
+            if let Some(old) = replaced {
+                store.bytes -= store.total_len(old);
+                store.drop_restored(old, true);
+            }
+            if !kept {
+                store.drop_restored(id, adopted);
                 continue;
             }
-            // A key is linked once in a checkpoint; should memory say otherwise, keep the newer.
-            if let Some(old) = store.lookup_raw(store.view(id).key) {
-                if store.header(old).cas < h.cas {
-                    store.unlink(old);
-                } else {
-                    store.slabs.free(id);
-                    continue;
-                }
+            if !adopted {
+                store.slabs.lru_push(id);
             }
-            let view = store.view(id);
-            let total = HEADER + view.key.len() + view.value.len();
-            let hash = store.hash(view.key);
-            let slabs = &store.slabs;
-            let hasher = &store.hasher;
-            store
-                .index
-                .insert_unique(hash, id, |&other| hasher.hash_one(item_key(slabs, other)));
-            store.slabs.lru_push(id);
-            store.bytes += total as u64;
+            store.bytes += store.total_len(id);
         }
         store
+    }
+
+    /// Header, key and value bytes of `id`.
+    fn total_len(&self, id: ItemId) -> u64 {
+        let h = self.header(id);
+        (HEADER + h.nkey as usize + h.nbytes as usize) as u64
+    }
+
+    /// Free a restored item that is not indexed (expired, or a duplicate key), taking it off
+    /// its LRU list if it is on one.
+    fn drop_restored(&mut self, id: ItemId, on_lru: bool) {
+        if on_lru {
+            self.slabs.lru_remove(id);
+        }
+        self.slabs.free(id);
     }
 
     /// The next cas unique (for a checkpoint's metadata).
@@ -510,6 +557,106 @@ mod tests {
             if let Some(id) = s.lookup(format!("small{i}").as_bytes(), 1) {
                 assert_eq!(s.view(id).value, b"v");
             }
+        }
+    }
+
+    /// The keys of `class`'s LRU list, most recent first.
+    fn lru_keys(s: &Store, class: u8) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut at = s.slabs.classes[class as usize].head;
+        while at != ItemId::NONE {
+            out.push(s.view(at).key.to_vec());
+            at = s.header(at).next;
+        }
+        out
+    }
+
+    /// A store with items of two classes, some read (LRU order differs from store order),
+    /// one deleted, one expiring at 150; and its memory.
+    fn filled(b: &mut Vec<u64>) -> Store {
+        let mut s = store(4, b);
+        for i in 0..300 {
+            let v = vec![b'a' + (i % 26) as u8; if i % 3 == 0 { 900 } else { 40 }];
+            let exp = if i == 7 { 150 } else { 0 };
+            s.store(format!("k{i}").as_bytes(), i, exp, &[&v], None, 100)
+                .unwrap();
+        }
+        for i in (0..300).step_by(7) {
+            let id = s.lookup(format!("k{i}").as_bytes(), 101).unwrap();
+            s.fetched(id, 101 + i as i64, true);
+        }
+        let id = s.lookup(b"k5", 101).unwrap();
+        s.unlink(id);
+        s
+    }
+
+    fn restore_copy(s: &Store, lru: bool) -> Restored {
+        let (page_class, next_page) = s.slabs.page_classes();
+        let ends = s.slabs.lru_ends();
+        Slabs::restore(
+            s.slabs.memory(),
+            1 << 20,
+            1.25,
+            page_class,
+            next_page,
+            lru.then_some(&ends[..]),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn restore_takes_the_checkpoints_lru_lists_without_writing_memory() {
+        let mut b = Vec::new();
+        let s = filled(&mut b);
+        let classes: Vec<u8> = (0..s.slabs.classes.len() as u8)
+            .filter(|&c| s.slabs.classes[c as usize].items > 0)
+            .collect();
+        assert_eq!(classes.len(), 2);
+        let want: Vec<_> = classes.iter().map(|&c| lru_keys(&s, c)).collect();
+        let bytes = s.bytes();
+        let image = b.clone();
+        let restored = restore_copy(&s, true);
+        assert!(restored.lru_adopted);
+        assert_eq!(restored.linked.len(), 299);
+        assert_eq!(b, image, "restoring wrote item memory");
+        let r = Store::rebuild(restored, true, s.next_cas(), 120);
+        assert_eq!(b, image, "indexing wrote item memory");
+        assert_eq!((r.len(), r.bytes()), (299, bytes));
+        let got: Vec<_> = classes.iter().map(|&c| lru_keys(&r, c)).collect();
+        assert_eq!(got, want);
+        assert!(r.next_cas() >= s.next_cas());
+    }
+
+    #[test]
+    fn restore_relinks_by_last_access_when_the_lists_do_not_check_out() {
+        let mut b = Vec::new();
+        let s = filled(&mut b);
+        let n = s.len();
+        // Break one back link.
+        let head = s.slabs.classes[0].head;
+        let second = s.header(head).next;
+        // SAFETY: `second` is a linked item of the test's store.
+        unsafe { (*s.slabs.header(second)).prev = ItemId(12345) };
+        let restored = restore_copy(&s, true);
+        assert!(!restored.lru_adopted);
+        let mut r = Store::rebuild(restored, true, s.next_cas(), 120);
+        assert_eq!(r.len(), n);
+        // Relinked oldest access last: the most recently read item heads its list.
+        let hot = r.lookup(b"k294", 120).unwrap();
+        let class = r.header(hot).class;
+        assert_eq!(lru_keys(&r, class)[0], b"k294");
+        // Without the checkpoint's lists (format 1): the same.
+        let restored = restore_copy(&s, false);
+        assert!(!restored.lru_adopted);
+        // Expired by now: k7 (expiry 150) goes, and its chunk is free again.
+        let mut r = Store::rebuild(restored, true, s.next_cas(), 200);
+        assert_eq!(r.len(), n - 1);
+        assert!(r.lookup(b"k7", 200).is_none());
+        for i in (0..300).filter(|&i| i != 5 && i != 7) {
+            let id = r.lookup(format!("k{i}").as_bytes(), 200).unwrap();
+            let v = r.view(id);
+            assert_eq!(v.header.flags, i);
+            assert!(v.value.iter().all(|&c| c == b'a' + (i % 26) as u8));
         }
     }
 

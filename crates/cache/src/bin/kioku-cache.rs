@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context as _};
 use clap::Parser;
-use kioku_cache::{page_size_for, Cache, Checkpointer, Mapping, Server, Settings, Slabs, Store};
+use kioku_cache::{
+    page_size_for, restore_store, Cache, Checkpointer, Mapping, Server, Settings, Slabs, Store,
+};
 
 #[derive(Parser, Debug)]
 #[command(name = "kioku-cache", version = kioku_cache::VERSION, about = "memcached-compatible cache (kioku)")]
@@ -149,19 +151,15 @@ fn main() -> anyhow::Result<()> {
             recovered_in = t0.elapsed();
             let store = match opened.restored {
                 Some(meta) => {
-                    if meta.page_size != page as u64
-                        || meta.mem_len != len as u64
-                        || meta.factor != args.factor
-                    {
-                        bail!(
-                            "{}: the pool holds a cache made with {} MiB slab pages, {} MiB of memory and -f {}; start with the same -m/-I/-f or give a new --pool",
-                            path.display(), meta.page_size >> 20, meta.mem_len >> 20, meta.factor
-                        );
-                    }
-                    let (slabs, linked) = Slabs::restore(opened.memory, page, args.factor, &meta.page_class, meta.next_page)
-                        .map_err(|why| anyhow::anyhow!("{}: the checkpoint's slab table is damaged ({why}); restore the pool from a copy or give a new --pool", path.display()))?;
-                    let store =
-                        Store::rebuild(slabs, linked, evictions, meta.next_cas, kioku_cache::now());
+                    let store = restore_store(
+                        path,
+                        opened.memory,
+                        &meta,
+                        page,
+                        args.factor,
+                        evictions,
+                        kioku_cache::now(),
+                    )?;
                     restored_items = Some(store.len());
                     store
                 }
@@ -198,11 +196,12 @@ fn main() -> anyhow::Result<()> {
         );
         let _ = writeln!(
             std::io::stdout(),
-            "kioku-cache restored {n} items from {} in {:.3} s (pool recovery {:.3} s, index rebuild {:.3} s)",
+            "kioku-cache restored {n} items from {} in {:.3} s (pool recovery {:.3} s, index rebuild {:.3} s; cpu {:.3} s)",
             args.pool.as_ref().expect("pooled").display(),
             restore_time.as_secs_f64(),
             recovered_in.as_secs_f64(),
-            (restore_time - recovered_in).as_secs_f64()
+            (restore_time - recovered_in).as_secs_f64(),
+            cpu_seconds()
         );
     }
     let cache = Arc::new(cache);
@@ -245,4 +244,17 @@ fn handle_signals(cp: Checkpointer) -> anyhow::Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// CPU time (user and system, all threads) the process has used so far: the restore's cost
+/// regardless of what else the machine runs.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage fills the struct we pass; zeroed is a valid initial value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(ru.ru_utime) + t(ru.ru_stime)
 }
