@@ -358,11 +358,20 @@ fn open_engine(path: &Path, len: usize) -> Result<EngineInit, PersistError> {
     };
     let opts = EngineOptions::default();
     if path.exists() {
-        let (engine, rec) = Engine::recover(path, &opts).map_err(ckpt)?;
-        let region = engine.region(REGION).ok_or(PersistError::Damaged {
-            path: path.to_path_buf(),
-            reason: "no item region",
-        })?;
+        let (mut engine, rec) = Engine::recover(path, &opts).map_err(ckpt)?;
+        let region = match engine.region(REGION) {
+            Some(r) => r,
+            // Killed before its first checkpoint: the pool holds nothing yet.
+            None if rec.epoch == 0 => engine
+                .create_region(REGION, len, RegionOptions::default())
+                .map_err(ckpt)?,
+            None => {
+                return Err(PersistError::Damaged {
+                    path: path.to_path_buf(),
+                    reason: "no item region",
+                })
+            }
+        };
         if region.len != len {
             return Err(PersistError::Mismatch {
                 path: path.to_path_buf(),

@@ -232,3 +232,24 @@ fn a_pool_made_with_other_settings_is_refused() {
     let server = start(&pool);
     assert_eq!(server.client().get("k"), Some((b"v".to_vec(), 0)));
 }
+
+#[test]
+fn killed_before_its_first_checkpoint_restarts_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("cache.pool");
+    {
+        let server = start(&pool);
+        let mut c = server.client();
+        assert_eq!(c.set("k", 0, 0, b"v"), "STORED");
+        signal(&server, libc::SIGKILL);
+        let mut child = server;
+        child.child.wait().unwrap();
+    }
+    // No checkpoint was taken: the pool holds nothing, and the server starts on it empty
+    // (not refusing it as damaged).
+    let server = start(&pool);
+    let mut c = server.client();
+    assert_eq!(c.get("k"), None);
+    assert_eq!(c.set("k2", 0, 0, b"v2"), "STORED");
+    assert_eq!(c.get("k2"), Some((b"v2".to_vec(), 0)));
+}
