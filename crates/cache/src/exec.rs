@@ -59,6 +59,8 @@ pub struct Cache {
     pub persist: crate::persist::PersistStats,
     /// Whether the item memory is a checkpoint pool's.
     pub pooled: bool,
+    /// Hot-item placement counters.
+    pub placement: crate::placement::PlacementStats,
     started: i64,
     pid: u32,
 }
@@ -89,6 +91,7 @@ impl Cache {
             conns: ConnCounters::default(),
             persist: Default::default(),
             pooled: false,
+            placement: Default::default(),
             started: now(),
             pid: std::process::id(),
         }
@@ -737,6 +740,26 @@ impl Cache {
                     "total_malloced",
                     &(s.slabs().pages_used() as usize * s.slabs().page_size()),
                 );
+                let (hot_used, hot_total) = s.slabs().hot_pages();
+                if hot_total > 0 {
+                    let p = &self.placement;
+                    stat("hot_placement", &p.enabled.load(Ordering::Relaxed));
+                    stat("hot_area_pages", &hot_total);
+                    stat("hot_area_pages_used", &hot_used);
+                    stat("hot_items_moved", &c.hot_items_moved);
+                    stat("hot_pages_vacated", &c.hot_pages_vacated);
+                    // What the kernel maps by huge pages now, in the whole item memory and
+                    // in the hot area (read from the page tables).
+                    let mem = s.slabs().memory();
+                    let base = mem.base.as_ptr() as usize;
+                    let hot_at = base + s.slabs().page_offset(s.slabs().pages_total() - hot_total);
+                    let huge = |from: usize, to: usize| {
+                        kioku_hugepage::huge_mapped_bytes(kioku_hugepage::PageRange::new(from, to))
+                            .unwrap_or(0)
+                    };
+                    stat("huge_bytes", &huge(base, base + mem.len));
+                    stat("huge_bytes_hot_area", &huge(hot_at, base + mem.len));
+                }
                 if self.pooled {
                     let p = &self.persist;
                     stat("checkpoint_epoch", &p.epoch.load(Ordering::Relaxed));

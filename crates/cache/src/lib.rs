@@ -6,6 +6,7 @@
 mod exec;
 mod memory;
 mod persist;
+mod placement;
 pub mod protocol;
 mod server;
 mod slab;
@@ -14,6 +15,7 @@ mod store;
 pub use exec::{now, After, Cache, ConnCounters, Settings, VERSION};
 pub use memory::Mapping;
 pub use persist::{restore_store, CacheMeta, Checkpointer, Opened, PersistError, PersistStats};
+pub use placement::{HotPlacement, PlacementError, PlacementOptions, PlacementStats};
 pub use server::{Server, ServerError};
 pub use slab::{page_size_for, ItemId, LruEnds, Memory, Restored, Slabs};
 pub use store::{absolute_exptime, Counters, ItemView, Store, StoreError};

@@ -146,6 +146,8 @@ pub struct Class {
     pub evictions: u64,
     /// Pages taken from this class to give to another.
     pub pages_moved_out: u64,
+    /// Free chunks on hot-area pages (for hot items only, see [`Slabs::hot_alloc`]).
+    pub hot_free: Vec<ItemId>,
 }
 
 /// The item memory: `len` bytes at `base`, owned elsewhere (an anonymous mapping or a
@@ -168,6 +170,10 @@ pub struct Slabs {
     page_size: usize,
     pages_total: u32,
     next_page: u32,
+    /// Pages `[hot_first, pages_total)` are the hot area: huge pages that only hot items
+    /// moved there by [`Slabs::hot_alloc`] fill (none unless [`Slabs::reserve_hot`]).
+    hot_first: u32,
+    next_hot: u32,
     /// The class of each page handed out (`u8::MAX`: none).
     page_class: Vec<u8>,
     /// The classes, smallest first.
@@ -204,6 +210,7 @@ impl Slabs {
                 items: 0,
                 evictions: 0,
                 pages_moved_out: 0,
+                hot_free: Vec::new(),
             })
             .collect();
         let pages_total = u32::try_from((mem.len / page_size).min(0xffff)).expect("bounded");
@@ -212,6 +219,8 @@ impl Slabs {
             page_size,
             pages_total,
             next_page: 0,
+            hot_first: pages_total,
+            next_hot: pages_total,
             page_class: vec![u8::MAX; pages_total as usize],
             classes,
         }
@@ -393,7 +402,69 @@ impl Slabs {
 
     /// Pages handed out to classes so far.
     pub fn pages_used(&self) -> u32 {
-        self.next_page
+        self.next_page + (self.next_hot - self.hot_first)
+    }
+
+    /// Keep the last `pages` slab pages as the hot area (before any page is handed out):
+    /// chunks there are only handed out by [`Slabs::hot_alloc`]. Returns the area's first
+    /// page; none is kept when that would leave no other page.
+    pub fn reserve_hot(&mut self, pages: u32) -> Option<u32> {
+        if self.next_page != 0 || pages == 0 || pages >= self.pages_total {
+            return None;
+        }
+        self.hot_first = self.pages_total - pages;
+        self.next_hot = self.hot_first;
+        Some(self.hot_first)
+    }
+
+    /// Whether `page` lies in the hot area.
+    pub fn is_hot_page(&self, page: u32) -> bool {
+        page >= self.hot_first
+    }
+
+    /// Hot-area pages handed out, and the area's size in pages.
+    pub fn hot_pages(&self) -> (u32, u32) {
+        (
+            self.next_hot - self.hot_first,
+            self.pages_total - self.hot_first,
+        )
+    }
+
+    /// The byte range of slab page `page` (relative to the memory's start).
+    pub fn page_offset(&self, page: u32) -> usize {
+        page as usize * self.page_size
+    }
+
+    /// A free chunk of `class` on a hot-area page: a free one, else a new page of the area
+    /// (`prepare` is called with its offset first and may refuse it, say when the kernel has
+    /// no huge page to back it). None when the area is used up.
+    pub fn hot_alloc(&mut self, class: u8, prepare: impl FnOnce(usize) -> bool) -> Option<ItemId> {
+        if let Some(id) = self.classes[class as usize].hot_free.pop() {
+            return Some(id);
+        }
+        if self.next_hot == self.pages_total || !prepare(self.page_offset(self.next_hot)) {
+            return None;
+        }
+        let page = self.next_hot;
+        self.next_hot += 1;
+        self.give_page(page, class);
+        self.classes[class as usize].hot_free.pop()
+    }
+
+    /// The chunks of `page` that overlap bytes `[from, to)` of the page.
+    pub fn slots_overlapping(&self, page: u32, from: usize, to: usize) -> Vec<ItemId> {
+        let c = &self.classes[self.page_class[page as usize] as usize];
+        let first = (from / c.size) as u32;
+        let last = (to.saturating_sub(1) / c.size) as u32;
+        (first..=last.min(c.per_page.saturating_sub(1)))
+            .filter(|&slot| slot < c.per_page)
+            .map(|slot| ItemId::new(page, slot))
+            .collect()
+    }
+
+    /// The class of `page` (`u8::MAX`: not handed out).
+    pub fn class_of_page(&self, page: u32) -> u8 {
+        self.page_class[page as usize]
     }
 
     /// The memory.
@@ -412,13 +483,14 @@ impl Slabs {
         self.page_size
     }
 
-    /// A free chunk of `class`, from its free list or a page not yet handed out.
+    /// A free chunk of `class`, from its free list or a page not yet handed out — or, when
+    /// there is none, a free chunk of the hot area (memory is full: better than failing).
     pub fn alloc(&mut self, class: u8) -> Option<ItemId> {
         if let Some(id) = self.classes[class as usize].free.pop() {
             return Some(id);
         }
-        if self.next_page == self.pages_total {
-            return None;
+        if self.next_page == self.hot_first {
+            return self.classes[class as usize].hot_free.pop();
         }
         let page = self.next_page;
         self.next_page += 1;
@@ -429,11 +501,16 @@ impl Slabs {
     /// Put `page` (whose items are all unlinked) into `class`'s free lists.
     fn give_page(&mut self, page: u32, class: u8) {
         self.page_class[page as usize] = class;
+        let hot = self.is_hot_page(page);
         let c = &mut self.classes[class as usize];
         c.pages.push(page);
         // Reverse order: chunks are handed out from the page's start.
-        c.free
-            .extend((0..c.per_page).rev().map(|slot| ItemId::new(page, slot)));
+        let chunks = (0..c.per_page).rev().map(|slot| ItemId::new(page, slot));
+        if hot {
+            c.hot_free.extend(chunks);
+        } else {
+            c.free.extend(chunks);
+        }
     }
 
     /// Return an unlinked item's chunk to its class.
@@ -442,7 +519,11 @@ impl Slabs {
         // SAFETY: `id` came from `alloc`, so it addresses a chunk inside the memory; the store's
         // lock is held, so nobody else touches the header.
         unsafe { (*self.header(id)).state = 0 };
-        self.classes[class as usize].free.push(id);
+        if self.is_hot_page(id.page()) {
+            self.classes[class as usize].hot_free.push(id);
+        } else {
+            self.classes[class as usize].free.push(id);
+        }
     }
 
     /// The items linked on `page` (to be unlinked before [`Slabs::move_page`]).
@@ -479,6 +560,7 @@ impl Slabs {
         let c = &mut self.classes[from as usize];
         c.pages.retain(|&p| p != page);
         c.free.retain(|id| id.page() != page);
+        c.hot_free.retain(|id| id.page() != page);
         c.pages_moved_out += 1;
         self.give_page(page, to);
         // The new class's chunk boundaries fall elsewhere: clear each new header's state so that
@@ -521,6 +603,25 @@ impl Slabs {
             }
             self.classes[class].head = id;
             self.classes[class].items += 1;
+        }
+    }
+
+    /// Put `to`, a copy of an item (links included), in the item's place on its LRU list.
+    pub fn lru_take_place(&mut self, to: ItemId) {
+        // SAFETY: both are chunks of the memory; the lock is held, so these headers are ours.
+        unsafe {
+            let h = *self.header(to);
+            let class = h.class as usize;
+            if h.prev != ItemId::NONE {
+                (*self.header(h.prev)).next = to;
+            } else {
+                self.classes[class].head = to;
+            }
+            if h.next != ItemId::NONE {
+                (*self.header(h.next)).prev = to;
+            } else {
+                self.classes[class].tail = to;
+            }
         }
     }
 

@@ -50,6 +50,10 @@ pub struct Counters {
     pub evicted_unfetched: u64,
     pub reclaimed: u64,
     pub slabs_moved: u64,
+    /// Items moved onto the hot area's huge pages.
+    pub hot_items_moved: u64,
+    /// Hot 4 KiB pages whose items were all moved away.
+    pub hot_pages_vacated: u64,
 }
 
 /// A copy of an item's header with borrowed key and value.
@@ -180,6 +184,79 @@ impl Store {
             self.slabs.lru_remove(id);
         }
         self.slabs.free(id);
+    }
+
+    /// Compaction: move the items on the hot 4 KiB pages at `pages` (addresses, as the huge-page
+    /// manager reports them) onto the hot area's huge pages ([`Slabs::hot_alloc`]; `prepare`
+    /// backs a new hot-area page with a huge page, or refuses). `moved[i]` is set for each page
+    /// left without a linked item. Stops when `allowance_pages` pages' worth of items moved or
+    /// the hot area is full. Runs under the store's lock, like every reader: no reader sees an
+    /// item half-moved, and the index and LRU point at the copy before the lock is released.
+    pub fn compact_hot(
+        &mut self,
+        pages: &[usize],
+        allowance_pages: usize,
+        moved: &mut [bool],
+        prepare: &mut dyn FnMut(usize) -> bool,
+    ) {
+        const SMALL: usize = 4096;
+        let base = self.slabs.memory().base.as_ptr() as usize;
+        let ps = self.slabs.page_size();
+        let mut budget = allowance_pages.saturating_mul(SMALL);
+        for (i, &addr) in pages.iter().enumerate() {
+            let Some(off) = addr.checked_sub(base) else {
+                continue;
+            };
+            let page = (off / ps) as u32;
+            if page >= self.slabs.pages_total()
+                || self.slabs.is_hot_page(page)
+                || self.slabs.class_of_page(page) == u8::MAX
+            {
+                continue;
+            }
+            let within = off % ps;
+            let mut all = true;
+            for id in self.slabs.slots_overlapping(page, within, within + SMALL) {
+                let h = self.header(id);
+                if h.state & LINKED == 0 {
+                    continue;
+                }
+                let len = HEADER + h.nkey as usize + h.nbytes as usize;
+                if budget < len || !self.move_to_hot(id, len, prepare) {
+                    all = false;
+                    break;
+                }
+                budget -= len;
+            }
+            if !all {
+                return;
+            }
+            moved[i] = true;
+            self.counters.hot_pages_vacated += 1;
+        }
+    }
+
+    /// Move linked item `id` (`len` bytes) to a hot-area chunk of its class.
+    fn move_to_hot(
+        &mut self,
+        id: ItemId,
+        len: usize,
+        prepare: &mut dyn FnMut(usize) -> bool,
+    ) -> bool {
+        let class = self.header(id).class;
+        let Some(to) = self.slabs.hot_alloc(class, prepare) else {
+            return false;
+        };
+        // SAFETY: two distinct chunks of the same class (`len` fits both); the lock is held.
+        unsafe { std::ptr::copy_nonoverlapping(self.slabs.chunk(id), self.slabs.chunk(to), len) };
+        self.slabs.lru_take_place(to);
+        let hash = self.hash(item_key(&self.slabs, to));
+        if let Some(slot) = self.index.find_mut(hash, |&x| x == id) {
+            *slot = to;
+        }
+        self.slabs.free(id);
+        self.counters.hot_items_moved += 1;
+        true
     }
 
     /// The next cas unique (for a checkpoint's metadata).

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use anyhow::{bail, Context as _};
 use clap::Parser;
 use kioku_cache::{
-    page_size_for, restore_store, Cache, Checkpointer, Mapping, Server, Settings, Slabs, Store,
+    page_size_for, restore_store, Cache, Checkpointer, HotPlacement, Mapping, PlacementOptions,
+    Server, Settings, Slabs, Store,
 };
 
 #[derive(Parser, Debug)]
@@ -59,6 +60,10 @@ struct Args {
     /// Seconds between checkpoints with --pool (0: only on SIGUSR1 and at SIGTERM/SIGINT).
     #[arg(long = "checkpoint-interval", default_value_t = 10)]
     checkpoint_interval: u64,
+    /// Megabytes of item memory kept as the hot area: hot items are moved there, onto huge
+    /// pages, and slab pages hot as a whole are promoted (0: off; not with --pool).
+    #[arg(long = "hot-mb", default_value_t = 0)]
+    hot_mb: usize,
     /// Verbose (repeat for more).
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     verbose: u8,
@@ -131,6 +136,9 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let len = memory_limit / page * page;
+    if args.hot_mb > 0 && args.pool.is_some() {
+        bail!("--hot-mb with --pool: the checkpoint engine write-protects the item memory with a userfaultfd, and the kernel refuses to collapse such memory into huge pages; drop one of them");
+    }
     let evictions = !args.disable_evictions;
     let t0 = std::time::Instant::now();
     let mut mapping = None;
@@ -140,7 +148,14 @@ fn main() -> anyhow::Result<()> {
     let store = match &args.pool {
         None => {
             let m = Mapping::anonymous(len).context("cannot map the item memory; lower -m")?;
-            let store = Store::new(Slabs::new(m.memory(), page, args.factor), evictions);
+            let mut slabs = Slabs::new(m.memory(), page, args.factor);
+            if args.hot_mb > 0 {
+                let pages = (args.hot_mb << 20).div_ceil(page) as u32;
+                slabs.reserve_hot(pages).with_context(|| {
+                    format!("--hot-mb {}: the hot area must be at least one slab page ({} MiB) and less than -m", args.hot_mb, page >> 20)
+                })?;
+            }
+            let store = Store::new(slabs, evictions);
             mapping = Some(m);
             store
         }
@@ -205,6 +220,14 @@ fn main() -> anyhow::Result<()> {
         );
     }
     let cache = Arc::new(cache);
+    let _placement = if args.hot_mb > 0 {
+        Some(HotPlacement::start(
+            cache.clone(),
+            PlacementOptions::default(),
+        )?)
+    } else {
+        None
+    };
     if let Some(cp) = checkpointer {
         cp.attach(cache.clone());
         handle_signals(cp)?;
