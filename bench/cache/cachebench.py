@@ -36,14 +36,14 @@ def wait_port(port, proc, timeout=60.0):
 class Server:
     """A kioku-cache or memcached process on a free port of 127.0.0.1."""
 
-    def __init__(self, kind, mem_mb, threads, extra=(), port=None):
+    def __init__(self, kind, mem_mb, threads, extra=(), port=None, env=None):
         self.kind, self.port = kind, port or free_port()
         prog = [str(KIOKU)] if kind == "kioku" else ["memcached", "-U", "0", "-u", "root"]
         args = prog + ["-l", "127.0.0.1", "-p", str(self.port), "-m", str(mem_mb),
                        "-t", str(threads), "-c", "4096", *extra]
         self.t_exec = time.monotonic()
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+                                     text=True, env={**os.environ, **(env or {})})
         self.startup = wait_port(self.port, self.proc)
 
     def stats(self, what=""):
@@ -67,6 +67,11 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
         return 0.0
+
+    def cpu_s(self):
+        """CPU time (user + system) the server used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def anon_huge_mb(self):
         total = 0

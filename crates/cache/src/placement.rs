@@ -97,7 +97,7 @@ impl HotPlacement {
                 slabs.pages_total() - hot_total,
             )
         };
-        if page % huge != 0 || (mem.base.as_ptr() as usize) % huge != 0 {
+        if !page.is_multiple_of(huge) || !(mem.base.as_ptr() as usize).is_multiple_of(huge) {
             return Err(PlacementError::PageSize { page, huge });
         }
         let base = mem.base.as_ptr() as usize;
