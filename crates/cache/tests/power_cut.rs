@@ -195,8 +195,19 @@ fn restore_and_check(image: Vec<u8>, models: &[Model], lo: u64, hi: u64, what: &
 
 #[test]
 fn power_cut_at_every_ordering_point_of_cache_checkpoints() {
+    // `make soak-cache` runs more traffic seeds.
+    let seeds: u64 = std::env::var("KIOKU_CACHE_POWER_CUT_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for seed in 16..16 + seeds {
+        power_cuts_of_one_run(seed);
+    }
+}
+
+fn power_cuts_of_one_run(seed: u64) {
     let base = 0x2400_0000_0000;
-    let (seed, epochs) = (16, 4);
+    let epochs = 4;
     let full = run(base, seed, epochs, None);
     let total = full.ctl.ordering_points() - full.start;
     drop(full);
@@ -211,14 +222,14 @@ fn power_cut_at_every_ordering_point_of_cache_checkpoints() {
                 &r.models,
                 lo,
                 hi,
-                &format!("cut at {p}"),
+                &format!("seed {seed}, cut at {p}"),
             ));
             images += 1;
         }
     }
     assert_eq!(seen.len() as u64, epochs + 1, "every epoch reachable");
     eprintln!(
-        "{} ordering points, {images} crash images restored",
+        "seed {seed}: {} ordering points, {images} crash images restored",
         total + 1
     );
 }
