@@ -101,10 +101,21 @@ def load_section(d):
         b = med([r["end_rss_mb"] for r in by[base]])
         t = med([r["end_rss_mb"] for r in by[thp]])
         k = med([r["end_rss_mb"] for r in by["kioku-cache"]])
-        share = (k - b) / (t - b) if t - b > 1 else float("nan")
-        out += ["", f"Extra RSS over memcached (THP madvise): THP always {t - b:+.0f} MiB, "
-                f"kioku-cache {k - b:+.0f} MiB — {100 * share:.0f} % of what THP always adds "
-                "(target ≤ 5 %)."]
+        line = (f"Extra RSS over memcached (THP madvise): THP always {t - b:+.0f} MiB, "
+                f"kioku-cache {k - b:+.0f} MiB")
+        if "kioku-cache --hot-mb 64" in by:
+            h = med([r["end_rss_mb"] for r in by["kioku-cache --hot-mb 64"]])
+            line += f", kioku-cache --hot-mb 64 {h - b:+.0f} MiB"
+        if t - b > 8:
+            line += f" — kioku-cache adds {100 * (k - b) / (t - b):.0f} % of what THP always adds (target ≤ 5 %)."
+        else:
+            line += (". THP always adds (almost) nothing here: memcached 1.6.18 mallocs its slab "
+                     "pages 1 MiB at a time as it fills, and under THP always only a few MiB of "
+                     "them ended on huge pages (column 'huge'; probably because each 1 MiB mmap "
+                     "covers no whole aligned 2 MiB range when it is first touched). The seed's "
+                     "+96 % was memcached 1.4.31; the 5 % target has nothing to measure against "
+                     "here.")
+        out += ["", line]
     plot(by, configs, wls)
     out += ["", "![cache throughput and RSS](perf/cache.png)"]
     return out

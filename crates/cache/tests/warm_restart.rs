@@ -253,3 +253,17 @@ fn killed_before_its_first_checkpoint_restarts_empty() {
     assert_eq!(c.set("k2", 0, 0, b"v2"), "STORED");
     assert_eq!(c.get("k2"), Some((b"v2".to_vec(), 0)));
 }
+
+#[test]
+fn hot_placement_with_a_pool_is_refused_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("cache.pool");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kioku-cache"))
+        .args(["-p", "0", "--hot-mb", "4", "--pool", pool.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--hot-mb with --pool"), "{err}");
+    assert!(!pool.exists(), "nothing was created");
+}
