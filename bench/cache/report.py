@@ -75,14 +75,18 @@ def load_section(d):
         f"zipf 0.99, {d['clients']} connections, {d['secs']} s per workload, server `-t "
         f"{d['threads']}`",
         "",
-        "YCSB workload C = 100 % get; 95/5 = 1 set per 19 gets. Each configuration ran "
+        "YCSB workload C = 100 % get; 95/5 = 1 set per 19 gets. Server CPU µs/op = the "
+        "server's CPU time (user + system) during the workload over the requests served: on a "
+        "machine this loaded it is the steadier measure of the server's own cost (throughput "
+        "is bounded by the one-thread client and by whatever else runs). Each configuration ran "
         f"{len(by[configs[0]])} time(s), in turn with the others; figures are medians. "
         "RSS is the server's VmRSS after loading and at the end; huge = its memory mapped by "
         "huge pages at the end.",
         "",
-        "| server | " + " | ".join(f"{w} ops/s | {w} vs THP always | {w} p50 / p99 ms" for w in wls)
+        "| server | " + " | ".join(f"{w} ops/s | {w} vs THP always | {w} p50 / p99 ms | {w} server CPU µs/op"
+                                     for w in wls)
         + " | RSS loaded (MiB) | RSS end (MiB) | huge (MiB) | load avg |",
-        "|---|" + "---:|---:|---:|" * len(wls) + "---:|---:|---:|---:|",
+        "|---|" + "---:|---:|---:|---:|" * len(wls) + "---:|---:|---:|---:|",
     ]
     ref = {w: med([r["workloads"][w]["ops"] for r in by.get(thp, [])]) for w in wls}
     for c in configs:
@@ -91,7 +95,8 @@ def load_section(d):
             ops = med([r["workloads"][w]["ops"] for r in by[c]])
             p50 = med([r["workloads"][w]["p50_ms"] for r in by[c]])
             p99 = med([r["workloads"][w]["p99_ms"] for r in by[c]])
-            cells.append(f"{ops:,.0f} | {ops / ref[w]:.2f} | {p50:.3f} / {p99:.3f}")
+            cpu = med([r["workloads"][w].get("cpu_us_per_op") for r in by[c]])
+            cells.append(f"{ops:,.0f} | {ops / ref[w]:.2f} | {p50:.3f} / {p99:.3f} | {cpu:.1f}")
         la = med([r["workloads"][w]["loadavg"] for r in by[c] for w in wls])
         cells.append(f"{med([r['loaded_rss_mb'] for r in by[c]]):.0f} | "
                      f"{med([r['end_rss_mb'] for r in by[c]]):.0f} | "

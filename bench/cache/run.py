@@ -174,11 +174,13 @@ def one_load(name, kind, extra, thp, a):
             for wl, ratio in WORKLOADS.items():
                 js = OUT / "memtier.json"
                 la = cb.loadavg()
+                cpu0 = srv.cpu_s()
                 cb.memtier(srv.port, ratio, "--key-pattern=Z:Z", "--key-zipf-exp=0.99",
                            "--key-minimum=1", f"--key-maximum={a.items}",
                            f"--data-size={a.size}", f"--test-time={a.secs}", "-t", "1",
                            "-c", str(a.clients), "--pipeline=1", "--distinct-client-seed",
                            json_out=js)
+                cpu = srv.cpu_s() - cpu0
                 tot = json.loads(js.read_text())["ALL STATS"]["Totals"]
                 pct = tot.get("Percentile Latencies", {})
                 res["workloads"][wl] = {
@@ -187,6 +189,8 @@ def one_load(name, kind, extra, thp, a):
                     "p99_ms": pct.get("p99.00"),
                     "hits": tot.get("Hits/sec"),
                     "misses": tot.get("Misses/sec"),
+                    # Server CPU per request: what the server spends, whoever else runs.
+                    "cpu_us_per_op": 1e6 * cpu / max(1.0, tot["Ops/sec"] * a.secs),
                     "loadavg": la,
                 }
                 print(name, wl, res["workloads"][wl], flush=True)
