@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use kioku_ckpt::{Engine, EngineOptions, RegionOptions};
+use kioku_ckpt::{CheckpointStats, Engine, EngineOptions, RegionOptions};
+use kioku_run::control::Control;
 
 use crate::exec::Cache;
 use crate::slab::{ItemId, LruEnds, Memory, Slabs};
@@ -283,7 +284,15 @@ impl Checkpointer {
                     }
                 };
                 let _ = init_tx.send(Ok((addr, meta)));
-                run(&mut engine, &rx, interval);
+                // `kioku checkpoint PID` / `kioku checkpoint --pool PATH` ask through this.
+                let control = match Control::listen(std::process::id() as i32, &path_buf, &[]) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        tracing::warn!("no `kioku checkpoint` requests: {e}");
+                        None
+                    }
+                };
+                run(&mut engine, &rx, interval, control);
             })
             .map_err(|_| PersistError::Stopped)?;
         let (addr, meta) = init_rx.recv().map_err(|_| PersistError::Stopped)??;
@@ -389,12 +398,29 @@ fn open_engine(path: &Path, len: usize) -> Result<EngineInit, PersistError> {
     }
 }
 
-fn run(engine: &mut Engine, rx: &mpsc::Receiver<Request>, interval: Option<Duration>) {
+/// How often the checkpoint thread looks for `kioku checkpoint` requests.
+const CONTROL_POLL: Duration = Duration::from_millis(50);
+
+fn run(
+    engine: &mut Engine,
+    rx: &mpsc::Receiver<Request>,
+    interval: Option<Duration>,
+    mut control: Option<Control>,
+) {
     let mut cache: Option<Arc<Cache>> = None;
     let mut next = interval.map(|i| Instant::now() + i);
     loop {
-        let req = match next {
-            Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+        let wait = match (next, &control) {
+            (Some(at), Some(_)) => Some(
+                at.saturating_duration_since(Instant::now())
+                    .min(CONTROL_POLL),
+            ),
+            (Some(at), None) => Some(at.saturating_duration_since(Instant::now())),
+            (None, Some(_)) => Some(CONTROL_POLL),
+            (None, None) => None,
+        };
+        let req = match wait {
+            Some(w) => match rx.recv_timeout(w) {
                 Ok(r) => Some(r),
                 Err(mpsc::RecvTimeoutError::Timeout) => None,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -404,14 +430,20 @@ fn run(engine: &mut Engine, rx: &mpsc::Receiver<Request>, interval: Option<Durat
                 Err(_) => return,
             },
         };
+        let asked = control.as_mut().map(Control::poll).unwrap_or_default();
+        let due = next.is_some_and(|at| Instant::now() >= at);
         let reply = match req {
             Some(Request::Attach(c)) => {
                 cache = Some(c);
-                continue;
+                if asked.is_empty() {
+                    continue;
+                }
+                None
             }
             Some(Request::Stop) => return,
             Some(Request::Checkpoint(reply)) => reply,
-            None => None,
+            None if due || !asked.is_empty() => None,
+            None => continue,
         };
         if let Some(i) = interval {
             next = Some(Instant::now() + i);
@@ -423,13 +455,20 @@ fn run(engine: &mut Engine, rx: &mpsc::Receiver<Request>, interval: Option<Durat
         if let Err(e) = &result {
             tracing::error!("checkpoint failed: {e}");
         }
+        let answer = match &result {
+            Ok(s) => serde_json::to_string(s).unwrap_or_default(),
+            Err(e) => format!("error: {e}"),
+        };
+        for q in asked {
+            q.answer(&answer);
+        }
         if let Some(tx) = reply {
-            let _ = tx.send(result);
+            let _ = tx.send(result.map(|s| s.epoch));
         }
     }
 }
 
-fn checkpoint(engine: &mut Engine, cache: &Cache) -> Result<u64, String> {
+fn checkpoint(engine: &mut Engine, cache: &Cache) -> Result<CheckpointStats, String> {
     let t0 = Instant::now();
     let stats = &cache.persist;
     // Every write to item memory happens under this lock: holding it, the region is quiescent.
@@ -444,7 +483,7 @@ fn checkpoint(engine: &mut Engine, cache: &Cache) -> Result<u64, String> {
                 .last_us
                 .store(t0.elapsed().as_micros() as u64, Ordering::Relaxed);
             tracing::info!(epoch = s.epoch, dirty_pages = s.dirty_pages, "checkpoint");
-            Ok(s.epoch)
+            Ok(s)
         }
         Err(e) => {
             stats.failures.fetch_add(1, Ordering::Relaxed);

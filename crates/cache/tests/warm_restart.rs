@@ -267,3 +267,34 @@ fn hot_placement_with_a_pool_is_refused_with_the_reason() {
     assert!(err.contains("--hot-mb with --pool"), "{err}");
     assert!(!pool.exists(), "nothing was created");
 }
+
+#[test]
+fn kioku_checkpoint_requests_by_pool_and_by_pid_are_answered_once_durable() {
+    use kioku_run::control::{request_checkpoint, Target};
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("cache.pool");
+    let server = start(&pool);
+    let mut c = server.client();
+    assert_eq!(c.set("k", 5, 0, b"asked for"), "STORED");
+    let answer = request_checkpoint(Target::Pool(&pool), Duration::from_secs(30))
+        .expect("a checkpoint by --pool");
+    let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["epoch"], 1, "{answer}");
+    assert_eq!(stat(&mut c, "checkpoint_epoch"), 1);
+    assert_eq!(c.set("k2", 0, 0, b"later"), "STORED");
+    let answer = request_checkpoint(
+        Target::Pid(server.child.id() as i32),
+        Duration::from_secs(30),
+    )
+    .expect("a checkpoint by pid");
+    let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(v["epoch"], 2, "{answer}");
+    // Both are durable: after SIGKILL, the restart has them.
+    signal(&server, libc::SIGKILL);
+    let mut child = server;
+    child.child.wait().unwrap();
+    let server = start(&pool);
+    let mut c = server.client();
+    assert_eq!(c.get("k"), Some((b"asked for".to_vec(), 5)));
+    assert_eq!(c.get("k2"), Some((b"later".to_vec(), 0)));
+}
