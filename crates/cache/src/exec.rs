@@ -395,13 +395,26 @@ impl Cache {
         };
         let h = s.header(id);
         let already_won = !won && h.state & WON != 0;
+        let old_exptime = h.exptime;
+        if let Some(ttl) = f.ttl {
+            s.set_exptime(id, absolute_exptime(ttl, now));
+        }
+        if let Some(r) = f.recache {
+            // Recache when the remaining TTL is below R: the first such client wins.
+            let exptime = if f.recache_sees_new_ttl {
+                s.header(id).exptime
+            } else {
+                old_exptime
+            };
+            if !already_won && !won && exptime != 0 && exptime < absolute_exptime(r, now) {
+                s.set_state(id, WON, 0);
+                won = true;
+            }
+        }
         if h.state & STALE != 0 && !already_won && !won {
             // The first client to see a stale item is asked to recache it.
             s.set_state(id, WON, 0);
             won = true;
-        }
-        if let Some(ttl) = f.ttl {
-            s.set_exptime(id, absolute_exptime(ttl, now));
         }
         let fetched_before = h.state & FETCHED != 0;
         s.fetched(id, now, !f.no_bump);

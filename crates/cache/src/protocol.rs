@@ -72,6 +72,11 @@ pub struct MetaFlags<'a> {
     pub ttl: Option<i64>,
     /// `N<ttl>`: create on miss (mg: an empty item; ma: with `J`).
     pub vivify: Option<i64>,
+    /// `R<ttl>`: mg hands out the recache token (`W`) when the item's remaining TTL is below
+    /// this.
+    pub recache: Option<i64>,
+    /// `T` came before `R`: `R` sees the TTL `T` set (memcached applies the flags in order).
+    pub recache_sees_new_ttl: bool,
     /// `C<cas>`: compare the cas unique.
     pub compare_cas: Option<u64>,
     /// `E<cas>`: use this cas unique for the new version.
@@ -220,6 +225,8 @@ pub enum ErrorKind {
     BadExptime,
     /// A meta flag is unknown or malformed.
     BadFlag,
+    /// A meta flag's number does not parse (`T`, `N`, `R`, `C`).
+    BadToken,
     /// A base64 key does not decode.
     BadKeyEncoding,
     /// The request line is longer than [`MAX_LINE`] (the connection is closed).
@@ -240,6 +247,7 @@ impl ErrorKind {
             ErrorKind::BadDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             ErrorKind::BadExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
             ErrorKind::BadFlag => b"CLIENT_ERROR invalid flag\r\n",
+            ErrorKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
             ErrorKind::BadKeyEncoding => b"CLIENT_ERROR error decoding key\r\n",
             ErrorKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
         }
@@ -515,7 +523,7 @@ fn meta_flags<'a>(tokens: &[&'a [u8]]) -> Result<MetaFlags<'a>, ErrorKind> {
     for tok in tokens {
         let (&c, arg) = tok.split_first().expect("tokens are not empty");
         let num = || unsigned(arg).ok_or(ErrorKind::BadFlag);
-        let ttl = || signed(arg).ok_or(ErrorKind::BadFlag);
+        let ttl = || signed(arg).ok_or(ErrorKind::BadToken);
         match c {
             b'b' => f.base64 = true,
             b'c' | b'f' | b'h' | b'k' | b'l' | b's' | b't' => f.ret.push(c),
@@ -531,7 +539,11 @@ fn meta_flags<'a>(tokens: &[&'a [u8]]) -> Result<MetaFlags<'a>, ErrorKind> {
             b'u' => f.no_bump = true,
             b'T' => f.ttl = Some(ttl()?),
             b'N' => f.vivify = Some(ttl()?),
-            b'C' => f.compare_cas = Some(num()?),
+            b'R' => {
+                f.recache = Some(ttl()?);
+                f.recache_sees_new_ttl = f.ttl.is_some();
+            }
+            b'C' => f.compare_cas = Some(unsigned(arg).ok_or(ErrorKind::BadToken)?),
             b'E' => f.new_cas = Some(num()?),
             b'F' => f.client_flags = Some(u32::try_from(num()?).map_err(|_| ErrorKind::BadFlag)?),
             b'D' => f.delta = Some(num()?),

@@ -70,6 +70,9 @@ const SCRIPTS: &[&str] = &[
     "ms s 1\r\na\r\nmd s I T30\r\nmg s v c\r\nmg s v\r\nms s 1 I\r\nb\r\nmg s v\r\n",
     "mg v N30 v\r\nmg v N30 v\r\nms v 1\r\nz\r\nmg v v\r\nmg v v s\r\n",
     "ma m N0 J5 MI v\r\nma m MX\r\nma m D7 C1\r\n",
+    // recache below a remaining TTL (R): the first client under it wins, the next sees Z
+    "ms r 1 T10\r\na\r\nmg r R5 v\r\nmg r R30 v t\r\nmg r R30 v\r\nms r 1 T0\r\nb\r\nmg r R30\r\nmg r Rx\r\n",
+    "ms o 1 T100\r\na\r\nmg o T5 R30 t\r\nms p 1 T100\r\na\r\nmg p R30 T5 t\r\nmg p R30 t\r\nmg nope R30\r\n",
 ];
 
 fn exchange(c: &mut Client, script: &str) -> String {
