@@ -54,6 +54,12 @@ fn hot_items_end_on_huge_pages_and_no_reader_sees_a_torn_value() {
         eprintln!("SKIP: the huge page is not 2 MiB");
         return;
     }
+    let thp =
+        std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if thp.is_empty() || thp.contains("[never]") {
+        eprintln!("SKIP: transparent huge pages are off (transparent_hugepage/enabled: {thp:?})");
+        return;
+    }
     let map = Mapping::anonymous(PAGES * PAGE).unwrap();
     let mem = map.memory();
     let mut slabs = Slabs::new(mem, PAGE, 1.25);
