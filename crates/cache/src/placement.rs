@@ -12,7 +12,7 @@
 //! Not with `--pool`: the checkpoint engine write-protects the region with a userfaultfd, and
 //! the kernel refuses `MADV_COLLAPSE` on such ranges (docs/hugepage.md).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +34,9 @@ pub struct PlacementOptions {
     pub sample_pages: Option<usize>,
     /// Observations in a row that make a page hot.
     pub threshold: u8,
+    /// Once placement has settled (sampling stops by itself when nothing changes), sampling
+    /// starts again after this long: a cache's hot set drifts.
+    pub resample_after: Duration,
 }
 
 impl Default for PlacementOptions {
@@ -43,6 +46,7 @@ impl Default for PlacementOptions {
             cpu_budget: 0.01,
             sample_pages: None,
             threshold: 2,
+            resample_after: Duration::from_secs(10),
         }
     }
 }
@@ -74,9 +78,48 @@ pub enum PlacementError {
     Manager(#[from] HugeError),
 }
 
-/// The running placement: the manager and its callback (dropping it stops them).
+/// The running placement: the manager, its callback and the thread that restarts sampling
+/// after it settles (dropping it stops them).
 pub struct HotPlacement {
-    manager: Manager,
+    manager: Arc<Manager>,
+    stop: Arc<AtomicBool>,
+    watcher: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for HotPlacement {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.watcher.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Restarts sampling `resample_after` once the manager has settled, until `stop`.
+fn watch(manager: &Manager, stop: &AtomicBool, resample_after: Duration) {
+    const TICK: Duration = Duration::from_millis(50);
+    let mut settled_at: Option<std::time::Instant> = None;
+    while !stop.load(Ordering::Relaxed) {
+        // Notices are only a wake-up here; the status says whether sampling stopped.
+        let _ = manager.wait(Some(TICK));
+        let st = manager.status();
+        if st.error.is_some() {
+            tracing::warn!("hot-item placement stopped: {:?}", st.error);
+            return;
+        }
+        match (st.settled, settled_at) {
+            (true, None) => settled_at = Some(std::time::Instant::now()),
+            (true, Some(at)) if at.elapsed() >= resample_after => {
+                settled_at = None;
+                if let Err(e) = manager.enable() {
+                    tracing::warn!("hot-item placement: sampling does not restart: {e}");
+                    return;
+                }
+            }
+            (false, _) => settled_at = None,
+            _ => {}
+        }
+    }
 }
 
 impl HotPlacement {
@@ -132,11 +175,24 @@ impl HotPlacement {
         ));
         manager.enable()?;
         cache.placement.enabled.store(1, Ordering::Relaxed);
+        let manager = Arc::new(manager);
+        let stop = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (m, stop) = (manager.clone(), stop.clone());
+            std::thread::Builder::new()
+                .name("kioku-cache-hot".into())
+                .spawn(move || watch(&m, &stop, opts.resample_after))
+                .ok()
+        };
         tracing::info!(
             hot_area_pages = mem.len / page - hot_first as usize,
             "hot-item placement on"
         );
-        Ok(HotPlacement { manager })
+        Ok(HotPlacement {
+            manager,
+            stop,
+            watcher,
+        })
     }
 
     /// The manager's status.

@@ -79,6 +79,7 @@ fn hot_items_end_on_huge_pages_and_no_reader_sees_a_torn_value() {
         cpu_budget: 0.0,
         sample_pages: Some(1024),
         threshold: 2,
+        resample_after: Duration::from_millis(200),
     };
     let placement = match HotPlacement::start(cache.clone(), opts) {
         Ok(p) => p,
@@ -193,7 +194,7 @@ fn hot_items_end_on_huge_pages_and_no_reader_sees_a_torn_value() {
         s.counters.hot_items_moved,
         s.counters.hot_pages_vacated,
         s.slabs().hot_pages(),
-        st.totals
+        st
     );
     assert!(
         last.1.is_empty(),
