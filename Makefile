@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group fuzz fuzz-java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group soak-cache fuzz fuzz-java bench clean
 
 all: build
 
@@ -36,7 +36,7 @@ java: deps
 test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
-soak: soak-rust soak-java soak-hugepage soak-group
+soak: soak-rust soak-java soak-hugepage soak-group soak-cache
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -72,6 +72,14 @@ soak-hugepage: deps
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
 	  $(CARGO) test -q -p kioku-hugepage --test placement && \
 	  $(CARGO) test -q -p kioku-capi --test c_hot || exit 1; \
+	done
+
+# kioku-cache: power cuts at every ordering point of 32 more traffic seeds (random crash images
+# included), and the hot-item placement test ten times over.
+soak-cache: deps
+	KIOKU_CACHE_POWER_CUT_SEEDS=32 $(CARGO) test -p kioku-cache --test power_cut -- --nocapture
+	for i in 1 2 3 4 5 6 7 8 9 10; do \
+	  $(CARGO) test -q -p kioku-cache --test hot_placement || exit 1; \
 	done
 
 # Coverage-guided fuzzing (libFuzzer, stable toolchain) of every parser of untrusted bytes,
