@@ -1,0 +1,347 @@
+//! The DSM's messages over MCAPI, as bytes: every message is type-, length- and range-checked
+//! on decode, so a malformed one is a typed error and never a panic.
+
+/// Which endpoint of the requester a reply goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyTo {
+    /// The compute thread (barriers, locks, diffs).
+    Compute,
+    /// The fault thread (page fetches).
+    Fault,
+}
+
+/// Why nodes meet at the barrier manager.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierKind {
+    /// `init`: the nodes compare their configuration.
+    Init,
+    /// An application barrier.
+    Barrier,
+    /// `finalize`.
+    Finalize,
+}
+
+/// One message of the protocol.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// To a page's home: send me the home copy.
+    PageGet { page: u32, reply: ReplyTo },
+    /// From the home: the page's bytes.
+    Page { page: u32, data: Vec<u8> },
+    /// To a page's home: apply these diffs (encoded by `diff::encode`), then acknowledge.
+    Diffs { body: Vec<u8> },
+    /// From the home: the diffs of one `Diffs` were applied.
+    DiffAck,
+    /// To the barrier manager (node 0).
+    Arrive {
+        kind: BarrierKind,
+        epoch: u64,
+        /// What every node must agree on (configuration, allocations), as a digest.
+        check: u64,
+        /// Pages this node wrote since the last barrier.
+        notices: Vec<u32>,
+    },
+    /// From the barrier manager: everybody arrived; the pages each node wrote.
+    Depart {
+        epoch: u64,
+        notices: Vec<(u32, Vec<u32>)>,
+    },
+    /// To a lock's manager.
+    Acquire { lock: u32, epoch: u64 },
+    /// From the lock's manager: you hold it; the pages written under it since `epoch`.
+    Grant { lock: u32, notices: Vec<u32> },
+    /// To a lock's manager: the pages written while holding it.
+    Release {
+        lock: u32,
+        epoch: u64,
+        notices: Vec<u32>,
+    },
+    /// From a manager: the request cannot be honoured (the text says why).
+    Refuse { text: String },
+    /// From a node to its own receive thread: stop.
+    Stop,
+}
+
+const T_PAGE_GET: u8 = 1;
+const T_PAGE: u8 = 2;
+const T_DIFFS: u8 = 3;
+const T_DIFF_ACK: u8 = 4;
+const T_ARRIVE: u8 = 5;
+const T_DEPART: u8 = 6;
+const T_ACQUIRE: u8 = 7;
+const T_GRANT: u8 = 8;
+const T_RELEASE: u8 = 9;
+const T_REFUSE: u8 = 10;
+const T_STOP: u8 = 11;
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new(t: u8, from: u32) -> Writer {
+        let mut v = Vec::with_capacity(64);
+        v.push(t);
+        v.extend_from_slice(&from.to_le_bytes());
+        Writer(v)
+    }
+    fn u8(&mut self, x: u8) {
+        self.0.push(x);
+    }
+    fn u32(&mut self, x: u32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn u64(&mut self, x: u64) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.u32(b.len() as u32);
+        self.0.extend_from_slice(b);
+    }
+    fn pages(&mut self, p: &[u32]) {
+        self.u32(p.len() as u32);
+        for &x in p {
+            self.u32(x);
+        }
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        if self.b.len() < n {
+            return Err(format!(
+                "truncated: {n} bytes wanted, {} left",
+                self.b.len()
+            ));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, String> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn pages(&mut self) -> Result<Vec<u32>, String> {
+        let n = self.u32()? as usize;
+        if n > self.b.len() / 4 {
+            return Err(format!("{n} pages announced, {} bytes left", self.b.len()));
+        }
+        (0..n).map(|_| self.u32()).collect()
+    }
+    fn end(&self) -> Result<(), String> {
+        if self.b.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} bytes too many", self.b.len()))
+        }
+    }
+}
+
+impl Msg {
+    pub fn encode(&self, from: u32) -> Vec<u8> {
+        let mut w;
+        match self {
+            Msg::PageGet { page, reply } => {
+                w = Writer::new(T_PAGE_GET, from);
+                w.u32(*page);
+                w.u8(match reply {
+                    ReplyTo::Compute => 0,
+                    ReplyTo::Fault => 1,
+                });
+            }
+            Msg::Page { page, data } => {
+                w = Writer::new(T_PAGE, from);
+                w.u32(*page);
+                w.bytes(data);
+            }
+            Msg::Diffs { body } => {
+                w = Writer::new(T_DIFFS, from);
+                w.bytes(body);
+            }
+            Msg::DiffAck => w = Writer::new(T_DIFF_ACK, from),
+            Msg::Arrive {
+                kind,
+                epoch,
+                check,
+                notices,
+            } => {
+                w = Writer::new(T_ARRIVE, from);
+                w.u8(match kind {
+                    BarrierKind::Init => 0,
+                    BarrierKind::Barrier => 1,
+                    BarrierKind::Finalize => 2,
+                });
+                w.u64(*epoch);
+                w.u64(*check);
+                w.pages(notices);
+            }
+            Msg::Depart { epoch, notices } => {
+                w = Writer::new(T_DEPART, from);
+                w.u64(*epoch);
+                w.u32(notices.len() as u32);
+                for (node, pages) in notices {
+                    w.u32(*node);
+                    w.pages(pages);
+                }
+            }
+            Msg::Acquire { lock, epoch } => {
+                w = Writer::new(T_ACQUIRE, from);
+                w.u32(*lock);
+                w.u64(*epoch);
+            }
+            Msg::Grant { lock, notices } => {
+                w = Writer::new(T_GRANT, from);
+                w.u32(*lock);
+                w.pages(notices);
+            }
+            Msg::Release {
+                lock,
+                epoch,
+                notices,
+            } => {
+                w = Writer::new(T_RELEASE, from);
+                w.u32(*lock);
+                w.u64(*epoch);
+                w.pages(notices);
+            }
+            Msg::Refuse { text } => {
+                w = Writer::new(T_REFUSE, from);
+                w.bytes(text.as_bytes());
+            }
+            Msg::Stop => w = Writer::new(T_STOP, from),
+        }
+        w.0
+    }
+
+    /// The sender and the message, or what is wrong with the bytes.
+    pub fn decode(b: &[u8]) -> Result<(u32, Msg), String> {
+        let mut r = Reader { b };
+        let t = r.u8()?;
+        let from = r.u32()?;
+        let m = match t {
+            T_PAGE_GET => Msg::PageGet {
+                page: r.u32()?,
+                reply: match r.u8()? {
+                    0 => ReplyTo::Compute,
+                    1 => ReplyTo::Fault,
+                    x => return Err(format!("reply endpoint {x} is unknown")),
+                },
+            },
+            T_PAGE => Msg::Page {
+                page: r.u32()?,
+                data: r.bytes()?,
+            },
+            T_DIFFS => Msg::Diffs { body: r.bytes()? },
+            T_DIFF_ACK => Msg::DiffAck,
+            T_ARRIVE => Msg::Arrive {
+                kind: match r.u8()? {
+                    0 => BarrierKind::Init,
+                    1 => BarrierKind::Barrier,
+                    2 => BarrierKind::Finalize,
+                    x => return Err(format!("barrier kind {x} is unknown")),
+                },
+                epoch: r.u64()?,
+                check: r.u64()?,
+                notices: r.pages()?,
+            },
+            T_DEPART => {
+                let epoch = r.u64()?;
+                let n = r.u32()? as usize;
+                if n > r.b.len() / 8 {
+                    return Err(format!("{n} nodes announced, {} bytes left", r.b.len()));
+                }
+                let mut notices = Vec::with_capacity(n);
+                for _ in 0..n {
+                    notices.push((r.u32()?, r.pages()?));
+                }
+                Msg::Depart { epoch, notices }
+            }
+            T_ACQUIRE => Msg::Acquire {
+                lock: r.u32()?,
+                epoch: r.u64()?,
+            },
+            T_GRANT => Msg::Grant {
+                lock: r.u32()?,
+                notices: r.pages()?,
+            },
+            T_RELEASE => Msg::Release {
+                lock: r.u32()?,
+                epoch: r.u64()?,
+                notices: r.pages()?,
+            },
+            T_REFUSE => Msg::Refuse {
+                text: String::from_utf8_lossy(&r.bytes()?).into_owned(),
+            },
+            T_STOP => Msg::Stop,
+            x => return Err(format!("message type {x} is unknown")),
+        };
+        r.end()?;
+        Ok((from, m))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_round_trips_and_every_truncation_is_refused() {
+        let all = vec![
+            Msg::PageGet {
+                page: 7,
+                reply: ReplyTo::Fault,
+            },
+            Msg::Page {
+                page: 3,
+                data: vec![1, 2, 3],
+            },
+            Msg::Diffs { body: vec![9; 10] },
+            Msg::DiffAck,
+            Msg::Arrive {
+                kind: BarrierKind::Finalize,
+                epoch: 5,
+                check: 77,
+                notices: vec![1, 2],
+            },
+            Msg::Depart {
+                epoch: 5,
+                notices: vec![(0, vec![1]), (1, vec![])],
+            },
+            Msg::Acquire { lock: 4, epoch: 2 },
+            Msg::Grant {
+                lock: 4,
+                notices: vec![8],
+            },
+            Msg::Release {
+                lock: 4,
+                epoch: 2,
+                notices: vec![8, 9],
+            },
+            Msg::Refuse { text: "no".into() },
+            Msg::Stop,
+        ];
+        for m in all {
+            let b = m.encode(3);
+            assert_eq!(Msg::decode(&b).unwrap(), (3, m.clone()));
+            for cut in 0..b.len() {
+                assert!(Msg::decode(&b[..cut]).is_err(), "{m:?} cut at {cut}");
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert!(Msg::decode(&long).is_err());
+        }
+        assert!(Msg::decode(&[200, 0, 0, 0, 0]).is_err());
+    }
+}
