@@ -4,6 +4,7 @@
 //! (detected by page protection), and consistency is kept at synchronisation points (barriers
 //! and locks) by home-based lazy release consistency with twins and diffs. See `docs/dsm.md`.
 
+pub mod capi;
 mod diff;
 mod error;
 mod fault;

@@ -1,0 +1,176 @@
+//! The C ABI behind `include/kioku_dsm.h`: one DSM node per process, started from the
+//! environment. Every function returns 0 or a negative `KIOKU_DSM_E*` code; the message of
+//! the last failure of the calling thread is `kioku_dsm_last_error()`.
+
+use crate::error::DsmError;
+use crate::node::{Config, Distribution, Dsm};
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CString};
+use std::sync::{Arc, RwLock};
+
+pub const KIOKU_DSM_OK: c_int = 0;
+pub const KIOKU_DSM_EINVAL: c_int = -1;
+pub const KIOKU_DSM_ESTATE: c_int = -2;
+pub const KIOKU_DSM_ENODE: c_int = -3;
+pub const KIOKU_DSM_EMISMATCH: c_int = -4;
+pub const KIOKU_DSM_ENOMEM: c_int = -5;
+pub const KIOKU_DSM_EIO: c_int = -6;
+pub const KIOKU_DSM_EPROTO: c_int = -7;
+pub const KIOKU_DSM_BLOCK: c_int = -1;
+pub const KIOKU_DSM_CYCLIC: c_int = -2;
+
+static DSM: RwLock<Option<Arc<Dsm>>> = RwLock::new(None);
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn fail(e: DsmError) -> c_int {
+    let code = match &e {
+        DsmError::Invalid(_) => KIOKU_DSM_EINVAL,
+        DsmError::AlreadyRunning => KIOKU_DSM_ESTATE,
+        DsmError::NodeLost { .. } | DsmError::NoAnswer { .. } => KIOKU_DSM_ENODE,
+        DsmError::Mismatch(_) => KIOKU_DSM_EMISMATCH,
+        DsmError::OutOfSharedMemory { .. } => KIOKU_DSM_ENOMEM,
+        DsmError::Protocol { .. } => KIOKU_DSM_EPROTO,
+        _ => KIOKU_DSM_EIO,
+    };
+    say(&e.to_string());
+    code
+}
+
+fn say(msg: &str) {
+    tracing::debug!("kioku_dsm: {msg}");
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    LAST.with(|l| *l.borrow_mut() = c);
+}
+
+fn with<T>(f: impl FnOnce(&Dsm) -> Result<T, c_int>) -> Result<T, c_int> {
+    let d = DSM.read().unwrap().clone();
+    match d {
+        Some(d) => f(&d),
+        None => {
+            say("the DSM is not running: call kioku_dsm_init first");
+            Err(KIOKU_DSM_ESTATE)
+        }
+    }
+}
+
+fn code(r: Result<(), c_int>) -> c_int {
+    r.err().unwrap_or(KIOKU_DSM_OK)
+}
+
+/// Starts this process's node from the environment (`KIOKU_DSM_NODE`, `KIOKU_MCAPI_*`).
+#[no_mangle]
+pub extern "C" fn kioku_dsm_init() -> c_int {
+    let mut g = DSM.write().unwrap();
+    if g.is_some() {
+        say("the DSM is already running in this process");
+        return KIOKU_DSM_ESTATE;
+    }
+    match Config::from_env().and_then(Dsm::init) {
+        Ok(d) => {
+            *g = Some(Arc::new(d));
+            KIOKU_DSM_OK
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Leaves the job (a last barrier), stops the node and unmaps the shared range.
+#[no_mangle]
+pub extern "C" fn kioku_dsm_finalize() -> c_int {
+    let d = DSM.write().unwrap().take();
+    let Some(d) = d else {
+        say("the DSM is not running: call kioku_dsm_init first");
+        return KIOKU_DSM_ESTATE;
+    };
+    match Arc::try_unwrap(d) {
+        Ok(d) => match d.finalize() {
+            Ok(()) => KIOKU_DSM_OK,
+            Err(e) => fail(e),
+        },
+        Err(d) => {
+            *DSM.write().unwrap() = Some(d);
+            say("another thread is inside a DSM call: finalize after it returns");
+            KIOKU_DSM_ESTATE
+        }
+    }
+}
+
+/// This node's id, or a negative code.
+#[no_mangle]
+pub extern "C" fn kioku_dsm_node() -> c_int {
+    with(|d| Ok(d.node() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// The number of nodes, or a negative code.
+#[no_mangle]
+pub extern "C" fn kioku_dsm_nodes() -> c_int {
+    with(|d| Ok(d.nodes() as c_int)).unwrap_or_else(|e| e)
+}
+
+/// The page size of the shared range (0 when not running).
+#[no_mangle]
+pub extern "C" fn kioku_dsm_page_size() -> usize {
+    with(|d| Ok(d.page_size())).unwrap_or(0)
+}
+
+/// Collective allocation; `dist` is `KIOKU_DSM_BLOCK`, `KIOKU_DSM_CYCLIC` or a node id. NULL
+/// on failure.
+#[no_mangle]
+pub extern "C" fn kioku_dsm_alloc(bytes: usize, dist: c_int) -> *mut u8 {
+    let dist = match dist {
+        KIOKU_DSM_BLOCK => Distribution::Block,
+        KIOKU_DSM_CYCLIC => Distribution::Cyclic,
+        k if k >= 0 => Distribution::OnNode(k as u32),
+        k => {
+            say(&format!(
+                "distribution {k} is not KIOKU_DSM_BLOCK, KIOKU_DSM_CYCLIC or a node id"
+            ));
+            return std::ptr::null_mut();
+        }
+    };
+    with(|d| d.alloc(bytes, dist).map_err(fail)).unwrap_or(std::ptr::null_mut())
+}
+
+/// Collective allocation with page `i`'s home at `homes[i]` (`count` = the number of pages).
+///
+/// # Safety
+/// `homes` points to `count` readable values.
+#[no_mangle]
+pub unsafe extern "C" fn kioku_dsm_alloc_homes(
+    bytes: usize,
+    homes: *const u32,
+    count: usize,
+) -> *mut u8 {
+    if homes.is_null() {
+        say("homes is NULL");
+        return std::ptr::null_mut();
+    }
+    // SAFETY: the caller promises `count` readable values.
+    let v = unsafe { std::slice::from_raw_parts(homes, count) }.to_vec();
+    with(|d| d.alloc(bytes, Distribution::Explicit(v)).map_err(fail))
+        .unwrap_or(std::ptr::null_mut())
+}
+
+#[no_mangle]
+pub extern "C" fn kioku_dsm_barrier() -> c_int {
+    code(with(|d| d.barrier().map_err(fail)))
+}
+
+#[no_mangle]
+pub extern "C" fn kioku_dsm_lock(lock: u32) -> c_int {
+    code(with(|d| d.lock(lock).map_err(fail)))
+}
+
+#[no_mangle]
+pub extern "C" fn kioku_dsm_unlock(lock: u32) -> c_int {
+    code(with(|d| d.unlock(lock).map_err(fail)))
+}
+
+/// The message of the calling thread's last failure ("" if none); valid until its next call.
+#[no_mangle]
+pub extern "C" fn kioku_dsm_last_error() -> *const c_char {
+    LAST.with(|l| l.borrow().as_ptr())
+}
