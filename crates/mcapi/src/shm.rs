@@ -427,7 +427,10 @@ impl Segment {
     /// Bytes waiting in ring `p`.
     pub fn pending(&self, p: u32) -> u64 {
         let ring = self.ring(p);
-        ring.tail.load(Ordering::Acquire) - ring.head.load(Ordering::Relaxed)
+        // Head first: another thread of this node may consume between the two loads, and
+        // head ≤ tail holds at every instant, so an earlier head never exceeds a later tail.
+        let head = ring.head.load(Ordering::Acquire);
+        ring.tail.load(Ordering::Acquire) - head
     }
 
     /// Anything for us in any ring (data or a producer asking to attach)? Lock-free.
