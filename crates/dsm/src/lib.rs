@@ -8,9 +8,10 @@ pub mod capi;
 mod diff;
 mod error;
 mod fault;
+mod image;
 mod node;
 mod region;
 mod wire;
 
 pub use error::{DsmError, Result};
-pub use node::{Config, Distribution, Dsm, DEFAULT_BASE, DEFAULT_RANGE};
+pub use node::{Config, Distribution, Dsm, HeldImage, DEFAULT_BASE, DEFAULT_RANGE, MAX_PRIVATE};

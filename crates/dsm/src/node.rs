@@ -12,6 +12,7 @@
 use crate::diff;
 use crate::error::{DsmError, Result};
 use crate::fault::{self, Fault};
+use crate::image::{self, Contexts};
 use crate::region::{Access, Region};
 use crate::wire::{BarrierKind, Msg, ReplyTo};
 use kioku_mcapi::{EndpointId, McapiError, Node, PeerState, Topology};
@@ -31,6 +32,10 @@ const LOOK: Duration = Duration::from_millis(200);
 const DIFF_BATCH: usize = 128 << 10;
 const DIFF_WINDOW: usize = 8;
 const VERSION: u64 = 1;
+/// Checkpoint images travel in messages of this size.
+const IMAGE_CHUNK: usize = 512 << 10;
+/// The largest private state a checkpoint takes.
+pub const MAX_PRIVATE: usize = 1 << 30;
 
 /// The default address of the shared range, the same on every node.
 pub const DEFAULT_BASE: usize = 0x5e00_0000_0000;
@@ -146,6 +151,22 @@ struct Inner {
     /// The home of every allocated page.
     homes: RwLock<Vec<u32>>,
     local: Mutex<Local>,
+    /// The checkpoint images this node holds for the node it is the buddy of.
+    held: Mutex<Contexts>,
+    /// This node's own images (to roll back without a transfer).
+    own: Mutex<Contexts>,
+}
+
+/// A checkpoint image held in memory (for tools and tests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldImage {
+    /// Whose image it is.
+    pub node: u32,
+    /// The barrier epoch of the checkpoint.
+    pub epoch: u64,
+    pub bytes: usize,
+    /// CRC-32C of the image.
+    pub crc: u32,
 }
 
 /// What only the application's calls touch (one at a time).
@@ -244,6 +265,8 @@ impl Dsm {
                 since_barrier: BTreeSet::new(),
                 since_acquire: BTreeSet::new(),
             }),
+            held: Mutex::new(Contexts::default()),
+            own: Mutex::new(Contexts::default()),
         });
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into the array; the result is checked.
@@ -446,6 +469,93 @@ impl Dsm {
                 notices,
             },
             "unlock",
+        )
+    }
+
+    /// Collective checkpoint (SCASH-FT): at a barrier, every node's image — its home pages and
+    /// `private`, its own state — goes into its buddy's memory (node `(i + 1) mod N`) and is
+    /// kept locally, both in two contexts; a second barrier commits it. A failure at any moment
+    /// leaves the previous checkpoint whole. Returns the checkpoint's epoch.
+    pub fn checkpoint(&self, private: &[u8]) -> Result<u64> {
+        if private.len() > MAX_PRIVATE {
+            return Err(DsmError::Invalid(format!(
+                "a private state of {} bytes is larger than the {MAX_PRIVATE} a checkpoint takes",
+                private.len()
+            )));
+        }
+        let mut ctl = self.ctl.lock().unwrap();
+        let check = ctl.allocs;
+        self.barrier_locked(&mut ctl, BarrierKind::Checkpoint, check)?;
+        let epoch = ctl.epoch;
+        let inner = &self.inner;
+        let img = {
+            let homes = inner.homes.read().unwrap();
+            let mine: Vec<u32> = (0..homes.len() as u32)
+                .filter(|&p| homes[p as usize] == inner.me)
+                .collect();
+            let copies: Vec<Vec<u8>> = mine.iter().map(|&p| inner.region.page_copy(p)).collect();
+            let mut it = copies.iter();
+            image::encode(
+                inner.me,
+                epoch,
+                &mine,
+                inner.region.page,
+                |_| it.next().expect("one copy per page"),
+                private,
+            )
+        };
+        if inner.n > 1 {
+            let buddy = (inner.me + 1) % inner.n;
+            for (i, chunk) in img.chunks(IMAGE_CHUNK).enumerate() {
+                let m = Msg::ImageChunk {
+                    epoch,
+                    offset: (i * IMAGE_CHUNK) as u64,
+                    data: chunk.to_vec(),
+                };
+                inner.send(buddy, m, "checkpoint transfer")?;
+            }
+            let end = Msg::ImageEnd {
+                epoch,
+                len: img.len() as u64,
+                crc: crc32c::crc32c(&img),
+            };
+            inner.send(buddy, end, "checkpoint transfer")?;
+            match inner.reply(inner.mine.ctl, &[buddy], "checkpoint transfer")? {
+                Msg::ImageHeld { epoch: e } if e == epoch => {}
+                Msg::Refuse { text } => return Err(DsmError::Mismatch(text)),
+                m => return Err(unexpected(buddy, &m, "a checkpoint acknowledgement")),
+            }
+        }
+        inner
+            .own
+            .lock()
+            .unwrap()
+            .put(epoch, img)
+            .map_err(DsmError::Invalid)?;
+        self.barrier_locked(&mut ctl, BarrierKind::Checkpoint, check)?;
+        tracing::debug!(node = inner.me, epoch, "checkpoint committed");
+        Ok(epoch)
+    }
+
+    /// The complete checkpoint images in this node's memory: its own, then those it holds as
+    /// the buddy of node `(i - 1) mod N` (oldest first).
+    pub fn images(&self) -> (Vec<HeldImage>, Vec<HeldImage>) {
+        let n = self.inner.n;
+        let of = |c: &Contexts, node| {
+            c.held()
+                .into_iter()
+                .map(|(epoch, bytes, crc)| HeldImage {
+                    node,
+                    epoch,
+                    bytes,
+                    crc,
+                })
+                .collect()
+        };
+        let me = self.inner.me;
+        (
+            of(&self.inner.own.lock().unwrap(), me),
+            of(&self.inner.held.lock().unwrap(), (me + n - 1) % n),
         )
     }
 
@@ -763,6 +873,8 @@ fn receive_thread(inner: Arc<Inner>) {
         arrived: vec![None; inner.n as usize],
     };
     let mut locks: HashMap<u32, Lock> = HashMap::new();
+    // What went wrong with an image being received, per sender, reported at its end.
+    let mut image_trouble: HashMap<u32, String> = HashMap::new();
     loop {
         let b = match inner.mcapi.msg_recv(inner.mine.req) {
             Ok(b) => b,
@@ -863,12 +975,62 @@ fn receive_thread(inner: Arc<Inner>) {
                     inner.grant(l, lock, next, e);
                 }
             }
+            Msg::ImageChunk {
+                epoch,
+                offset,
+                data,
+            } => {
+                let r = inner.buddy_of(from).and_then(|()| {
+                    let mut held = inner.held.lock().unwrap();
+                    if offset == 0 {
+                        held.begin(epoch)?;
+                    }
+                    held.write(epoch, offset, &data, inner.max_image())
+                });
+                if let Err(e) = r {
+                    image_trouble.insert(from, e);
+                }
+            }
+            Msg::ImageEnd { epoch, len, crc } => {
+                let r = match image_trouble.remove(&from) {
+                    Some(e) => Err(e),
+                    None => inner
+                        .buddy_of(from)
+                        .and_then(|()| inner.held.lock().unwrap().end(epoch, len, crc)),
+                };
+                let m = match r {
+                    Ok(()) => Msg::ImageHeld { epoch },
+                    Err(e) => Msg::Refuse {
+                        text: format!(
+                            "node {} could not keep node {from}'s checkpoint: {e}",
+                            inner.me
+                        ),
+                    },
+                };
+                inner.answer(inner.peers[from as usize].ctl, m);
+            }
             m => tracing::warn!("node {from} sent {m:?} to the request endpoint; dropped"),
         }
     }
 }
 
 impl Inner {
+    /// Whether this node is `from`'s buddy (the holder of its checkpoints).
+    fn buddy_of(&self, from: u32) -> std::result::Result<(), String> {
+        if (from + 1) % self.n == self.me {
+            Ok(())
+        } else {
+            Err(format!("node {} is not node {from}'s buddy", self.me))
+        }
+    }
+
+    /// The largest image a node can send: every page of the range and the largest private
+    /// state.
+    fn max_image(&self) -> usize {
+        let pages = self.region.pages() as usize;
+        64 + pages * (4 + self.region.page) + MAX_PRIVATE
+    }
+
     fn answer(&self, to: EndpointId, m: Msg) {
         if let Err(e) = self
             .mcapi
@@ -960,6 +1122,7 @@ fn kind_name(k: BarrierKind) -> &'static str {
         BarrierKind::Init => "init",
         BarrierKind::Barrier => "barrier",
         BarrierKind::Finalize => "finalize",
+        BarrierKind::Checkpoint => "checkpoint",
     }
 }
 

@@ -19,6 +19,8 @@ pub enum BarrierKind {
     Barrier,
     /// `finalize`.
     Finalize,
+    /// Either barrier of a checkpoint.
+    Checkpoint,
 }
 
 /// One message of the protocol.
@@ -60,6 +62,16 @@ pub enum Msg {
     Refuse { text: String },
     /// From a node to its own receive thread: stop.
     Stop,
+    /// To the buddy: bytes `offset..` of this node's checkpoint image of `epoch`.
+    ImageChunk {
+        epoch: u64,
+        offset: u64,
+        data: Vec<u8>,
+    },
+    /// To the buddy: the image of `epoch` is complete: `len` bytes with this CRC-32C.
+    ImageEnd { epoch: u64, len: u64, crc: u32 },
+    /// From the buddy: the image of `epoch` is held, complete, in its memory.
+    ImageHeld { epoch: u64 },
 }
 
 const T_PAGE_GET: u8 = 1;
@@ -73,6 +85,9 @@ const T_GRANT: u8 = 8;
 const T_RELEASE: u8 = 9;
 const T_REFUSE: u8 = 10;
 const T_STOP: u8 = 11;
+const T_IMAGE_CHUNK: u8 = 12;
+const T_IMAGE_END: u8 = 13;
+const T_IMAGE_HELD: u8 = 14;
 
 struct Writer(Vec<u8>);
 
@@ -182,6 +197,7 @@ impl Msg {
                     BarrierKind::Init => 0,
                     BarrierKind::Barrier => 1,
                     BarrierKind::Finalize => 2,
+                    BarrierKind::Checkpoint => 3,
                 });
                 w.u64(*epoch);
                 w.u64(*check);
@@ -221,6 +237,26 @@ impl Msg {
                 w.bytes(text.as_bytes());
             }
             Msg::Stop => w = Writer::new(T_STOP, from),
+            Msg::ImageChunk {
+                epoch,
+                offset,
+                data,
+            } => {
+                w = Writer::new(T_IMAGE_CHUNK, from);
+                w.u64(*epoch);
+                w.u64(*offset);
+                w.bytes(data);
+            }
+            Msg::ImageEnd { epoch, len, crc } => {
+                w = Writer::new(T_IMAGE_END, from);
+                w.u64(*epoch);
+                w.u64(*len);
+                w.u32(*crc);
+            }
+            Msg::ImageHeld { epoch } => {
+                w = Writer::new(T_IMAGE_HELD, from);
+                w.u64(*epoch);
+            }
         }
         w.0
     }
@@ -250,6 +286,7 @@ impl Msg {
                     0 => BarrierKind::Init,
                     1 => BarrierKind::Barrier,
                     2 => BarrierKind::Finalize,
+                    3 => BarrierKind::Checkpoint,
                     x => return Err(format!("barrier kind {x} is unknown")),
                 },
                 epoch: r.u64()?,
@@ -285,6 +322,17 @@ impl Msg {
                 text: String::from_utf8_lossy(&r.bytes()?).into_owned(),
             },
             T_STOP => Msg::Stop,
+            T_IMAGE_CHUNK => Msg::ImageChunk {
+                epoch: r.u64()?,
+                offset: r.u64()?,
+                data: r.bytes()?,
+            },
+            T_IMAGE_END => Msg::ImageEnd {
+                epoch: r.u64()?,
+                len: r.u64()?,
+                crc: r.u32()?,
+            },
+            T_IMAGE_HELD => Msg::ImageHeld { epoch: r.u64()? },
             x => return Err(format!("message type {x} is unknown")),
         };
         r.end()?;
@@ -331,6 +379,17 @@ mod tests {
             },
             Msg::Refuse { text: "no".into() },
             Msg::Stop,
+            Msg::ImageChunk {
+                epoch: 1,
+                offset: 4096,
+                data: vec![7; 5],
+            },
+            Msg::ImageEnd {
+                epoch: 1,
+                len: 9,
+                crc: 0xdead_beef,
+            },
+            Msg::ImageHeld { epoch: 1 },
         ];
         for m in all {
             let b = m.encode(3);

@@ -65,6 +65,7 @@ pub fn run(kernel: &str, args: &[u64]) {
             }
             std::process::exit(0);
         }
+        "checkpoint" => checkpoint(&dsm, args[0] as usize, args[1] as usize),
         "start_only" => {}
         k => panic!("unknown kernel {k}"),
     }
@@ -319,4 +320,35 @@ pub fn histogram_serial(samples: usize) -> u64 {
     }
     let bytes: Vec<u8> = bins.iter().flat_map(|x| x.to_le_bytes()).collect();
     super::fnv(&bytes)
+}
+
+/// `kib` KiB of shared memory per node (Block), written by every node (so diffs reach every
+/// home), then checkpointed; `rounds` times. Prints the images each node holds and the time of
+/// the last checkpoint.
+fn checkpoint(dsm: &Dsm, kib: usize, rounds: usize) {
+    let n = dsm.nodes() as usize;
+    let me = dsm.node() as usize;
+    let words = kib * 1024 * n / 8;
+    let p = ok(dsm.alloc(words * 8, Distribution::Block)) as *mut u64;
+    let mut last = std::time::Duration::ZERO;
+    for r in 0..rounds {
+        for w in (me..words).step_by(n * 97) {
+            // SAFETY: inside the allocation.
+            unsafe { p.add(w).write((r * 1000 + w) as u64) };
+        }
+        let t = std::time::Instant::now();
+        let private = format!("node {me} round {r}");
+        ok(dsm.checkpoint(private.as_bytes()));
+        last = t.elapsed();
+    }
+    let (own, held) = dsm.images();
+    let show = |v: &[kioku_dsm::HeldImage]| {
+        v.iter()
+            .map(|i| format!("{}:{}:{}:{:08x}", i.node, i.epoch, i.bytes, i.crc))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("\nOWN={}", show(&own));
+    println!("HELD={}", show(&held));
+    println!("CKPT_US={}", last.as_micros());
 }
