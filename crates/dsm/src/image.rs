@@ -6,27 +6,36 @@
 //! checkpoint. The node keeps its own images the same way, to roll back without a transfer.
 //!
 //! Layout: `"KDSMIMG1"`, node u32, epoch u64, pages u32, page size u32, private length u64,
-//! the page numbers (u32 each), the pages, the private state; little-endian.
+//! allocated pages u32, the home of every allocated page (u32 each; what a standby needs to
+//! know the job's allocations), the numbers of this node's home pages (u32 each), those pages,
+//! the private state; little-endian.
 
 const MAGIC: &[u8; 8] = b"KDSMIMG1";
-const HEADER: usize = 8 + 4 + 8 + 4 + 4 + 8;
+const HEADER: usize = 8 + 4 + 8 + 4 + 4 + 8 + 4;
 
 /// Builds an image; `page(p)` gives the bytes of home page `p`.
 pub fn encode<'a>(
     node: u32,
     epoch: u64,
+    homes: &[u32],
     pages: &[u32],
     page_size: usize,
     mut page: impl FnMut(u32) -> &'a [u8],
     private: &[u8],
 ) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER + pages.len() * (4 + page_size) + private.len());
+    let mut v = Vec::with_capacity(
+        HEADER + 4 * homes.len() + pages.len() * (4 + page_size) + private.len(),
+    );
     v.extend_from_slice(MAGIC);
     v.extend_from_slice(&node.to_le_bytes());
     v.extend_from_slice(&epoch.to_le_bytes());
     v.extend_from_slice(&(pages.len() as u32).to_le_bytes());
     v.extend_from_slice(&(page_size as u32).to_le_bytes());
     v.extend_from_slice(&(private.len() as u64).to_le_bytes());
+    v.extend_from_slice(&(homes.len() as u32).to_le_bytes());
+    for h in homes {
+        v.extend_from_slice(&h.to_le_bytes());
+    }
     for p in pages {
         v.extend_from_slice(&p.to_le_bytes());
     }
@@ -44,6 +53,7 @@ pub fn encode<'a>(
 pub struct Image<'a> {
     pub node: u32,
     pub epoch: u64,
+    pub homes: Vec<u32>,
     pub pages: Vec<u32>,
     pub page_size: usize,
     data: &'a [u8],
@@ -62,19 +72,29 @@ impl<'a> Image<'a> {
         let n = u32_at(20) as usize;
         let page_size = u32_at(24) as usize;
         let private_len = u64_at(28) as usize;
-        let want = (n as u128) * (4 + page_size as u128) + private_len as u128 + HEADER as u128;
+        let allocated = u32_at(36) as usize;
+        let want = (n as u128) * (4 + page_size as u128)
+            + 4 * allocated as u128
+            + private_len as u128
+            + HEADER as u128;
         if want != b.len() as u128 {
             return Err(format!(
                 "the image has {} bytes, its header says {want}",
                 b.len()
             ));
         }
-        let pages = (0..n).map(|i| u32_at(HEADER + 4 * i)).collect();
-        let data_at = HEADER + 4 * n;
+        let homes = (0..allocated).map(|i| u32_at(HEADER + 4 * i)).collect();
+        let pages_at = HEADER + 4 * allocated;
+        let pages: Vec<u32> = (0..n).map(|i| u32_at(pages_at + 4 * i)).collect();
+        if pages.iter().any(|&p| p as usize >= allocated) {
+            return Err("the image holds a page that was never allocated".into());
+        }
+        let data_at = pages_at + 4 * n;
         let private_at = data_at + n * page_size;
         Ok(Image {
             node,
             epoch,
+            homes,
             pages,
             page_size,
             data: &b[data_at..private_at],
@@ -219,7 +239,7 @@ mod tests {
 
     fn image(epoch: u64, fill: u8) -> Vec<u8> {
         let page = [fill; 64];
-        encode(3, epoch, &[5, 9], 64, |_| &page[..], b"private")
+        encode(3, epoch, &[0; 10], &[5, 9], 64, |_| &page[..], b"private")
     }
 
     #[test]

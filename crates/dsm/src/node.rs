@@ -15,7 +15,7 @@ use crate::fault::{self, Fault};
 use crate::image::{self, Contexts};
 use crate::region::{Access, Region};
 use crate::wire::{BarrierKind, Msg, ReplyTo};
-use kioku_mcapi::{EndpointId, McapiError, Node, PeerState, Topology};
+use kioku_mcapi::{EndpointId, McapiError, Node, PeerLoss, PeerState, Topology};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -498,6 +498,7 @@ impl Dsm {
             image::encode(
                 inner.me,
                 epoch,
+                &homes,
                 &mine,
                 inner.region.page,
                 |_| it.next().expect("one copy per page"),
@@ -535,6 +536,35 @@ impl Dsm {
         self.barrier_locked(&mut ctl, BarrierKind::Checkpoint, check)?;
         tracing::debug!(node = inner.me, epoch, "checkpoint committed");
         Ok(epoch)
+    }
+
+    /// Collective: every node returns to the newest checkpoint — home pages as they were then,
+    /// cached copies dropped, writes since discarded — and gets back its private state of then
+    /// and the checkpoint's epoch. Allocations made since keep their addresses; their pages
+    /// are zero again. Locks must not be held.
+    pub fn rollback(&self) -> Result<(u64, Vec<u8>)> {
+        let mut ctl = self.ctl.lock().unwrap();
+        let inner = &self.inner;
+        let newest = inner.own.lock().unwrap().held().last().map(|h| h.0);
+        let Some(epoch) = newest else {
+            return Err(DsmError::Invalid(
+                "there is no checkpoint to roll back to: call checkpoint first".into(),
+            ));
+        };
+        inner.discard_dirty()?;
+        let check = digest(&[ctl.allocs, epoch]);
+        self.barrier_locked(&mut ctl, BarrierKind::Rollback, check)
+            .map_err(|e| match e {
+                DsmError::Mismatch(m) => {
+                    DsmError::Mismatch(format!("{m} (the nodes' newest checkpoints differ)"))
+                }
+                e => e,
+            })?;
+        let private = inner.restore(epoch)?;
+        // Nobody fetches a page before its home has restored it.
+        self.barrier_locked(&mut ctl, BarrierKind::Rollback, check)?;
+        tracing::info!(node = inner.me, epoch, "rolled back to checkpoint {epoch}");
+        Ok((epoch, private))
     }
 
     /// The complete checkpoint images in this node's memory: its own, then those it holds as
@@ -605,6 +635,7 @@ impl Dsm {
         };
         match inner.reply(inner.mine.ctl, &watch, "barrier")? {
             Msg::Depart { epoch, notices } if epoch == ctl.epoch => {
+                tracing::debug!(node = inner.me, ?kind, epoch, "barrier departure");
                 ctl.epoch += 1;
                 let me = inner.me;
                 let others = notices
@@ -664,6 +695,7 @@ impl Dsm {
                 if outstanding.len() >= DIFF_WINDOW {
                     self.diff_ack(&mut outstanding)?;
                 }
+                tracing::debug!(node = inner.me, home, bytes = body.len(), "flush");
                 inner.send(home, Msg::Diffs { body }, "diff flush")?;
                 outstanding.push(home);
             }
@@ -744,6 +776,10 @@ impl Inner {
     }
 
     fn reply_from(&self, ep: EndpointId, watch: &[u32], what: &'static str) -> Result<(u32, Msg)> {
+        // A loss seen after a receive timed out; reported only if the next receive times out
+        // too, since what the node sent before it went (or what the manager sent us before
+        // the node could leave) is delivered first.
+        let mut lost: Option<(u32, PeerLoss)> = None;
         loop {
             match self.mcapi.msg_recv(ep) {
                 Ok(b) => {
@@ -753,15 +789,88 @@ impl Inner {
                     })
                 }
                 Err(McapiError::Timeout) => {
-                    for &node in watch {
-                        if let Ok(PeerState::Lost(why)) = self.mcapi.peer_state(node) {
-                            return Err(DsmError::NodeLost { node, why, what });
-                        }
+                    if let Some((node, why)) = lost {
+                        return Err(DsmError::NodeLost { node, why, what });
                     }
+                    lost = watch
+                        .iter()
+                        .find_map(|&node| match self.mcapi.peer_state(node) {
+                            Ok(PeerState::Lost(why)) => Some((node, why)),
+                            _ => None,
+                        });
                 }
                 Err(e) => return Err(DsmError::mcapi(what, e)),
             }
         }
+    }
+
+    /// Forgets this node's writes since the last release: twins dropped, pages read-only.
+    fn discard_dirty(&self) -> Result<()> {
+        let mut local = self.local.lock().unwrap();
+        let dirty: Vec<u32> = std::mem::take(&mut local.dirty).into_iter().collect();
+        for &p in &dirty {
+            local.state[p as usize] = State::Clean;
+            local.twins.remove(&p);
+        }
+        for run in runs(&dirty) {
+            self.region.protect(run.0, run.1, Access::Read)?;
+        }
+        Ok(())
+    }
+
+    /// Puts this node back as it was at checkpoint `epoch`: home pages from its own image
+    /// (zero for pages allocated since), every cached page dropped. Returns the private state.
+    fn restore(&self, epoch: u64) -> Result<Vec<u8>> {
+        let own = self.own.lock().unwrap();
+        let bytes = own.get(epoch).ok_or_else(|| {
+            DsmError::Invalid(format!(
+                "checkpoint {epoch} is not held by node {}",
+                self.me
+            ))
+        })?;
+        let img = image::Image::decode(bytes).map_err(DsmError::Invalid)?;
+        let homes = self.homes.read().unwrap();
+        if img.homes.len() > homes.len() || homes[..img.homes.len()] != img.homes[..] {
+            return Err(DsmError::Mismatch(format!(
+                "checkpoint {epoch} of node {} has other allocations than the job now",
+                self.me
+            )));
+        }
+        let mut local = self.local.lock().unwrap();
+        for (i, &p) in img.pages.iter().enumerate() {
+            // SAFETY: between the rollback's barriers no other thread writes pages: the
+            // receive thread applies no diffs (nobody flushes) and the application waits.
+            unsafe { self.region.page_mut(p) }.copy_from_slice(img.page(i));
+        }
+        for p in img.homes.len()..homes.len() {
+            if homes[p] == self.me {
+                // SAFETY: as above.
+                unsafe { self.region.page_mut(p as u32) }.fill(0);
+            }
+        }
+        let mut invalid = Vec::new();
+        for p in 0..homes.len() {
+            if homes[p] == self.me {
+                local.state[p] = State::Clean;
+            } else {
+                local.state[p] = State::Invalid;
+                invalid.push(p as u32);
+            }
+        }
+        local.twins.clear();
+        local.dirty.clear();
+        local.since_barrier.clear();
+        local.since_acquire.clear();
+        let home: Vec<u32> = (0..homes.len() as u32)
+            .filter(|&p| homes[p as usize] == self.me)
+            .collect();
+        for run in runs(&invalid) {
+            self.region.protect(run.0, run.1, Access::None)?;
+        }
+        for run in runs(&home) {
+            self.region.protect(run.0, run.1, Access::Read)?;
+        }
+        Ok(img.private.to_vec())
     }
 
     /// Drops this node's copies of `pages` (those homed elsewhere).
@@ -921,6 +1030,7 @@ fn receive_thread(inner: Arc<Inner>) {
                 inner.answer(to, m);
             }
             Msg::Diffs { body } => {
+                tracing::debug!(node = inner.me, from, bytes = body.len(), "diffs");
                 let m = {
                     let homes = inner.homes.read().unwrap();
                     let ps = inner.region.page;
@@ -1074,6 +1184,7 @@ impl Inner {
             self.answer(self.peers[from as usize].ctl, Msg::Refuse { text });
             return;
         }
+        tracing::debug!(from, ?kind, epoch, "barrier arrival");
         bar.arrived[from as usize] = Some((kind, check, notices));
         if bar.arrived.iter().any(|a| a.is_none()) {
             return;
@@ -1123,6 +1234,7 @@ fn kind_name(k: BarrierKind) -> &'static str {
         BarrierKind::Barrier => "barrier",
         BarrierKind::Finalize => "finalize",
         BarrierKind::Checkpoint => "checkpoint",
+        BarrierKind::Rollback => "rollback",
     }
 }
 

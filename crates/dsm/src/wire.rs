@@ -21,6 +21,8 @@ pub enum BarrierKind {
     Finalize,
     /// Either barrier of a checkpoint.
     Checkpoint,
+    /// Either barrier of a rollback.
+    Rollback,
 }
 
 /// One message of the protocol.
@@ -198,6 +200,7 @@ impl Msg {
                     BarrierKind::Barrier => 1,
                     BarrierKind::Finalize => 2,
                     BarrierKind::Checkpoint => 3,
+                    BarrierKind::Rollback => 4,
                 });
                 w.u64(*epoch);
                 w.u64(*check);
@@ -287,6 +290,7 @@ impl Msg {
                     1 => BarrierKind::Barrier,
                     2 => BarrierKind::Finalize,
                     3 => BarrierKind::Checkpoint,
+                    4 => BarrierKind::Rollback,
                     x => return Err(format!("barrier kind {x} is unknown")),
                 },
                 epoch: r.u64()?,

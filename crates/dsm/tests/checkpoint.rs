@@ -46,14 +46,32 @@ fn every_node_s_image_is_held_whole_by_its_buddy_in_two_contexts() {
             assert_eq!(own, held, "node {k}'s images and its buddy's copies");
             assert!(own[0].1 < own[1].1, "the two newest epochs: {own:?}");
             assert!(own.iter().all(|i| i.0 == k as u32));
-            // Header, page numbers, home pages (kib KiB, block-distributed), private state.
+            // Header, every page's home, page numbers, home pages (kib KiB, block-distributed),
+            // private state.
             let private = format!("node {k} round {}", rounds - 1).len();
             let pages = kib * 1024 / 4096;
+            let allocated = pages * n;
             assert_eq!(
                 own[1].2,
-                36 + pages * (4 + 4096) + private,
+                40 + 4 * allocated + pages * (4 + 4096) + private,
                 "{via:?} node {k}"
             );
+        }
+    }
+}
+
+#[test]
+fn a_rollback_brings_every_node_back_to_the_checkpoint() {
+    for (via, nodes) in [(Via::Shm, 3), (Via::Tcp, 2)] {
+        let runs = run_job(
+            "rollback",
+            "6",
+            job_env(via, nodes),
+            Duration::from_secs(120),
+        );
+        assert_ok(&runs);
+        for r in &runs {
+            assert!(r.value("ROLLED_BACK").is_some(), "{via:?} node {}", r.node);
         }
     }
 }

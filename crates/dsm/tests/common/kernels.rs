@@ -66,6 +66,7 @@ pub fn run(kernel: &str, args: &[u64]) {
             std::process::exit(0);
         }
         "checkpoint" => checkpoint(&dsm, args[0] as usize, args[1] as usize),
+        "rollback" => rollback(&dsm, args[0] as usize),
         "start_only" => {}
         k => panic!("unknown kernel {k}"),
     }
@@ -351,4 +352,56 @@ fn checkpoint(dsm: &Dsm, kib: usize, rounds: usize) {
     println!("\nOWN={}", show(&own));
     println!("HELD={}", show(&held));
     println!("CKPT_US={}", last.as_micros());
+}
+
+/// Writes pattern 1 (every node a share of every page), checkpoints, writes pattern 2 and
+/// allocates more, rolls back: every node must read pattern 1 everywhere and zero in the newer
+/// allocation, and get its private state back; then normal work goes on (pattern 3).
+fn rollback(dsm: &Dsm, pages: usize) {
+    let n = dsm.nodes() as usize;
+    let me = dsm.node() as usize;
+    let words = pages * dsm.page_size() / 8;
+    let p = ok(dsm.alloc(words * 8, Distribution::Cyclic)) as *mut u64;
+    let fill = |pattern: u64| {
+        for w in (me..words).step_by(n) {
+            // SAFETY: inside the allocation.
+            unsafe { p.add(w).write(pattern * 1_000_000 + w as u64) };
+        }
+    };
+    let expect = |pattern: u64| {
+        for w in 0..words {
+            // SAFETY: inside the allocation.
+            let got = unsafe { p.add(w).read() };
+            assert_eq!(
+                got,
+                pattern * 1_000_000 + w as u64,
+                "node {me} word {w} pattern {pattern}"
+            );
+        }
+    };
+    fill(1);
+    let epoch = ok(dsm.checkpoint(format!("private of {me}").as_bytes()));
+    fill(2);
+    ok(dsm.barrier());
+    expect(2);
+    let q = ok(dsm.alloc(4096, Distribution::OnNode(0))) as *mut u64;
+    // SAFETY: inside the allocation.
+    unsafe { q.write(77) };
+    fill(2); // writes not yet released are discarded too
+    let (back, private) = ok(dsm.rollback());
+    assert_eq!(back, epoch);
+    assert_eq!(private, format!("private of {me}").into_bytes());
+    expect(1);
+    // SAFETY: inside the allocation.
+    assert_eq!(
+        unsafe { q.read() },
+        0,
+        "allocated after the checkpoint: zero again"
+    );
+    // Homes see the next writes as soon as their writers release them: everyone checks first.
+    ok(dsm.barrier());
+    fill(3);
+    ok(dsm.barrier());
+    expect(3);
+    println!("\nROLLED_BACK={back}");
 }

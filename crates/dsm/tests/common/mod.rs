@@ -140,16 +140,20 @@ pub fn run_job(
 
 /// Asserts every node exited 0, showing their output if not.
 pub fn assert_ok(runs: &[NodeRun]) {
-    for r in runs {
-        assert!(
-            r.output.status.success(),
-            "node {} failed ({}):\n--- stdout\n{}--- stderr\n{}",
-            r.node,
-            r.output.status,
-            r.stdout(),
-            r.stderr()
-        );
-    }
+    let bad: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.output.status.success())
+        .map(|r| {
+            format!(
+                "node {} failed ({}):\n--- stdout\n{}--- stderr\n{}",
+                r.node,
+                r.output.status,
+                r.stdout(),
+                r.stderr()
+            )
+        })
+        .collect();
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
 
 /// The child side: runs the kernel named in the environment, if any.
