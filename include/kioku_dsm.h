@@ -80,6 +80,19 @@ int kioku_dsm_lock(uint32_t lock);
 /* Releases lock `lock`; the writes made under it reach their homes first. */
 int kioku_dsm_unlock(uint32_t lock);
 
+/* Collective checkpoint (SCASH-FT): after a barrier, every node's home pages and `len` bytes
+ * of its private state at `state` (loop counters and the like) go into its buddy's memory
+ * (node i+1 mod N) and stay in its own, both in two contexts; a second barrier commits it.
+ * A failure at any moment leaves the previous checkpoint whole. Writes the checkpoint's
+ * epoch to *epoch unless it is NULL. */
+int kioku_dsm_checkpoint(const void *state, size_t len, uint64_t *epoch);
+
+/* Collective rollback to the newest checkpoint: shared memory as it was then (allocations
+ * made since keep their addresses, zero-filled), this node's private state copied to `state`
+ * (`cap` bytes) and its length written to *len. If it does not fit, nothing is rolled back:
+ * EINVAL, with the length needed in *len. */
+int kioku_dsm_rollback(void *state, size_t cap, size_t *len);
+
 /* The message of the calling thread's last failure ("" if none); valid until its next call. */
 const char *kioku_dsm_last_error(void);
 

@@ -2,6 +2,9 @@
  * The seed's 2-D Laplace (Jacobi) on kioku's DSM: an N x N grid with its top edge held at 1.0,
  * interior rows split in blocks among the nodes, a barrier after each sweep. Node 0 prints a
  * checksum of the final grid and, with --check, compares it with a serial run of its own.
+ * Half-way it takes a checkpoint (the sweep counter is the private state); with --rollback it
+ * also runs 3 sweeps more, rolls back to that checkpoint and continues from there, which must
+ * not change the result.
  *
  *   cc -O2 -Iinclude examples/dsm/laplace.c -Ltarget/release -lkioku_dsm -o laplace
  *   KIOKU_MCAPI_JOB=lap KIOKU_MCAPI_NODES=4 KIOKU_DSM_NODE=<i> ./laplace 1024 100 --check
@@ -51,7 +54,11 @@ static int die(const char *what) {
 int main(int argc, char **argv) {
     size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 1024;
     int iters = argc > 2 ? atoi(argv[2]) : 100;
-    int check = argc > 3 && strcmp(argv[3], "--check") == 0;
+    int check = 0, rollback = 0;
+    for (int i = 3; i < argc; i++) {
+        check |= strcmp(argv[i], "--check") == 0;
+        rollback |= strcmp(argv[i], "--rollback") == 0;
+    }
     if (n < 3) n = 3;
     if (kioku_dsm_init() != 0) return die("init");
     size_t me = (size_t)kioku_dsm_node(), nodes = (size_t)kioku_dsm_nodes();
@@ -63,7 +70,19 @@ int main(int argc, char **argv) {
     if (kioku_dsm_barrier() != 0) return die("barrier");
     size_t rows = n - 2, lo = 1 + rows * me / nodes, hi = 1 + rows * (me + 1) / nodes;
     double *u = a, *v = b;
+    int rolled = 0;
     for (int t = 0; t < iters; t++) {
+        if (t == iters / 2 && !rolled) {
+            if (kioku_dsm_checkpoint(&t, sizeof t, NULL) != 0) return die("checkpoint");
+        }
+        if (rollback && !rolled && t == iters / 2 + 3) {
+            size_t len = 0;
+            if (kioku_dsm_rollback(&t, sizeof t, &len) != 0 || len != sizeof t) return die("rollback");
+            rolled = 1;
+            /* t is the sweep of the checkpoint again: u and v are as they were then. */
+            u = (t % 2 == 0) ? a : b;
+            v = (t % 2 == 0) ? b : a;
+        }
         sweep(u, v, n, lo, hi);
         if (kioku_dsm_barrier() != 0) return die("barrier");
         double *w = u; u = v; v = w;

@@ -169,6 +169,84 @@ pub extern "C" fn kioku_dsm_unlock(lock: u32) -> c_int {
     code(with(|d| d.unlock(lock).map_err(fail)))
 }
 
+/// Collective checkpoint: home pages and `len` bytes of private state at `state` go to the
+/// buddy's memory. Writes the checkpoint's epoch to `*epoch` if not NULL.
+///
+/// # Safety
+/// `state` points to `len` readable bytes (or is NULL with `len` 0); `epoch` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn kioku_dsm_checkpoint(
+    state: *const u8,
+    len: usize,
+    epoch: *mut u64,
+) -> c_int {
+    if state.is_null() && len != 0 {
+        say("state is NULL but len is not 0");
+        return KIOKU_DSM_EINVAL;
+    }
+    let private: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller promises `len` readable bytes at `state`.
+        unsafe { std::slice::from_raw_parts(state, len) }
+    };
+    match with(|d| d.checkpoint(private).map_err(fail)) {
+        Ok(e) => {
+            if !epoch.is_null() {
+                // SAFETY: the caller promises a writable u64.
+                unsafe { epoch.write(e) };
+            }
+            KIOKU_DSM_OK
+        }
+        Err(c) => c,
+    }
+}
+
+/// Collective rollback to the newest checkpoint; its private state is copied to `state`
+/// (`cap` bytes there) and its length written to `*len`.
+///
+/// # Safety
+/// `state` points to `cap` writable bytes (or is NULL with `cap` 0); `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn kioku_dsm_rollback(state: *mut u8, cap: usize, len: *mut usize) -> c_int {
+    if state.is_null() && cap != 0 {
+        say("state is NULL but cap is not 0");
+        return KIOKU_DSM_EINVAL;
+    }
+    let r = with(|d| {
+        if let Some(need) = d.checkpoint_private_len() {
+            if need > cap {
+                if !len.is_null() {
+                    // SAFETY: the caller promises a writable size_t.
+                    unsafe { len.write(need) };
+                }
+                say(&format!(
+                    "the checkpoint's private state has {need} bytes, more than the {cap} given"
+                ));
+                return Err(KIOKU_DSM_EINVAL);
+            }
+        }
+        d.rollback().map_err(fail)
+    });
+    match r {
+        Ok((_, private)) => {
+            if !len.is_null() {
+                // SAFETY: the caller promises a writable size_t.
+                unsafe { len.write(private.len()) };
+            }
+            // SAFETY: checked above: `private.len() <= cap` writable bytes at `state` (the
+            // newest image cannot change between the check and the rollback: both run on the
+            // caller's thread and checkpoints are collective calls of that thread).
+            unsafe {
+                std::ptr::copy_nonoverlapping(private.as_ptr(), state, private.len().min(cap))
+            };
+            KIOKU_DSM_OK
+        }
+        Err(c) => c,
+    }
+}
+
 /// The message of the calling thread's last failure ("" if none); valid until its next call.
 #[no_mangle]
 pub extern "C" fn kioku_dsm_last_error() -> *const c_char {

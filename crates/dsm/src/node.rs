@@ -567,6 +567,16 @@ impl Dsm {
         Ok((epoch, private))
     }
 
+    /// The length of this node's private state in its newest checkpoint (what `rollback`
+    /// returns), if there is one.
+    pub fn checkpoint_private_len(&self) -> Option<usize> {
+        let own = self.inner.own.lock().unwrap();
+        let epoch = own.held().last()?.0;
+        image::Image::decode(own.get(epoch)?)
+            .ok()
+            .map(|i| i.private.len())
+    }
+
     /// The complete checkpoint images in this node's memory: its own, then those it holds as
     /// the buddy of node `(i - 1) mod N` (oldest first).
     pub fn images(&self) -> (Vec<HeldImage>, Vec<HeldImage>) {
