@@ -770,14 +770,30 @@ impl Drop for Dsm {
 
 impl Inner {
     fn send(&self, to: u32, m: Msg, what: &'static str) -> Result<()> {
-        self.mcapi
-            .msg_send(
-                self.mine.ctl,
-                self.peers[to as usize].req,
-                &m.encode(self.me),
-                0,
-            )
+        let bytes = m.encode(self.me);
+        self.send_bytes(self.mine.ctl, to, self.peers[to as usize].req, &bytes)
             .map_err(|e| DsmError::mcapi(what, e))
+    }
+
+    /// Sends, waiting as long as `node` (the owner of `ep`) is alive: a full queue only means
+    /// the peer is busy (a timed-out send was cancelled, so nothing goes twice).
+    fn send_bytes(
+        &self,
+        from: EndpointId,
+        node: u32,
+        ep: EndpointId,
+        bytes: &[u8],
+    ) -> std::result::Result<(), McapiError> {
+        loop {
+            match self.mcapi.msg_send(from, ep, bytes, 0) {
+                Err(McapiError::Timeout) => {
+                    if let Ok(PeerState::Lost(why)) = self.mcapi.peer_state(node) {
+                        return Err(McapiError::Transmission { node, why });
+                    }
+                }
+                r => return r,
+            }
+        }
     }
 
     /// The next message on `ep` (from one of `watch`, which are checked for loss meanwhile).
@@ -1152,10 +1168,7 @@ impl Inner {
     }
 
     fn answer(&self, to: EndpointId, m: Msg) {
-        if let Err(e) = self
-            .mcapi
-            .msg_send(self.mine.req, to, &m.encode(self.me), 0)
-        {
+        if let Err(e) = self.send_bytes(self.mine.req, u32::from(to.node), to, &m.encode(self.me)) {
             tracing::warn!(node = self.me, "an answer to {to} was not delivered: {e}");
         }
     }
