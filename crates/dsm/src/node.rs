@@ -16,6 +16,7 @@ use crate::image::{self, Contexts};
 use crate::region::{Access, Region};
 use crate::wire::{BarrierKind, Msg, ReplyTo};
 use kioku_mcapi::{EndpointId, McapiError, Node, PeerLoss, PeerState, Topology};
+use kioku_track::{BackendKind, PageRange, PageTracker, Tracker};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -70,6 +71,10 @@ pub struct Config {
     pub range: usize,
     /// How long `init` waits for the other nodes to appear.
     pub start_timeout: Duration,
+    /// Find the written home pages with userfaultfd's asynchronous write-protection
+    /// (`crates/track`) instead of a protection fault per page and interval. Used when the
+    /// kernel offers it (Linux ≥ 6.7); `KIOKU_DSM_TRACK_HOMES=0` turns it off.
+    pub track_homes: bool,
 }
 
 impl Config {
@@ -81,6 +86,7 @@ impl Config {
             base: DEFAULT_BASE,
             range: DEFAULT_RANGE,
             start_timeout: Duration::from_secs(60),
+            track_homes: true,
         }
     }
 
@@ -104,6 +110,13 @@ impl Config {
         if let Some(t) = env_parse("KIOKU_DSM_START_TIMEOUT_S", |v| v.parse::<u64>().ok())? {
             c.start_timeout = Duration::from_secs(t);
         }
+        if let Some(t) = env_parse("KIOKU_DSM_TRACK_HOMES", |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        })? {
+            c.track_homes = t;
+        }
         Ok(c)
     }
 }
@@ -122,6 +135,8 @@ enum State {
     Invalid,
     Clean,
     Dirty,
+    /// A home page, writable, its writes found by the home tracker.
+    Tracked,
 }
 
 /// What the application's threads and the fault thread share.
@@ -155,6 +170,8 @@ struct Inner {
     held: Mutex<Contexts>,
     /// This node's own images (to roll back without a transfer).
     own: Mutex<Contexts>,
+    /// Finds written home pages without faults, when the kernel allows.
+    homes_written: Option<Mutex<Tracker>>,
 }
 
 /// A checkpoint image held in memory (for tools and tests).
@@ -267,6 +284,23 @@ impl Dsm {
             }),
             held: Mutex::new(Contexts::default()),
             own: Mutex::new(Contexts::default()),
+            homes_written: if cfg.track_homes {
+                match Tracker::builder()
+                    .backend(BackendKind::UffdPagemapScan)
+                    .build()
+                {
+                    Ok(t) => Some(Mutex::new(t)),
+                    Err(e) => {
+                        tracing::info!(
+                            node = me,
+                            "home pages are write-protected instead of tracked: {e}"
+                        );
+                        None
+                    }
+                }
+            } else {
+                None
+            },
         });
         let mut fds = [0i32; 2];
         // SAFETY: pipe2 writes two descriptors into the array; the result is checked.
@@ -396,6 +430,11 @@ impl Dsm {
             self.inner
                 .region
                 .protect(first as u32, count as u32, Access::Read)?;
+            let mine: Vec<u32> = (first..first + count)
+                .filter(|&p| homes[p] == self.inner.me)
+                .map(|p| p as u32)
+                .collect();
+            self.inner.track_homes(&mut local, &mine)?;
             fault::TOP.store((first + count) as u32, Ordering::Release);
         }
         ctl.allocs = digest(&[ctl.allocs, count as u64, digest32(&homes_of)]);
@@ -666,6 +705,10 @@ impl Dsm {
     fn flush(&self) -> Result<()> {
         let inner = &self.inner;
         let mut local = inner.local.lock().unwrap();
+        for p in inner.written_homes()? {
+            local.since_barrier.insert(p);
+            local.since_acquire.insert(p);
+        }
         if local.dirty.is_empty() {
             return Ok(());
         }
@@ -896,7 +939,48 @@ impl Inner {
         for run in runs(&home) {
             self.region.protect(run.0, run.1, Access::Read)?;
         }
+        self.track_homes(&mut local, &home)?;
+        // What the application wrote before the rollback is gone: so are its notices.
+        self.written_homes()?;
         Ok(img.private.to_vec())
+    }
+
+    /// Makes home `pages` writable with their writes tracked (when the tracker is there).
+    fn track_homes(&self, local: &mut Local, pages: &[u32]) -> Result<()> {
+        let Some(t) = &self.homes_written else {
+            return Ok(());
+        };
+        let mut t = t.lock().unwrap();
+        let ps = self.region.page;
+        for run in runs(pages) {
+            self.region.protect(run.0, run.1, Access::Write)?;
+            let start = self.region.base + run.0 as usize * ps;
+            t.track(PageRange::from_ptr(start as *const u8, run.1 as usize * ps))
+                .map_err(|e| DsmError::Io {
+                    what: "track home pages",
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            for p in run.0..run.0 + run.1 {
+                local.state[p as usize] = State::Tracked;
+            }
+        }
+        Ok(())
+    }
+
+    /// The home pages the application wrote since the last call (none without a tracker).
+    fn written_homes(&self) -> Result<Vec<u32>> {
+        let Some(t) = &self.homes_written else {
+            return Ok(Vec::new());
+        };
+        let ranges = t.lock().unwrap().scan().map_err(|e| DsmError::Io {
+            what: "scan the written home pages",
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let (base, ps) = (self.region.base, self.region.page);
+        Ok(ranges
+            .iter()
+            .flat_map(|r| ((r.start - base) / ps) as u32..((r.end - base) / ps) as u32)
+            .collect())
     }
 
     /// Drops this node's copies of `pages` (those homed elsewhere).

@@ -14,15 +14,37 @@ fn child_entry() {
 const LIMIT: Duration = Duration::from_secs(120);
 
 fn result(kernel: &str, args: &str, via: Via, nodes: u32) -> String {
-    let runs = run_job(kernel, args, job_env(via, nodes), LIMIT);
+    result_with(kernel, args, job_env(via, nodes))
+}
+
+/// The same job with home pages write-protected instead of tracked (the fallback for kernels
+/// without userfaultfd's asynchronous write-protection).
+fn without_home_tracking(mut envs: Vec<Vec<(String, String)>>) -> Vec<Vec<(String, String)>> {
+    for e in &mut envs {
+        e.push(("KIOKU_DSM_TRACK_HOMES".into(), "0".into()));
+    }
+    envs
+}
+
+fn result_with(kernel: &str, args: &str, envs: Vec<Vec<(String, String)>>) -> String {
+    let runs = run_job(kernel, args, envs, LIMIT);
     assert_ok(&runs);
     runs[0].value("RESULT").expect("node 0 prints the result")
 }
 
 #[test]
 fn several_writers_of_one_page_merge() {
-    for (via, nodes) in [(Via::Shm, 2), (Via::Shm, 4), (Via::Tcp, 3)] {
-        let runs = run_job("multi_writer", "3,4", job_env(via, nodes), LIMIT);
+    for (via, nodes, tracked) in [
+        (Via::Shm, 2, true),
+        (Via::Shm, 4, true),
+        (Via::Tcp, 3, true),
+        (Via::Shm, 3, false),
+    ] {
+        let mut envs = job_env(via, nodes);
+        if !tracked {
+            envs = without_home_tracking(envs);
+        }
+        let runs = run_job("multi_writer", "3,4", envs, LIMIT);
         assert_ok(&runs);
         for r in &runs {
             assert!(r.value("CHECKED").is_some(), "node {} checked", r.node);
@@ -39,6 +61,9 @@ fn laplace_equals_the_serial_run() {
         let got = result("laplace", &format!("{size},{iters}"), via, nodes);
         assert_eq!(got, want, "{nodes} nodes over {via:?}");
     }
+    let envs = without_home_tracking(job_env(Via::Shm, 4));
+    let got = result_with("laplace", &format!("{size},{iters}"), envs);
+    assert_eq!(got, want, "4 nodes, home pages write-protected");
 }
 
 #[test]
