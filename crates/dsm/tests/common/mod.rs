@@ -87,11 +87,32 @@ pub fn run_job(
     envs: Vec<Vec<(String, String)>>,
     limit: Duration,
 ) -> Vec<NodeRun> {
+    let n = envs.len();
+    run_job_on(kernel, args, envs, vec![Vec::new(); n], limit)
+}
+
+/// Like `run_job`, node i's process started through the command prefix `on[i]` (e.g.
+/// `ip netns exec <ns>`; empty: directly).
+pub fn run_job_on(
+    kernel: &str,
+    args: &str,
+    envs: Vec<Vec<(String, String)>>,
+    on: Vec<Vec<String>>,
+    limit: Duration,
+) -> Vec<NodeRun> {
     let exe = std::env::current_exe().unwrap();
     let mut children: Vec<_> = envs
         .into_iter()
-        .map(|env| {
-            let mut c = Command::new(&exe);
+        .zip(on)
+        .map(|(env, on)| {
+            let mut c = match on.split_first() {
+                Some((prog, rest)) => {
+                    let mut c = Command::new(prog);
+                    c.args(rest).arg(&exe);
+                    c
+                }
+                None => Command::new(&exe),
+            };
             c.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
                 .env("KIOKU_DSM_TEST_KERNEL", kernel)
                 .env("KIOKU_DSM_TEST_ARGS", args)
