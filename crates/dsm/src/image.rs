@@ -13,14 +13,14 @@
 const MAGIC: &[u8; 8] = b"KDSMIMG1";
 const HEADER: usize = 8 + 4 + 8 + 4 + 4 + 8 + 4;
 
-/// Builds an image; `page(p)` gives the bytes of home page `p`.
-pub fn encode<'a>(
+/// Builds an image; `page(p, dst)` copies home page `p` into `dst`.
+pub fn encode(
     node: u32,
     epoch: u64,
     homes: &[u32],
     pages: &[u32],
     page_size: usize,
-    mut page: impl FnMut(u32) -> &'a [u8],
+    mut page: impl FnMut(u32, &mut [u8]),
     private: &[u8],
 ) -> Vec<u8> {
     let mut v = Vec::with_capacity(
@@ -40,7 +40,9 @@ pub fn encode<'a>(
         v.extend_from_slice(&p.to_le_bytes());
     }
     for &p in pages {
-        v.extend_from_slice(page(p));
+        let at = v.len();
+        v.resize(at + page_size, 0);
+        page(p, &mut v[at..]);
     }
     v.extend_from_slice(private);
     v
@@ -239,7 +241,15 @@ mod tests {
 
     fn image(epoch: u64, fill: u8) -> Vec<u8> {
         let page = [fill; 64];
-        encode(3, epoch, &[0; 10], &[5, 9], 64, |_| &page[..], b"private")
+        encode(
+            3,
+            epoch,
+            &[0; 10],
+            &[5, 9],
+            64,
+            |_, d| d.copy_from_slice(&page),
+            b"private",
+        )
     }
 
     #[test]

@@ -34,7 +34,7 @@ const DIFF_BATCH: usize = 128 << 10;
 const DIFF_WINDOW: usize = 8;
 const VERSION: u64 = 1;
 /// Checkpoint images travel in messages of this size.
-const IMAGE_CHUNK: usize = 512 << 10;
+const IMAGE_CHUNK: usize = (1 << 20) - 64;
 /// The largest private state a checkpoint takes.
 pub const MAX_PRIVATE: usize = 1 << 30;
 
@@ -532,27 +532,29 @@ impl Dsm {
             let mine: Vec<u32> = (0..homes.len() as u32)
                 .filter(|&p| homes[p as usize] == inner.me)
                 .collect();
-            let copies: Vec<Vec<u8>> = mine.iter().map(|&p| inner.region.page_copy(p)).collect();
-            let mut it = copies.iter();
             image::encode(
                 inner.me,
                 epoch,
                 &homes,
                 &mine,
                 inner.region.page,
-                |_| it.next().expect("one copy per page"),
+                |p, dst| inner.region.copy_page_into(p, dst),
                 private,
             )
         };
         if inner.n > 1 {
             let buddy = (inner.me + 1) % inner.n;
             for (i, chunk) in img.chunks(IMAGE_CHUNK).enumerate() {
-                let m = Msg::ImageChunk {
+                let m = crate::wire::encode_image_chunk(
+                    inner.me,
                     epoch,
-                    offset: (i * IMAGE_CHUNK) as u64,
-                    data: chunk.to_vec(),
-                };
-                inner.send(buddy, m, "checkpoint transfer")?;
+                    (i * IMAGE_CHUNK) as u64,
+                    chunk,
+                );
+                let to = inner.peers[buddy as usize].req;
+                inner
+                    .send_bytes(inner.mine.ctl, buddy, to, &m)
+                    .map_err(|e| DsmError::mcapi("checkpoint transfer", e))?;
             }
             let end = Msg::ImageEnd {
                 epoch,
@@ -1103,6 +1105,13 @@ fn receive_thread(inner: Arc<Inner>) {
                 return;
             }
         };
+        // Checkpoint images are the bulk: written into their context without a copy.
+        if let Some((from, epoch, offset, data)) = crate::wire::decode_image_chunk(&b) {
+            if from < inner.n {
+                inner.image_chunk(&mut image_trouble, from, epoch, offset, data);
+            }
+            continue;
+        }
         let (from, m) = match Msg::decode(&b) {
             Ok((from, m)) if from < inner.n => (from, m),
             Ok((from, _)) => {
@@ -1199,18 +1208,7 @@ fn receive_thread(inner: Arc<Inner>) {
                 epoch,
                 offset,
                 data,
-            } => {
-                let r = inner.buddy_of(from).and_then(|()| {
-                    let mut held = inner.held.lock().unwrap();
-                    if offset == 0 {
-                        held.begin(epoch)?;
-                    }
-                    held.write(epoch, offset, &data, inner.max_image())
-                });
-                if let Err(e) = r {
-                    image_trouble.insert(from, e);
-                }
-            }
+            } => inner.image_chunk(&mut image_trouble, from, epoch, offset, &data),
             Msg::ImageEnd { epoch, len, crc } => {
                 let r = match image_trouble.remove(&from) {
                     Some(e) => Err(e),
@@ -1235,6 +1233,27 @@ fn receive_thread(inner: Arc<Inner>) {
 }
 
 impl Inner {
+    /// Stores bytes of `from`'s image; what goes wrong is reported at the image's end.
+    fn image_chunk(
+        &self,
+        trouble: &mut HashMap<u32, String>,
+        from: u32,
+        epoch: u64,
+        offset: u64,
+        data: &[u8],
+    ) {
+        let r = self.buddy_of(from).and_then(|()| {
+            let mut held = self.held.lock().unwrap();
+            if offset == 0 {
+                held.begin(epoch)?;
+            }
+            held.write(epoch, offset, data, self.max_image())
+        });
+        if let Err(e) = r {
+            trouble.insert(from, e);
+        }
+    }
+
     /// Whether this node is `from`'s buddy (the holder of its checkpoints).
     fn buddy_of(&self, from: u32) -> std::result::Result<(), String> {
         if (from + 1) % self.n == self.me {
@@ -1329,7 +1348,8 @@ impl Inner {
                     .collect(),
             },
         };
-        for p in 0..self.n {
+        // The others first: this node's application may exit as soon as it has its answer.
+        for p in (0..self.n).filter(|&p| p != self.me).chain([self.me]) {
             self.answer(self.peers[p as usize].ctl, m.clone());
         }
     }

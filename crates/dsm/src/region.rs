@@ -141,6 +141,16 @@ impl Region {
         std::slice::from_raw_parts_mut((self.lib + p as usize * self.page) as *mut u8, self.page)
     }
 
+    /// Copies page `p` (through the library's view) into `dst` (one page long).
+    pub fn copy_page_into(&self, p: u32, dst: &mut [u8]) {
+        assert!(p < self.pages() && dst.len() == self.page);
+        // SAFETY: as in `page_copy`: a raw bytewise copy out of our own mapping.
+        unsafe {
+            let src = (self.lib + p as usize * self.page) as *const u8;
+            std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), self.page);
+        }
+    }
+
     /// The library's view of page `p`, read-only.
     pub fn page_copy(&self, p: u32) -> Vec<u8> {
         assert!(p < self.pages());

@@ -166,6 +166,33 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// An `ImageChunk` straight from a slice of the image (no intermediate copy).
+pub fn encode_image_chunk(from: u32, epoch: u64, offset: u64, data: &[u8]) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(32 + data.len()));
+    w.u8(T_IMAGE_CHUNK);
+    w.u32(from);
+    w.u64(epoch);
+    w.u64(offset);
+    w.bytes(data);
+    w.0
+}
+
+/// An `ImageChunk` read in place: (sender, epoch, offset, bytes); `None` for any other
+/// message or a malformed one (which `Msg::decode` then reports).
+pub fn decode_image_chunk(b: &[u8]) -> Option<(u32, u64, u64, &[u8])> {
+    let mut r = Reader { b };
+    if r.u8().ok()? != T_IMAGE_CHUNK {
+        return None;
+    }
+    let from = r.u32().ok()?;
+    let epoch = r.u64().ok()?;
+    let offset = r.u64().ok()?;
+    let n = r.u32().ok()? as usize;
+    let data = r.take(n).ok()?;
+    r.end().ok()?;
+    Some((from, epoch, offset, data))
+}
+
 impl Msg {
     pub fn encode(&self, from: u32) -> Vec<u8> {
         let mut w;
@@ -406,5 +433,21 @@ mod tests {
             assert!(Msg::decode(&long).is_err());
         }
         assert!(Msg::decode(&[200, 0, 0, 0, 0]).is_err());
+        let b = encode_image_chunk(2, 9, 4096, b"abc");
+        assert_eq!(decode_image_chunk(&b), Some((2, 9, 4096, &b"abc"[..])));
+        assert_eq!(
+            Msg::decode(&b).unwrap(),
+            (
+                2,
+                Msg::ImageChunk {
+                    epoch: 9,
+                    offset: 4096,
+                    data: b"abc".to_vec()
+                }
+            )
+        );
+        for cut in 0..b.len() {
+            assert!(decode_image_chunk(&b[..cut]).is_none());
+        }
     }
 }

@@ -114,6 +114,9 @@ pub fn run_job_on(
                 None => Command::new(&exe),
             };
             c.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
+                // Symbolising a backtrace of this big binary takes tens of seconds on a loaded
+                // machine; the panic message is what the tests look at.
+                .env("RUST_BACKTRACE", "0")
                 .env("KIOKU_DSM_TEST_KERNEL", kernel)
                 .env("KIOKU_DSM_TEST_ARGS", args)
                 .stdout(Stdio::piped())
