@@ -54,9 +54,31 @@ pub enum DsmError {
     AlreadyRunning,
     #[error("malformed DSM message from node {from}: {what}; the peer runs another version or is hostile")]
     Protocol { from: u32, what: String },
+    /// Not an error: a node was lost, a standby took over, and every node went back to
+    /// checkpoint `epoch`. `Dsm::take_resume` gives this node's private state of then; go on
+    /// from it.
+    #[error("a node was lost and the job rolled back to checkpoint {epoch}: resume from the private state (take_resume)")]
+    RolledBack { epoch: u64 },
+    #[error("the job cannot recover from a node failure: {0}")]
+    Unrecoverable(String),
+    #[error("this standby was not needed: the job ended without taking it")]
+    Dismissed,
+    /// Inside the library only: a recovery interrupted the call.
+    #[doc(hidden)]
+    #[error("a recovery is under way")]
+    Recovering,
 }
 
 impl DsmError {
+    /// Whether a job with standbys recovers from this error (a node was lost, not left).
+    pub(crate) fn starts_recovery(&self) -> bool {
+        match self {
+            DsmError::NodeLost { why, .. } => *why != PeerLoss::Finalized,
+            DsmError::Recovering => true,
+            _ => false,
+        }
+    }
+
     pub(crate) fn mcapi(what: &'static str, source: McapiError) -> DsmError {
         match source {
             McapiError::Transmission { node, why } => DsmError::NodeLost { node, why, what },

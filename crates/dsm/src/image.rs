@@ -225,8 +225,19 @@ impl Contexts {
         v
     }
 
-    /// The complete image of `epoch`, if held (for recovery, not built yet).
-    #[allow(dead_code)]
+    /// Forgets the images newer than `epoch` (of a checkpoint that did not complete on every
+    /// node, after the job rolled back past it).
+    pub fn discard_after(&mut self, epoch: u64) {
+        for c in &mut self.ctx {
+            if c.epoch > epoch {
+                c.complete = false;
+                c.epoch = 0;
+                c.bytes = Vec::new();
+            }
+        }
+    }
+
+    /// The complete image of `epoch`, if held.
     pub fn get(&self, epoch: u64) -> Option<&[u8]> {
         self.ctx
             .iter()

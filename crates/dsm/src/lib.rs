@@ -10,6 +10,7 @@ mod error;
 mod fault;
 mod image;
 mod node;
+mod recovery;
 mod region;
 mod wire;
 

@@ -65,15 +65,56 @@ pub enum Msg {
     /// From a node to its own receive thread: stop.
     Stop,
     /// To the buddy: bytes `offset..` of this node's checkpoint image of `epoch`.
+    /// With `handover`: from the buddy to a node taking over, its own image.
     ImageChunk {
+        handover: bool,
         epoch: u64,
         offset: u64,
         data: Vec<u8>,
     },
     /// To the buddy: the image of `epoch` is complete: `len` bytes with this CRC-32C.
-    ImageEnd { epoch: u64, len: u64, crc: u32 },
+    ImageEnd {
+        handover: bool,
+        epoch: u64,
+        len: u64,
+        crc: u32,
+    },
     /// From the buddy: the image of `epoch` is held, complete, in its memory.
     ImageHeld { epoch: u64 },
+    /// To the recovery's leader: this node is ready to recover; what it knows and holds.
+    Join {
+        /// The sender's MCAPI node.
+        id: u32,
+        /// The node's barrier epoch.
+        epoch: u64,
+        /// The owner table (DSM id → MCAPI node) the node works with.
+        owners: Vec<u32>,
+        /// The MCAPI nodes it saw lost.
+        lost: Vec<u32>,
+        /// The epochs of its own complete images.
+        own: Vec<u64>,
+        /// The epochs of the complete images it holds for the node before it.
+        held: Vec<u64>,
+    },
+    /// From the leader: the recovery's plan (the message's generation is the new one).
+    Plan {
+        /// The checkpoint every node rolls back to.
+        checkpoint: u64,
+        /// The barrier epoch the job goes on from.
+        epoch: u64,
+        /// The new owner table.
+        owners: Vec<u32>,
+        /// The DSM ids whose owner gets its image from the buddy.
+        handover: Vec<u32>,
+    },
+    /// From the leader: the job cannot recover (the text says why).
+    RecoverFail { text: String },
+    /// From the leader: a recovery is under way; join it.
+    RecoverCall { lost: Vec<u32> },
+    /// From a node's receive thread to its own application: look at the recovery state.
+    Wake,
+    /// To an idle standby: the job is over.
+    Dismiss,
 }
 
 const T_PAGE_GET: u8 = 1;
@@ -90,15 +131,30 @@ const T_STOP: u8 = 11;
 const T_IMAGE_CHUNK: u8 = 12;
 const T_IMAGE_END: u8 = 13;
 const T_IMAGE_HELD: u8 = 14;
+const T_JOIN: u8 = 15;
+const T_PLAN: u8 = 16;
+const T_RECOVER_FAIL: u8 = 17;
+const T_RECOVER_CALL: u8 = 18;
+const T_WAKE: u8 = 19;
+const T_DISMISS: u8 = 20;
+const T_HANDOVER_CHUNK: u8 = 21;
+const T_HANDOVER_END: u8 = 22;
 
 struct Writer(Vec<u8>);
 
 impl Writer {
-    fn new(t: u8, from: u32) -> Writer {
+    fn new(t: u8, from: u32, gen: u64) -> Writer {
         let mut v = Vec::with_capacity(64);
         v.push(t);
         v.extend_from_slice(&from.to_le_bytes());
+        v.extend_from_slice(&gen.to_le_bytes());
         Writer(v)
+    }
+    fn epochs(&mut self, e: &[u64]) {
+        self.u32(e.len() as u32);
+        for &x in e {
+            self.u64(x);
+        }
     }
     fn u8(&mut self, x: u8) {
         self.0.push(x);
@@ -157,6 +213,13 @@ impl<'a> Reader<'a> {
         }
         (0..n).map(|_| self.u32()).collect()
     }
+    fn epochs(&mut self) -> Result<Vec<u64>, String> {
+        let n = self.u32()? as usize;
+        if n > self.b.len() / 8 {
+            return Err(format!("{n} epochs announced, {} bytes left", self.b.len()));
+        }
+        (0..n).map(|_| self.u64()).collect()
+    }
     fn end(&self) -> Result<(), String> {
         if self.b.is_empty() {
             Ok(())
@@ -167,38 +230,69 @@ impl<'a> Reader<'a> {
 }
 
 /// An `ImageChunk` straight from a slice of the image (no intermediate copy).
-pub fn encode_image_chunk(from: u32, epoch: u64, offset: u64, data: &[u8]) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(32 + data.len()));
-    w.u8(T_IMAGE_CHUNK);
+pub fn encode_image_chunk(
+    from: u32,
+    gen: u64,
+    handover: bool,
+    epoch: u64,
+    offset: u64,
+    data: &[u8],
+) -> Vec<u8> {
+    let mut w = Writer(Vec::with_capacity(40 + data.len()));
+    w.u8(if handover {
+        T_HANDOVER_CHUNK
+    } else {
+        T_IMAGE_CHUNK
+    });
     w.u32(from);
+    w.u64(gen);
     w.u64(epoch);
     w.u64(offset);
     w.bytes(data);
     w.0
 }
 
-/// An `ImageChunk` read in place: (sender, epoch, offset, bytes); `None` for any other
-/// message or a malformed one (which `Msg::decode` then reports).
-pub fn decode_image_chunk(b: &[u8]) -> Option<(u32, u64, u64, &[u8])> {
+/// An image chunk read in place; `None` for any other message or a malformed one (which
+/// `Msg::decode` then reports).
+pub struct ChunkRef<'a> {
+    pub from: u32,
+    pub gen: u64,
+    pub handover: bool,
+    pub epoch: u64,
+    pub offset: u64,
+    pub data: &'a [u8],
+}
+
+pub fn decode_image_chunk(b: &[u8]) -> Option<ChunkRef<'_>> {
     let mut r = Reader { b };
-    if r.u8().ok()? != T_IMAGE_CHUNK {
-        return None;
-    }
+    let handover = match r.u8().ok()? {
+        T_IMAGE_CHUNK => false,
+        T_HANDOVER_CHUNK => true,
+        _ => return None,
+    };
     let from = r.u32().ok()?;
+    let gen = r.u64().ok()?;
     let epoch = r.u64().ok()?;
     let offset = r.u64().ok()?;
     let n = r.u32().ok()? as usize;
     let data = r.take(n).ok()?;
     r.end().ok()?;
-    Some((from, epoch, offset, data))
+    Some(ChunkRef {
+        from,
+        gen,
+        handover,
+        epoch,
+        offset,
+        data,
+    })
 }
 
 impl Msg {
-    pub fn encode(&self, from: u32) -> Vec<u8> {
+    pub fn encode(&self, from: u32, gen: u64) -> Vec<u8> {
         let mut w;
         match self {
             Msg::PageGet { page, reply } => {
-                w = Writer::new(T_PAGE_GET, from);
+                w = Writer::new(T_PAGE_GET, from, gen);
                 w.u32(*page);
                 w.u8(match reply {
                     ReplyTo::Compute => 0,
@@ -206,22 +300,22 @@ impl Msg {
                 });
             }
             Msg::Page { page, data } => {
-                w = Writer::new(T_PAGE, from);
+                w = Writer::new(T_PAGE, from, gen);
                 w.u32(*page);
                 w.bytes(data);
             }
             Msg::Diffs { body } => {
-                w = Writer::new(T_DIFFS, from);
+                w = Writer::new(T_DIFFS, from, gen);
                 w.bytes(body);
             }
-            Msg::DiffAck => w = Writer::new(T_DIFF_ACK, from),
+            Msg::DiffAck => w = Writer::new(T_DIFF_ACK, from, gen),
             Msg::Arrive {
                 kind,
                 epoch,
                 check,
                 notices,
             } => {
-                w = Writer::new(T_ARRIVE, from);
+                w = Writer::new(T_ARRIVE, from, gen);
                 w.u8(match kind {
                     BarrierKind::Init => 0,
                     BarrierKind::Barrier => 1,
@@ -234,7 +328,7 @@ impl Msg {
                 w.pages(notices);
             }
             Msg::Depart { epoch, notices } => {
-                w = Writer::new(T_DEPART, from);
+                w = Writer::new(T_DEPART, from, gen);
                 w.u64(*epoch);
                 w.u32(notices.len() as u32);
                 for (node, pages) in notices {
@@ -243,12 +337,12 @@ impl Msg {
                 }
             }
             Msg::Acquire { lock, epoch } => {
-                w = Writer::new(T_ACQUIRE, from);
+                w = Writer::new(T_ACQUIRE, from, gen);
                 w.u32(*lock);
                 w.u64(*epoch);
             }
             Msg::Grant { lock, notices } => {
-                w = Writer::new(T_GRANT, from);
+                w = Writer::new(T_GRANT, from, gen);
                 w.u32(*lock);
                 w.pages(notices);
             }
@@ -257,45 +351,100 @@ impl Msg {
                 epoch,
                 notices,
             } => {
-                w = Writer::new(T_RELEASE, from);
+                w = Writer::new(T_RELEASE, from, gen);
                 w.u32(*lock);
                 w.u64(*epoch);
                 w.pages(notices);
             }
             Msg::Refuse { text } => {
-                w = Writer::new(T_REFUSE, from);
+                w = Writer::new(T_REFUSE, from, gen);
                 w.bytes(text.as_bytes());
             }
-            Msg::Stop => w = Writer::new(T_STOP, from),
+            Msg::Stop => w = Writer::new(T_STOP, from, gen),
             Msg::ImageChunk {
+                handover,
                 epoch,
                 offset,
                 data,
             } => {
-                w = Writer::new(T_IMAGE_CHUNK, from);
+                let t = if *handover {
+                    T_HANDOVER_CHUNK
+                } else {
+                    T_IMAGE_CHUNK
+                };
+                w = Writer::new(t, from, gen);
                 w.u64(*epoch);
                 w.u64(*offset);
                 w.bytes(data);
             }
-            Msg::ImageEnd { epoch, len, crc } => {
-                w = Writer::new(T_IMAGE_END, from);
+            Msg::ImageEnd {
+                handover,
+                epoch,
+                len,
+                crc,
+            } => {
+                let t = if *handover {
+                    T_HANDOVER_END
+                } else {
+                    T_IMAGE_END
+                };
+                w = Writer::new(t, from, gen);
                 w.u64(*epoch);
                 w.u64(*len);
                 w.u32(*crc);
             }
             Msg::ImageHeld { epoch } => {
-                w = Writer::new(T_IMAGE_HELD, from);
+                w = Writer::new(T_IMAGE_HELD, from, gen);
                 w.u64(*epoch);
             }
+            Msg::Join {
+                id,
+                epoch,
+                owners,
+                lost,
+                own,
+                held,
+            } => {
+                w = Writer::new(T_JOIN, from, gen);
+                w.u32(*id);
+                w.u64(*epoch);
+                w.pages(owners);
+                w.pages(lost);
+                w.epochs(own);
+                w.epochs(held);
+            }
+            Msg::Plan {
+                checkpoint,
+                epoch,
+                owners,
+                handover,
+            } => {
+                w = Writer::new(T_PLAN, from, gen);
+                w.u64(*checkpoint);
+                w.u64(*epoch);
+                w.pages(owners);
+                w.pages(handover);
+            }
+            Msg::RecoverFail { text } => {
+                w = Writer::new(T_RECOVER_FAIL, from, gen);
+                w.bytes(text.as_bytes());
+            }
+            Msg::RecoverCall { lost } => {
+                w = Writer::new(T_RECOVER_CALL, from, gen);
+                w.pages(lost);
+            }
+            Msg::Wake => w = Writer::new(T_WAKE, from, gen),
+            Msg::Dismiss => w = Writer::new(T_DISMISS, from, gen),
         }
         w.0
     }
 
-    /// The sender and the message, or what is wrong with the bytes.
-    pub fn decode(b: &[u8]) -> Result<(u32, Msg), String> {
+    /// The sender, its generation and the message, or what is wrong with the bytes.
+    pub fn decode(b: &[u8]) -> Result<(u32, u64, Msg), String> {
         let mut r = Reader { b };
         let t = r.u8()?;
         let from = r.u32()?;
+        let gen = r.u64()?;
         let m = match t {
             T_PAGE_GET => Msg::PageGet {
                 page: r.u32()?,
@@ -353,21 +502,43 @@ impl Msg {
                 text: String::from_utf8_lossy(&r.bytes()?).into_owned(),
             },
             T_STOP => Msg::Stop,
-            T_IMAGE_CHUNK => Msg::ImageChunk {
+            T_IMAGE_CHUNK | T_HANDOVER_CHUNK => Msg::ImageChunk {
+                handover: t == T_HANDOVER_CHUNK,
                 epoch: r.u64()?,
                 offset: r.u64()?,
                 data: r.bytes()?,
             },
-            T_IMAGE_END => Msg::ImageEnd {
+            T_IMAGE_END | T_HANDOVER_END => Msg::ImageEnd {
+                handover: t == T_HANDOVER_END,
                 epoch: r.u64()?,
                 len: r.u64()?,
                 crc: r.u32()?,
             },
             T_IMAGE_HELD => Msg::ImageHeld { epoch: r.u64()? },
+            T_JOIN => Msg::Join {
+                id: r.u32()?,
+                epoch: r.u64()?,
+                owners: r.pages()?,
+                lost: r.pages()?,
+                own: r.epochs()?,
+                held: r.epochs()?,
+            },
+            T_PLAN => Msg::Plan {
+                checkpoint: r.u64()?,
+                epoch: r.u64()?,
+                owners: r.pages()?,
+                handover: r.pages()?,
+            },
+            T_RECOVER_FAIL => Msg::RecoverFail {
+                text: String::from_utf8_lossy(&r.bytes()?).into_owned(),
+            },
+            T_RECOVER_CALL => Msg::RecoverCall { lost: r.pages()? },
+            T_WAKE => Msg::Wake,
+            T_DISMISS => Msg::Dismiss,
             x => return Err(format!("message type {x} is unknown")),
         };
         r.end()?;
-        Ok((from, m))
+        Ok((from, gen, m))
     }
 }
 
@@ -411,20 +582,52 @@ mod tests {
             Msg::Refuse { text: "no".into() },
             Msg::Stop,
             Msg::ImageChunk {
+                handover: false,
                 epoch: 1,
                 offset: 4096,
                 data: vec![7; 5],
             },
+            Msg::ImageChunk {
+                handover: true,
+                epoch: 1,
+                offset: 0,
+                data: vec![7; 5],
+            },
             Msg::ImageEnd {
+                handover: false,
+                epoch: 1,
+                len: 9,
+                crc: 0xdead_beef,
+            },
+            Msg::ImageEnd {
+                handover: true,
                 epoch: 1,
                 len: 9,
                 crc: 0xdead_beef,
             },
             Msg::ImageHeld { epoch: 1 },
+            Msg::Join {
+                id: 4,
+                epoch: 9,
+                owners: vec![0, 4, 2],
+                lost: vec![1],
+                own: vec![3, 7],
+                held: vec![7],
+            },
+            Msg::Plan {
+                checkpoint: 7,
+                epoch: 12,
+                owners: vec![0, 4, 2],
+                handover: vec![1],
+            },
+            Msg::RecoverFail { text: "no".into() },
+            Msg::RecoverCall { lost: vec![1, 2] },
+            Msg::Wake,
+            Msg::Dismiss,
         ];
         for m in all {
-            let b = m.encode(3);
-            assert_eq!(Msg::decode(&b).unwrap(), (3, m.clone()));
+            let b = m.encode(3, 5);
+            assert_eq!(Msg::decode(&b).unwrap(), (3, 5, m.clone()));
             for cut in 0..b.len() {
                 assert!(Msg::decode(&b[..cut]).is_err(), "{m:?} cut at {cut}");
             }
@@ -432,14 +635,20 @@ mod tests {
             long.push(0);
             assert!(Msg::decode(&long).is_err());
         }
-        assert!(Msg::decode(&[200, 0, 0, 0, 0]).is_err());
-        let b = encode_image_chunk(2, 9, 4096, b"abc");
-        assert_eq!(decode_image_chunk(&b), Some((2, 9, 4096, &b"abc"[..])));
+        assert!(Msg::decode(&[200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        let b = encode_image_chunk(2, 6, true, 9, 4096, b"abc");
+        let c = decode_image_chunk(&b).unwrap();
+        assert_eq!(
+            (c.from, c.gen, c.handover, c.epoch, c.offset, c.data),
+            (2, 6, true, 9, 4096, &b"abc"[..])
+        );
         assert_eq!(
             Msg::decode(&b).unwrap(),
             (
                 2,
+                6,
                 Msg::ImageChunk {
+                    handover: true,
                     epoch: 9,
                     offset: 4096,
                     data: b"abc".to_vec()

@@ -1,6 +1,6 @@
 //! SPMD kernels with known answers, run on every node of a job, and their serial versions.
 
-use kioku_dsm::{Config, Distribution, Dsm};
+use kioku_dsm::{Config, Distribution, Dsm, DsmError};
 
 /// The value, or a panic that shows the error's message.
 fn ok<T>(r: kioku_dsm::Result<T>) -> T {
@@ -8,9 +8,18 @@ fn ok<T>(r: kioku_dsm::Result<T>) -> T {
 }
 
 pub fn run(kernel: &str, args: &[u64]) {
-    let dsm = Dsm::init(Config::from_env().unwrap_or_else(|e| panic!("config: {e}")))
-        .unwrap_or_else(|e| panic!("init: {e}"));
+    let dsm = match Dsm::init(Config::from_env().unwrap_or_else(|e| panic!("config: {e}"))) {
+        Ok(d) => d,
+        Err(DsmError::Dismissed) => {
+            println!("\nDISMISSED=1");
+            return;
+        }
+        // A standby that took over and then saw the job fail.
+        Err(e @ DsmError::Unrecoverable(_)) => fail(e),
+        Err(e) => panic!("init: {e}"),
+    };
     match kernel {
+        "ft_laplace" => ft_laplace(&dsm, args[0] as usize, args[1] as usize, args[2] as usize),
         "multi_writer" => multi_writer(&dsm, args[0] as usize, args[1] as usize),
         "laplace" => {
             let h = laplace(&dsm, args[0] as usize, args[1] as usize);
@@ -159,6 +168,110 @@ pub fn laplace(dsm: &Dsm, size: usize, iters: usize) -> u64 {
     };
     ok(dsm.barrier());
     h
+}
+
+/// The Laplace of `laplace`, fault-tolerant: a checkpoint (its private state: the sweep
+/// count) after the set-up and every `every` sweeps. A node lost anywhere is replaced by a
+/// standby, every node goes back to the newest checkpoint and goes on; the result must be the
+/// failure-free one. Prints `RESULT` (whoever is node 0 at the end), `RECOVERIES`, or the
+/// `ERROR` that stopped the job.
+fn ft_laplace(dsm: &Dsm, size: usize, iters: usize, every: usize) {
+    let cells = size * size;
+    let a = ok(dsm.alloc(cells * 8, Distribution::Block)) as *mut f64;
+    let b = ok(dsm.alloc(cells * 8, Distribution::Block)) as *mut f64;
+    let mut recoveries = 0;
+    let decode = |p: Vec<u8>| u64::from_le_bytes(p.try_into().unwrap()) as usize;
+    let mut it = match dsm.take_resume() {
+        Some((_, p)) => {
+            recoveries += 1;
+            decode(p)
+        }
+        None => {
+            if dsm.node() == 0 {
+                for j in 0..size {
+                    // SAFETY: inside the allocations.
+                    unsafe {
+                        a.add(j).write(1.0);
+                        b.add(j).write(1.0);
+                    }
+                }
+            }
+            let set_up = dsm
+                .barrier()
+                .and_then(|()| dsm.checkpoint(&0u64.to_le_bytes()));
+            match set_up {
+                Ok(_) => 0,
+                Err(DsmError::RolledBack { .. }) => {
+                    recoveries += 1;
+                    decode(dsm.take_resume().unwrap().1)
+                }
+                Err(e) => fail(e),
+            }
+        }
+    };
+    let run = |it: &mut usize| -> kioku_dsm::Result<u64> {
+        let n = dsm.nodes() as usize;
+        while *it < iters {
+            let me = dsm.node() as usize;
+            let (lo, hi) = rows_of(size, n, me);
+            let (u, v) = if (*it).is_multiple_of(2) { (a, b) } else { (b, a) };
+            for i in lo..hi {
+                for j in 1..size - 1 {
+                    // SAFETY: i and j are interior, so every neighbour is inside the grid.
+                    unsafe {
+                        let x = 0.25
+                            * (u.add((i - 1) * size + j).read()
+                                + u.add((i + 1) * size + j).read()
+                                + u.add(i * size + j - 1).read()
+                                + u.add(i * size + j + 1).read());
+                        v.add(i * size + j).write(x);
+                    }
+                }
+            }
+            dsm.barrier()?;
+            *it += 1;
+            if (*it).is_multiple_of(every) {
+                dsm.checkpoint(&(*it as u64).to_le_bytes())?;
+            }
+        }
+        let u = if iters.is_multiple_of(2) { a } else { b };
+        let h = if dsm.node() == 0 {
+            // SAFETY: the whole grid, after the last barrier.
+            let s = unsafe { std::slice::from_raw_parts(u as *const u8, cells * 8) };
+            super::fnv(s)
+        } else {
+            0
+        };
+        // The hash counts only if no node was lost while node 0 read the grid.
+        dsm.barrier()?;
+        Ok(h)
+    };
+    let h = loop {
+        match run(&mut it) {
+            Ok(h) => break h,
+            Err(DsmError::RolledBack { epoch }) => {
+                recoveries += 1;
+                let (e, p) = dsm
+                    .take_resume()
+                    .expect("a rollback leaves the state to resume");
+                assert_eq!(e, epoch);
+                it = decode(p);
+            }
+            Err(e) => fail(e),
+        }
+    };
+    if dsm.node() == 0 {
+        println!("\nRESULT={h:016x}");
+    }
+    println!("\nRECOVERIES={recoveries}");
+}
+
+/// Prints the error that stopped the job and exits (the test looks at every node's).
+fn fail(e: DsmError) -> ! {
+    println!("\nERROR={e}");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    std::process::exit(3)
 }
 
 /// Interior rows 1..size-1 in blocks.

@@ -1,0 +1,215 @@
+//! Failure recovery (SCASH-FT): a node of a running job is killed (SIGKILL, at a fault-injection
+//! point: between barriers, during a computation, during a checkpoint, during the recovery
+//! itself); a standby takes over its DSM id from the buddy's copy of its image, every node
+//! rolls back to the same checkpoint without restarting, and the result equals the
+//! failure-free run bit for bit. A node lost together with its buddy gives an error naming
+//! both. More kill points run under `KIOKU_DSM_SOAK=1` (`make soak-dsm`).
+
+mod common;
+use common::{job_env, kernels, run_job, NodeRun, Via};
+use std::time::Duration;
+
+#[test]
+fn child_entry() {
+    common::child_main();
+}
+
+const SIZE: u64 = 128;
+const ITERS: u64 = 24;
+const EVERY: u64 = 4;
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// A job of `nodes` DSM nodes and `standbys` standbys; `kills` are (MCAPI node, failpoint).
+fn run(via: Via, nodes: u32, standbys: u32, kills: &[(u32, &str)]) -> Vec<NodeRun> {
+    let mut envs = job_env(via, nodes + standbys);
+    for e in &mut envs {
+        e.push(("KIOKU_DSM_STANDBYS".into(), standbys.to_string()));
+    }
+    for &(victim, point) in kills {
+        envs[victim as usize].push(("KIOKU_DSM_FAILPOINT".into(), point.into()));
+    }
+    run_job(
+        "ft_laplace",
+        &format!("{SIZE},{ITERS},{EVERY}"),
+        envs,
+        LIMIT,
+    )
+}
+
+fn show(runs: &[NodeRun]) -> String {
+    runs.iter()
+        .map(|r| {
+            format!(
+                "process {} ({}):\n--- stdout\n{}--- stderr\n{}",
+                r.node,
+                r.output.status,
+                r.stdout(),
+                r.stderr()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The victims died by SIGKILL, every other process ended well, exactly one printed the
+/// result, equal to the serial run's, and at least one node recovered.
+fn assert_recovered(runs: &[NodeRun], victims: &[u32], what: &str) {
+    use std::os::unix::process::ExitStatusExt;
+    let want = format!(
+        "{:016x}",
+        kernels::laplace_serial(SIZE as usize, ITERS as usize)
+    );
+    for r in runs {
+        if victims.contains(&r.node) {
+            assert_eq!(
+                r.output.status.signal(),
+                Some(libc::SIGKILL),
+                "{what}: process {} was to be killed\n{}",
+                r.node,
+                show(runs)
+            );
+        } else {
+            assert!(
+                r.output.status.success(),
+                "{what}: process {} failed\n{}",
+                r.node,
+                show(runs)
+            );
+        }
+    }
+    let results: Vec<String> = runs.iter().filter_map(|r| r.value("RESULT")).collect();
+    assert_eq!(results, vec![want], "{what}: the result\n{}", show(runs));
+    let recovered = runs
+        .iter()
+        .filter_map(|r| r.value("RECOVERIES"))
+        .any(|v| v != "0");
+    assert!(recovered, "{what}: nobody recovered\n{}", show(runs));
+}
+
+#[test]
+fn a_failure_free_run_with_standbys_equals_the_serial_run_and_dismisses_them() {
+    let runs = run(Via::Shm, 3, 1, &[]);
+    assert_eq!(
+        runs[0].value("RESULT"),
+        Some(format!(
+            "{:016x}",
+            kernels::laplace_serial(SIZE as usize, ITERS as usize)
+        )),
+        "{}",
+        show(&runs)
+    );
+    assert!(
+        runs.iter().all(|r| r.output.status.success()),
+        "{}",
+        show(&runs)
+    );
+    assert_eq!(
+        runs[3].value("DISMISSED").as_deref(),
+        Some("1"),
+        "{}",
+        show(&runs)
+    );
+}
+
+/// The kill points every `make test` runs: (victim, failpoint, what it tests).
+const POINTS: &[(u32, &str, &str)] = &[
+    (1, "barrier:9", "between barriers"),
+    (2, "fault:20", "during a computation (a page fault)"),
+    (0, "barrier:12", "the barrier manager, between barriers"),
+    (
+        2,
+        "checkpoint-half:2",
+        "during a checkpoint, before the image is sent",
+    ),
+    (
+        3,
+        "checkpoint-sent:3",
+        "during a checkpoint, its image at the buddy but not committed",
+    ),
+    (
+        0,
+        "checkpoint-stored:2",
+        "during a checkpoint, after storing its own image",
+    ),
+];
+
+#[test]
+fn a_node_killed_at_any_point_is_replaced_and_the_result_is_exact_over_shm() {
+    for &(victim, point, what) in POINTS {
+        let runs = run(Via::Shm, 4, 1, &[(victim, point)]);
+        assert_recovered(
+            &runs,
+            &[victim],
+            &format!("shm, node {victim} {what} ({point})"),
+        );
+    }
+}
+
+#[test]
+fn a_node_killed_is_replaced_over_tcp() {
+    for &(victim, point, what) in &POINTS[..2] {
+        let runs = run(Via::Tcp, 3, 1, &[(victim, point)]);
+        assert_recovered(
+            &runs,
+            &[victim],
+            &format!("tcp, node {victim} {what} ({point})"),
+        );
+    }
+}
+
+#[test]
+fn failures_during_the_recovery_are_recovered_too() {
+    // Node 1 dies; during the recovery node 3 (not its buddy) dies after restoring: a second
+    // round gives node 3's id to the second standby.
+    let runs = run(
+        Via::Shm,
+        4,
+        2,
+        &[(1, "barrier:9"), (3, "recovery-restored:1")],
+    );
+    assert_recovered(&runs, &[1, 3], "a survivor lost after restoring");
+    // Node 2 dies; the standby that takes it over dies after restoring: the second standby
+    // takes over from the same copy.
+    let runs = run(
+        Via::Shm,
+        3,
+        2,
+        &[(2, "barrier:9"), (3, "recovery-restored:1")],
+    );
+    assert_recovered(&runs, &[2, 3], "the standby lost during its takeover");
+}
+
+#[test]
+fn a_node_and_its_buddy_lost_together_is_an_error_naming_both() {
+    // Node 1 dies; its buddy, node 2, dies as it joins the recovery.
+    let runs = run(
+        Via::Shm,
+        4,
+        2,
+        &[(1, "barrier:9"), (2, "recovery-joined:1")],
+    );
+    // The survivors say so; a standby either was not used or took over node 1 and says so too.
+    for r in runs.iter().filter(|r| ![1, 2].contains(&r.node)) {
+        if r.node >= 4 && r.value("DISMISSED").as_deref() == Some("1") {
+            continue;
+        }
+        let e = r
+            .value("ERROR")
+            .unwrap_or_else(|| panic!("{}", show(&runs)));
+        assert!(
+            e.contains("node 1 and its buddy node 2 were both lost"),
+            "{e}\n{}",
+            show(&runs)
+        );
+    }
+    assert!(runs.iter().all(|r| r.value("RESULT").is_none()));
+    // The buddy lost while it hands the image over is the same double failure.
+    let runs = run(Via::Shm, 3, 1, &[(0, "barrier:9"), (1, "handover-half:1")]);
+    let e = runs[2]
+        .value("ERROR")
+        .unwrap_or_else(|| panic!("{}", show(&runs)));
+    assert!(
+        e.contains("node 0 and its buddy node 1 were both lost"),
+        "{e}"
+    );
+}
