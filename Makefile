@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java fuzz bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-dsm fuzz bench clean
 
 all: build
 
@@ -36,7 +36,7 @@ java: deps
 test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs both.
-soak: soak-rust soak-java
+soak: soak-rust soak-java soak-dsm
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -48,6 +48,13 @@ soak-rust: deps
 	KIOKU_PROC_KILLS=$(SOAK_KILLS) KIOKU_PROC_REFERENCES=3 \
 	  $(CARGO) test -p kioku-cli --test proc_programs --test proc_restore -- --nocapture
 	KIOKU_POWER_CUT_IMAGES=4 $(CARGO) test -p kioku-run --test power_cut -- --nocapture
+
+# The DSM's failure recovery at length: SOAK_DSM_RUNS jobs, each SIGKILLing a random node at a
+# random fault-injection point (some a second node during the recovery), over shm and TCP; each
+# result must equal the serial run. A failure prints the seed (KIOKU_DSM_SOAK_SEED replays it).
+SOAK_DSM_RUNS ?= 200
+soak-dsm: deps
+	KIOKU_DSM_SOAK=$(SOAK_DSM_RUNS) $(CARGO) test -p kioku-dsm --test recovery soak -- --nocapture
 
 # The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
 # 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the

@@ -98,7 +98,7 @@ pub fn decide(
             } else if alive(d) {
                 format!("node {d} holds no checkpoint and neither does its buddy node {b}: take a checkpoint before a failure can be recovered")
             } else {
-                format!("node {d} was lost and its buddy node {b} holds no checkpoint of it (node {b} took over after an earlier failure and no checkpoint completed since, or none was taken yet): the job cannot continue")
+                format!("node {d} was lost and its buddy node {b} holds no complete checkpoint of it (none completed since node {b} took over after an earlier failure, or node {d} was lost during the first checkpoint): the job cannot continue")
             });
         }
         common = Some(match common {
@@ -191,7 +191,7 @@ mod tests {
         let reports = BTreeMap::from([(0, rep(&[5], &[5])), (2, r2), (3, rep(&[5], &[5]))]);
         let e = decide(&owners, &lost, &reports, &[5]).unwrap_err();
         assert!(
-            e.contains("node 1 was lost and its buddy node 2 holds no checkpoint of it"),
+            e.contains("node 1 was lost and its buddy node 2 holds no complete checkpoint of it"),
             "{e}"
         );
     }
