@@ -42,12 +42,23 @@ extern "C" {
 #define KIOKU_DSM_EIO (-6)
 /* A peer sent a malformed message. */
 #define KIOKU_DSM_EPROTO (-7)
+/* Not a failure of the job: a node was lost, a standby took over its id, and every node went
+ * back to the newest checkpoint. Take this node's private state of then with
+ * kioku_dsm_resume and go on from it (the shared memory is as it was then). */
+#define KIOKU_DSM_EROLLEDBACK (-8)
+/* kioku_dsm_init of a standby (KIOKU_DSM_NODE >= N) that the job ended without: exit 0. */
+#define KIOKU_DSM_EDISMISSED (-9)
+/* A node failure the job cannot recover from (a node and its buddy lost, no standby left,
+ * no checkpoint yet); the message names the nodes. Every later call returns it. */
+#define KIOKU_DSM_EUNRECOVERABLE (-10)
 
 /* Distributions of kioku_dsm_alloc (a value >= 0 puts every page on that node). */
 #define KIOKU_DSM_BLOCK (-1)  /* contiguous blocks of pages: node 0 first */
 #define KIOKU_DSM_CYCLIC (-2) /* page i on node i mod N */
 
-/* Starts this process's node from the environment and meets the other nodes. */
+/* Starts this process's node from the environment and meets the other nodes. A standby
+ * (KIOKU_DSM_STANDBYS=S, KIOKU_DSM_NODE = N..N+S-1) waits here until it takes over a lost
+ * node (then kioku_dsm_resume returns 1) or the job ends (KIOKU_DSM_EDISMISSED). */
 int kioku_dsm_init(void);
 
 /* Leaves the job: a last barrier, then the node stops and the shared range is unmapped. */
@@ -92,6 +103,17 @@ int kioku_dsm_checkpoint(const void *state, size_t len, uint64_t *epoch);
  * (`cap` bytes) and its length written to *len. If it does not fit, nothing is rolled back:
  * EINVAL, with the length needed in *len. */
 int kioku_dsm_rollback(void *state, size_t cap, size_t *len);
+
+/* After KIOKU_DSM_EROLLEDBACK, or kioku_dsm_init of a standby that took over: copies this
+ * node's private state of the checkpoint the job went back to into `state` (`cap` bytes), its
+ * length to *len, and returns 1; 0 when there is none. If it does not fit: EINVAL, the length
+ * needed in *len, and the state is kept for another call. Allocations are replayed: a node
+ * that took over calls kioku_dsm_alloc as the job did and gets the same addresses. */
+int kioku_dsm_resume(void *state, size_t cap, size_t *len);
+
+/* The private state carried by the checkpoints taken every KIOKU_DSM_CHECKPOINT_EVERY
+ * barriers (set it before the barrier, as the state after it). */
+int kioku_dsm_set_private(const void *state, size_t len);
 
 /* The message of the calling thread's last failure ("" if none); valid until its next call. */
 const char *kioku_dsm_last_error(void);

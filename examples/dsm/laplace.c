@@ -4,7 +4,9 @@
  * checksum of the final grid and, with --check, compares it with a serial run of its own.
  * With --checkpoint it takes a checkpoint half-way (the sweep counter is the private state);
  * with --rollback it also runs 3 sweeps more, rolls back to that checkpoint and continues from
- * there, which must not change the result.
+ * there, which must not change the result. With --ft K (and standbys: KIOKU_DSM_STANDBYS=S,
+ * S more processes with KIOKU_DSM_NODE = N..N+S-1) it checkpoints every K sweeps and survives
+ * the loss of a node: a standby takes over and every node goes on from the checkpoint.
  *
  *   cc -O2 -Iinclude examples/dsm/laplace.c -Ltarget/release -lkioku_dsm -o laplace
  *   KIOKU_MCAPI_JOB=lap KIOKU_MCAPI_NODES=4 KIOKU_DSM_NODE=<i> ./laplace 1024 100 --check
@@ -59,55 +61,99 @@ static int die(const char *what) {
     return 1;
 }
 
+/* After KIOKU_DSM_EROLLEDBACK: the sweep count of the checkpoint the job went back to. */
+static int resume(int *t) {
+    size_t len = 0;
+    return kioku_dsm_resume(t, sizeof *t, &len) == 1 && len == sizeof *t;
+}
+
 int main(int argc, char **argv) {
     size_t n = argc > 1 ? strtoul(argv[1], NULL, 10) : 1024;
     int iters = argc > 2 ? atoi(argv[2]) : 100;
-    int check = 0, rollback = 0, checkpoint = 0;
+    int check = 0, rollback = 0, checkpoint = 0, ft = 0;
     for (int i = 3; i < argc; i++) {
         check |= strcmp(argv[i], "--check") == 0;
         rollback |= strcmp(argv[i], "--rollback") == 0;
         checkpoint |= strcmp(argv[i], "--checkpoint") == 0;
+        if (strcmp(argv[i], "--ft") == 0 && i + 1 < argc) ft = atoi(argv[++i]);
     }
     checkpoint |= rollback;
     if (n < 3) n = 3;
-    if (kioku_dsm_init() != 0) return die("init");
-    size_t me = (size_t)kioku_dsm_node(), nodes = (size_t)kioku_dsm_nodes();
+    int rc = kioku_dsm_init();
+    if (rc == KIOKU_DSM_EDISMISSED) {
+        printf("DISMISSED=1\n"); /* a standby the job did not need */
+        return 0;
+    }
+    if (rc != 0) return die("init");
+    /* A standby that took over replays these allocations: the same addresses. */
     double *a = kioku_dsm_alloc(n * n * sizeof(double), KIOKU_DSM_BLOCK);
     double *b = kioku_dsm_alloc(n * n * sizeof(double), KIOKU_DSM_BLOCK);
     if (!a || !b) return die("alloc");
-    if (me == 0)
-        for (size_t j = 0; j < n; j++) a[j] = b[j] = 1.0;
-    if (kioku_dsm_barrier() != 0) return die("barrier");
-    size_t rows = n - 2, lo = 1 + rows * me / nodes, hi = 1 + rows * (me + 1) / nodes;
-    double *u = a, *v = b;
-    int rolled = 0;
-    double t0 = now();
-    for (int t = 0; t < iters; t++) {
-        if (checkpoint && t == iters / 2 && !rolled) {
-            if (kioku_dsm_checkpoint(&t, sizeof t, NULL) != 0) return die("checkpoint");
-        }
-        if (rollback && !rolled && t == iters / 2 + 3) {
-            size_t len = 0;
-            if (kioku_dsm_rollback(&t, sizeof t, &len) != 0 || len != sizeof t) return die("rollback");
-            rolled = 1;
-            /* t is the sweep of the checkpoint again: u and v are as they were then. */
-            u = (t % 2 == 0) ? a : b;
-            v = (t % 2 == 0) ? b : a;
-        }
-        sweep(u, v, n, lo, hi);
-        if (kioku_dsm_barrier() != 0) return die("barrier");
-        double *w = u; u = v; v = w;
+    int t = 0, rolled = 0, recoveries = 0;
+    if (resume(&t)) {
+        recoveries++;
+    } else {
+        if (kioku_dsm_node() == 0)
+            for (size_t j = 0; j < n; j++) a[j] = b[j] = 1.0;
+        rc = kioku_dsm_barrier();
+        /* With --ft K: a checkpoint now (a failure before it cannot be recovered) and every K
+         * sweeps; a node lost at any moment after it is replaced by a standby. */
+        if (rc == 0 && ft) rc = kioku_dsm_checkpoint(&t, sizeof t, NULL);
+        if (rc != 0) return die("set-up");
     }
-    double t1 = now();
-    int rc = 0;
-    if (me == 0) {
-        uint64_t h = fnv(u, n * n * sizeof *u);
-        printf("RESULT=%016llx\nTIME_S=%.6f\n", (unsigned long long)h, t1 - t0);
-        if (check) {
-            uint64_t want = serial(n, iters);
-            printf("SERIAL=%016llx %s\n", (unsigned long long)want, h == want ? "equal" : "DIFFERENT");
-            rc = h == want ? 0 : 2;
+    double t0 = now();
+    for (;;) {
+        while (t < iters) {
+            if (checkpoint && t == iters / 2 && !rolled) {
+                if (kioku_dsm_checkpoint(&t, sizeof t, NULL) != 0) return die("checkpoint");
+            }
+            if (rollback && !rolled && t == iters / 2 + 3) {
+                size_t len = 0;
+                if (kioku_dsm_rollback(&t, sizeof t, &len) != 0 || len != sizeof t)
+                    return die("rollback");
+                rolled = 1; /* t is the sweep of the checkpoint again */
+            }
+            /* The node id can change: a standby has the id of the node it took over. */
+            size_t me = (size_t)kioku_dsm_node(), nodes = (size_t)kioku_dsm_nodes();
+            size_t rows = n - 2, lo = 1 + rows * me / nodes, hi = 1 + rows * (me + 1) / nodes;
+            const double *u = (t % 2 == 0) ? a : b;
+            double *v = (t % 2 == 0) ? b : a;
+            sweep(u, v, n, lo, hi);
+            rc = kioku_dsm_barrier();
+            if (rc == 0) {
+                t++;
+                if (ft && t % ft == 0) rc = kioku_dsm_checkpoint(&t, sizeof t, NULL);
+            }
+            if (rc == KIOKU_DSM_EROLLEDBACK) {
+                if (!resume(&t)) return die("resume");
+                recoveries++;
+            } else if (rc != 0) {
+                return die("barrier");
+            }
         }
+        const double *u = (iters % 2 == 0) ? a : b;
+        uint64_t h = kioku_dsm_node() == 0 ? fnv(u, n * n * sizeof *u) : 0;
+        /* The result counts only if no node was lost while node 0 read it. */
+        rc = kioku_dsm_barrier();
+        if (rc == KIOKU_DSM_EROLLEDBACK) {
+            if (!resume(&t)) return die("resume");
+            recoveries++;
+            continue;
+        }
+        if (rc != 0) return die("barrier");
+        double t1 = now();
+        if (ft) printf("RECOVERIES=%d\n", recoveries);
+        rc = 0;
+        if (kioku_dsm_node() == 0) {
+            printf("RESULT=%016llx\nTIME_S=%.6f\n", (unsigned long long)h, t1 - t0);
+            if (check) {
+                uint64_t want = serial(n, iters);
+                printf("SERIAL=%016llx %s\n", (unsigned long long)want,
+                       h == want ? "equal" : "DIFFERENT");
+                rc = h == want ? 0 : 2;
+            }
+        }
+        break;
     }
     if (kioku_dsm_finalize() != 0) return die("finalize");
     return rc;

@@ -16,6 +16,9 @@ pub const KIOKU_DSM_EMISMATCH: c_int = -4;
 pub const KIOKU_DSM_ENOMEM: c_int = -5;
 pub const KIOKU_DSM_EIO: c_int = -6;
 pub const KIOKU_DSM_EPROTO: c_int = -7;
+pub const KIOKU_DSM_EROLLEDBACK: c_int = -8;
+pub const KIOKU_DSM_EDISMISSED: c_int = -9;
+pub const KIOKU_DSM_EUNRECOVERABLE: c_int = -10;
 pub const KIOKU_DSM_BLOCK: c_int = -1;
 pub const KIOKU_DSM_CYCLIC: c_int = -2;
 
@@ -33,6 +36,9 @@ fn fail(e: DsmError) -> c_int {
         DsmError::Mismatch(_) => KIOKU_DSM_EMISMATCH,
         DsmError::OutOfSharedMemory { .. } => KIOKU_DSM_ENOMEM,
         DsmError::Protocol { .. } => KIOKU_DSM_EPROTO,
+        DsmError::RolledBack { .. } => KIOKU_DSM_EROLLEDBACK,
+        DsmError::Dismissed => KIOKU_DSM_EDISMISSED,
+        DsmError::Unrecoverable(_) => KIOKU_DSM_EUNRECOVERABLE,
         _ => KIOKU_DSM_EIO,
     };
     say(&e.to_string());
@@ -245,6 +251,68 @@ pub unsafe extern "C" fn kioku_dsm_rollback(state: *mut u8, cap: usize, len: *mu
         }
         Err(c) => c,
     }
+}
+
+/// After `KIOKU_DSM_EROLLEDBACK` (or `kioku_dsm_init` of a standby that took over a lost
+/// node): copies this node's private state of the checkpoint the job went back to into
+/// `state` (`cap` bytes), its length to `*len`, and returns 1; 0 when there is none. When it
+/// does not fit: `KIOKU_DSM_EINVAL`, the length needed in `*len`, and the state is kept.
+///
+/// # Safety
+/// `state` points to `cap` writable bytes (or is NULL with `cap` 0); `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn kioku_dsm_resume(state: *mut u8, cap: usize, len: *mut usize) -> c_int {
+    if state.is_null() && cap != 0 {
+        say("state is NULL but cap is not 0");
+        return KIOKU_DSM_EINVAL;
+    }
+    let r = with(|d| {
+        let Some(need) = d.resume_len() else {
+            return Ok(None);
+        };
+        if !len.is_null() {
+            // SAFETY: the caller promises a writable size_t.
+            unsafe { len.write(need) };
+        }
+        if need > cap {
+            say(&format!(
+                "the private state to resume from has {need} bytes, more than the {cap} given"
+            ));
+            return Err(KIOKU_DSM_EINVAL);
+        }
+        Ok(d.take_resume())
+    });
+    match r {
+        Ok(Some((_, private))) => {
+            // SAFETY: `private.len() <= cap` writable bytes at `state` (checked above; only the
+            // caller's thread takes the state).
+            unsafe {
+                std::ptr::copy_nonoverlapping(private.as_ptr(), state, private.len().min(cap))
+            };
+            1
+        }
+        Ok(None) => 0,
+        Err(c) => c,
+    }
+}
+
+/// The private state of the checkpoints taken every `KIOKU_DSM_CHECKPOINT_EVERY` barriers.
+///
+/// # Safety
+/// `state` points to `len` readable bytes (or is NULL with `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn kioku_dsm_set_private(state: *const u8, len: usize) -> c_int {
+    if state.is_null() && len != 0 {
+        say("state is NULL but len is not 0");
+        return KIOKU_DSM_EINVAL;
+    }
+    let private: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller promises `len` readable bytes at `state`.
+        unsafe { std::slice::from_raw_parts(state, len) }
+    };
+    code(with(|d| d.set_private(private).map_err(fail)))
 }
 
 /// The message of the calling thread's last failure ("" if none); valid until its next call.

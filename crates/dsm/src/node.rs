@@ -464,6 +464,11 @@ impl Dsm {
         self.ctl.lock().unwrap().resume.take()
     }
 
+    /// The length of the private state `take_resume` would give.
+    pub fn resume_len(&self) -> Option<usize> {
+        self.ctl.lock().unwrap().resume.as_ref().map(|r| r.1.len())
+    }
+
     /// The number of nodes.
     pub fn nodes(&self) -> u32 {
         self.inner.n

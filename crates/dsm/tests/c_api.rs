@@ -61,7 +61,7 @@ fn the_header_declares_exactly_the_exports_each_with_a_comment() {
         rest = after;
     }
     assert_eq!(decl, exported, "header (left) and library (right) differ");
-    assert_eq!(decl.len(), 13);
+    assert_eq!(decl.len(), 15);
     let o = Command::new("nm")
         .args(["-D", "--defined-only"])
         .arg(lib_dir().join("libkioku_dsm.so"))
@@ -99,7 +99,7 @@ fn the_header_constants_are_the_librarys() {
         }
     }
     assert_eq!(h, lib);
-    assert_eq!(lib.len(), 10);
+    assert_eq!(lib.len(), 13);
 }
 
 #[test]
@@ -189,4 +189,78 @@ fn the_c_laplace_example_equals_its_serial_run() {
     }
     let out0 = String::from_utf8_lossy(&outs[0].stdout);
     assert!(out0.contains(" equal"), "{out0}");
+}
+
+#[test]
+fn the_c_laplace_survives_a_killed_node_with_a_standby() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = dir.path().join("laplace");
+    let lib = lib_dir();
+    let o = Command::new("cc")
+        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(repo().join("include"))
+        .arg(repo().join("examples/dsm/laplace.c"))
+        .arg("-o")
+        .arg(&exe)
+        .arg(format!("-L{}", lib.display()))
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-lkioku_dsm")
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "cc: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // 3 nodes and a standby; node 1 is SIGKILLed at its 12th barrier.
+    let children: Vec<_> = job_env(Via::Shm, 4)
+        .into_iter()
+        .enumerate()
+        .map(|(i, env)| {
+            let mut c = Command::new(&exe);
+            c.args(["256", "30", "--check", "--ft", "5"])
+                .envs(env)
+                .env("KIOKU_DSM_STANDBYS", "1")
+                .env_remove("LD_LIBRARY_PATH")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            if i == 1 {
+                c.env("KIOKU_DSM_FAILPOINT", "barrier:12");
+            }
+            c.spawn().unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    let show = || {
+        outs.iter()
+            .enumerate()
+            .map(|(i, o)| {
+                format!(
+                    "process {i} ({}): {}\n{}",
+                    o.status,
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(outs[1].status.signal(), Some(libc::SIGKILL), "{}", show());
+    for i in [0, 2, 3] {
+        assert!(outs[i].status.success(), "{}", show());
+        assert!(
+            String::from_utf8_lossy(&outs[i].stdout).contains("RECOVERIES=1"),
+            "{}",
+            show()
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&outs[0].stdout).contains(" equal"),
+        "{}",
+        show()
+    );
 }

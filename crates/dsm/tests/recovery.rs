@@ -21,7 +21,23 @@ const LIMIT: Duration = Duration::from_secs(120);
 
 /// A job of `nodes` DSM nodes and `standbys` standbys; `kills` are (MCAPI node, failpoint).
 fn run(via: Via, nodes: u32, standbys: u32, kills: &[(u32, &str)]) -> Vec<NodeRun> {
+    run_with(via, nodes, standbys, kills, EVERY, &[])
+}
+
+fn run_with(
+    via: Via,
+    nodes: u32,
+    standbys: u32,
+    kills: &[(u32, &str)],
+    every: u64,
+    extra: &[(&str, &str)],
+) -> Vec<NodeRun> {
     let mut envs = job_env(via, nodes + standbys);
+    for e in &mut envs {
+        for (k, v) in extra {
+            e.push((k.to_string(), v.to_string()));
+        }
+    }
     for e in &mut envs {
         e.push(("KIOKU_DSM_STANDBYS".into(), standbys.to_string()));
     }
@@ -30,7 +46,7 @@ fn run(via: Via, nodes: u32, standbys: u32, kills: &[(u32, &str)]) -> Vec<NodeRu
     }
     run_job(
         "ft_laplace",
-        &format!("{SIZE},{ITERS},{EVERY}"),
+        &format!("{SIZE},{ITERS},{every}"),
         envs,
         LIMIT,
     )
@@ -158,6 +174,31 @@ fn a_node_killed_is_replaced_over_tcp() {
 }
 
 #[test]
+fn checkpoints_every_n_barriers_are_what_a_recovery_goes_back_to() {
+    // Checkpoints every 5 barriers, taken by the library; node 2 dies at its 20th barrier.
+    let runs = run_with(
+        Via::Shm,
+        3,
+        1,
+        &[(2, "barrier:20")],
+        0,
+        &[("KIOKU_DSM_CHECKPOINT_EVERY", "5")],
+    );
+    assert_recovered(&runs, &[2], "checkpoints every 5 barriers");
+    let at: Vec<u64> = runs
+        .iter()
+        .filter_map(|r| r.value("RESUMED_AT"))
+        .map(|v| v.parse().unwrap())
+        .collect();
+    // Not the set-up checkpoint (sweep 0): one of the library's.
+    assert!(
+        !at.is_empty() && at.iter().all(|&a| a > 0),
+        "{at:?}\n{}",
+        show(&runs)
+    );
+}
+
+#[test]
 fn failures_during_the_recovery_are_recovered_too() {
     // Node 1 dies; during the recovery node 3 (not its buddy) dies after restoring: a second
     // round gives node 3's id to the second standby.
@@ -278,7 +319,10 @@ fn soak_random_kill_points() {
             .collect();
         if killed.is_empty() {
             // The point was past the end of the run: a failure-free run.
-            let want = format!("{:016x}", kernels::laplace_serial(SIZE as usize, ITERS as usize));
+            let want = format!(
+                "{:016x}",
+                kernels::laplace_serial(SIZE as usize, ITERS as usize)
+            );
             let results: Vec<String> = runs.iter().filter_map(|r| r.value("RESULT")).collect();
             assert_eq!(results, vec![want], "{what}\n{}", show(&runs));
         } else {
