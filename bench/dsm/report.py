@@ -6,7 +6,7 @@ from collections import defaultdict
 
 raw, plot = sys.argv[1], sys.argv[2]
 lap = defaultdict(lambda: {"dsm": [], "mpi": []})
-micro, ckpt = {}, []
+micro, ckpt, xfer, recovery = {}, [], {}, []
 for line in open(raw):
     line = line.strip()
     if line.startswith("laplace "):
@@ -17,6 +17,12 @@ for line in open(raw):
     elif line.startswith("CKPT "):
         f = dict(kv.split("=") for kv in line.split()[1:])
         ckpt.append((int(f["mib"]), float(f["s"])))
+    elif line.startswith("XFER "):
+        f = dict(kv.split("=") for kv in line.split()[1:])
+        xfer[int(f["mib"])] = float(f["s"])
+    elif line.startswith("RECOVERY "):
+        f = dict(kv.split("=") for kv in line.split()[1:])
+        recovery.append((int(f["n"]), int(f["image_mib"]), float(f["s"])))
     elif "=" in line:
         k, v = line.split("=", 1)
         micro[k] = float(v)
@@ -32,9 +38,17 @@ out += ["", "### Latencies (2 nodes)", "",
         f"| 4 KiB page fetch on access (median; p99) | {micro.get('FETCH_US', float('nan')):.1f} µs; "
         f"{micro.get('FETCH_P99_US', float('nan')):.1f} µs | 237.2 µs (transfer only) |",
         "", "### Checkpoint time against image size (2 nodes, median of 3)", "",
-        "| home pages per node | checkpoint (s) | MiB/s per node |", "|---|---|---|"]
+        "| home pages per node | checkpoint (s) | MiB/s per node | MPI send to the neighbour (s) | checkpoint / MPI |",
+        "|---|---|---|---|---|"]
 for mib, s in ckpt:
-    out.append(f"| {mib} MiB | {s:.4f} | {mib / s:.0f} |")
+    x = xfer.get(mib)
+    xs = f"{x:.4f}" if x else "–"
+    r = f"{s / x:.2f}×" if x else "–"
+    out.append(f"| {mib} MiB | {s:.4f} | {mib / s:.0f} | {xs} | {r} |")
+out += ["", "### Recovery (4 nodes and a standby; node 2 SIGKILLed mid-run)", "",
+        "| grid | image per node | recovery, as the survivors saw it (s) |", "|---|---|---|"]
+for n, mib, s in recovery:
+    out.append(f"| {n}² | {mib} MiB | {s:.3f} |")
 print("\n".join(out))
 
 try:

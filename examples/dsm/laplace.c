@@ -90,6 +90,7 @@ int main(int argc, char **argv) {
     double *b = kioku_dsm_alloc(n * n * sizeof(double), KIOKU_DSM_BLOCK);
     if (!a || !b) return die("alloc");
     int t = 0, rolled = 0, recoveries = 0;
+    double recovery_s = 0; /* in the calls that returned KIOKU_DSM_EROLLEDBACK */
     if (resume(&t)) {
         recoveries++;
     } else {
@@ -119,12 +120,15 @@ int main(int argc, char **argv) {
             const double *u = (t % 2 == 0) ? a : b;
             double *v = (t % 2 == 0) ? b : a;
             sweep(u, v, n, lo, hi);
+            double c0 = now();
             rc = kioku_dsm_barrier();
             if (rc == 0) {
                 t++;
+                c0 = now();
                 if (ft && t % ft == 0) rc = kioku_dsm_checkpoint(&t, sizeof t, NULL);
             }
             if (rc == KIOKU_DSM_EROLLEDBACK) {
+                recovery_s += now() - c0;
                 if (!resume(&t)) return die("resume");
                 recoveries++;
             } else if (rc != 0) {
@@ -142,7 +146,7 @@ int main(int argc, char **argv) {
         }
         if (rc != 0) return die("barrier");
         double t1 = now();
-        if (ft) printf("RECOVERIES=%d\n", recoveries);
+        if (ft) printf("RECOVERIES=%d\nRECOVERY_S=%.6f\n", recoveries, recovery_s);
         rc = 0;
         if (kioku_dsm_node() == 0) {
             printf("RESULT=%016llx\nTIME_S=%.6f\n", (unsigned long long)h, t1 - t0);

@@ -14,7 +14,26 @@ const MAGIC: &[u8; 8] = b"KDSMIMG1";
 const HEADER: usize = 8 + 4 + 8 + 4 + 4 + 8 + 4;
 
 /// Builds an image; `page(p, dst)` copies home page `p` into `dst`.
+#[cfg(test)]
 pub fn encode(
+    node: u32,
+    epoch: u64,
+    homes: &[u32],
+    pages: &[u32],
+    page_size: usize,
+    page: impl FnMut(u32, &mut [u8]),
+    private: &[u8],
+) -> Vec<u8> {
+    let mut v = Vec::new();
+    encode_into(&mut v, node, epoch, homes, pages, page_size, page, private);
+    v
+}
+
+/// Builds an image into `v` (emptied first; its memory is reused, so that a checkpoint does
+/// not fault in a fresh buffer each time).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_into(
+    v: &mut Vec<u8>,
     node: u32,
     epoch: u64,
     homes: &[u32],
@@ -22,10 +41,9 @@ pub fn encode(
     page_size: usize,
     mut page: impl FnMut(u32, &mut [u8]),
     private: &[u8],
-) -> Vec<u8> {
-    let mut v = Vec::with_capacity(
-        HEADER + 4 * homes.len() + pages.len() * (4 + page_size) + private.len(),
-    );
+) {
+    v.clear();
+    v.reserve(HEADER + 4 * homes.len() + pages.len() * (4 + page_size) + private.len());
     v.extend_from_slice(MAGIC);
     v.extend_from_slice(&node.to_le_bytes());
     v.extend_from_slice(&epoch.to_le_bytes());
@@ -39,13 +57,13 @@ pub fn encode(
     for p in pages {
         v.extend_from_slice(&p.to_le_bytes());
     }
-    for &p in pages {
-        let at = v.len();
-        v.resize(at + page_size, 0);
-        page(p, &mut v[at..]);
+    let at = v.len();
+    v.resize(at + pages.len() * page_size, 0);
+    for (i, &p) in pages.iter().enumerate() {
+        let o = at + i * page_size;
+        page(p, &mut v[o..o + page_size]);
     }
     v.extend_from_slice(private);
-    v
 }
 
 /// A decoded image (borrowing its bytes). Recovery reads images through it (issue 17 step 3:
@@ -200,6 +218,20 @@ impl Contexts {
         c.crc = crc;
         c.complete = true;
         Ok(())
+    }
+
+    /// The memory of the context the next image goes into (not the newest complete one's),
+    /// emptied, to build the image in and `put` back.
+    pub fn take_spare(&mut self) -> Vec<u8> {
+        let target = match self.newest_complete() {
+            Some(i) => 1 - i,
+            None => 0,
+        };
+        let c = &mut self.ctx[target];
+        c.complete = false;
+        let mut v = std::mem::take(&mut c.bytes);
+        v.clear();
+        v
     }
 
     /// Stores a whole image at once (a node's own copy).

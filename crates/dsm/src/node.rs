@@ -677,15 +677,19 @@ impl Dsm {
     fn checkpoint_locked(&self, ctl: &mut Ctl, private: &[u8]) -> Result<u64> {
         ctl.since_ckpt = 0;
         let check = ctl.allocs;
+        let t0 = std::time::Instant::now();
         self.barrier_locked(ctl, BarrierKind::Checkpoint, check)?;
+        let t1 = t0.elapsed();
         let epoch = ctl.epoch;
         let inner = &self.inner;
-        let img = {
+        let mut img = inner.own.lock().unwrap().take_spare();
+        {
             let homes = inner.homes.read().unwrap();
             let mine: Vec<u32> = (0..homes.len() as u32)
                 .filter(|&p| homes[p as usize] == inner.me())
                 .collect();
-            image::encode(
+            image::encode_into(
+                &mut img,
                 inner.me(),
                 epoch,
                 &homes,
@@ -693,13 +697,16 @@ impl Dsm {
                 inner.region.page,
                 |p, dst| inner.region.copy_page_into(p, dst),
                 private,
-            )
-        };
+            );
+        }
+        let t2 = t0.elapsed();
+        let mut t3 = t2;
         if inner.n > 1 {
             let buddy = (inner.me() + 1) % inner.n;
             inner
                 .send_image(inner.mine.ctl, buddy, false, epoch, &img)
                 .map_err(|e| DsmError::mcapi("checkpoint transfer", e))?;
+            t3 = t0.elapsed();
             failpoint("checkpoint-sent");
             match inner.reply(inner.mine.ctl, &[buddy], "checkpoint transfer")? {
                 Msg::ImageHeld { epoch: e } if e == epoch => {}
@@ -713,9 +720,19 @@ impl Dsm {
             .unwrap()
             .put(epoch, img)
             .map_err(DsmError::Invalid)?;
+        let t4 = t0.elapsed();
         failpoint("checkpoint-stored");
         self.barrier_locked(ctl, BarrierKind::Checkpoint, check)?;
-        tracing::debug!(node = inner.me(), epoch, "checkpoint committed");
+        tracing::debug!(
+            node = inner.me(),
+            epoch,
+            barrier = ?t1,
+            image = ?t2,
+            sent = ?t3,
+            held = ?t4,
+            committed = ?t0.elapsed(),
+            "checkpoint committed"
+        );
         Ok(epoch)
     }
 
@@ -1242,6 +1259,7 @@ impl Inner {
         let gen = if handover { self.gen() } else { self.app_gen() };
         let (node, ep) = (self.owner(to), self.ends(to).req);
         let chunks = img.len().div_ceil(IMAGE_CHUNK);
+        let mut m = Vec::with_capacity(IMAGE_CHUNK + 64);
         for (i, chunk) in img.chunks(IMAGE_CHUNK).enumerate() {
             if i == chunks / 2 {
                 failpoint(if handover {
@@ -1250,7 +1268,8 @@ impl Inner {
                     "checkpoint-half"
                 });
             }
-            let m = crate::wire::encode_image_chunk(
+            crate::wire::encode_image_chunk(
+                &mut m,
                 me,
                 gen,
                 handover,

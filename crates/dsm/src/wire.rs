@@ -231,14 +231,16 @@ impl<'a> Reader<'a> {
 
 /// An `ImageChunk` straight from a slice of the image (no intermediate copy).
 pub fn encode_image_chunk(
+    buf: &mut Vec<u8>,
     from: u32,
     gen: u64,
     handover: bool,
     epoch: u64,
     offset: u64,
     data: &[u8],
-) -> Vec<u8> {
-    let mut w = Writer(Vec::with_capacity(40 + data.len()));
+) {
+    buf.clear();
+    let mut w = Writer(std::mem::take(buf));
     w.u8(if handover {
         T_HANDOVER_CHUNK
     } else {
@@ -249,7 +251,7 @@ pub fn encode_image_chunk(
     w.u64(epoch);
     w.u64(offset);
     w.bytes(data);
-    w.0
+    *buf = w.0;
 }
 
 /// An image chunk read in place; `None` for any other message or a malformed one (which
@@ -636,7 +638,8 @@ mod tests {
             assert!(Msg::decode(&long).is_err());
         }
         assert!(Msg::decode(&[200, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
-        let b = encode_image_chunk(2, 6, true, 9, 4096, b"abc");
+        let mut b = vec![1, 2, 3];
+        encode_image_chunk(&mut b, 2, 6, true, 9, 4096, b"abc");
         let c = decode_image_chunk(&b).unwrap();
         assert_eq!(
             (c.from, c.gen, c.handover, c.epoch, c.offset, c.data),
