@@ -606,6 +606,7 @@ impl Dsm {
     }
 
     fn lock_locked(&self, ctl: &mut Ctl, lock: u32) -> Result<()> {
+        failpoint("lock");
         if ctl.held.contains(&lock) {
             return Err(DsmError::Invalid(format!(
                 "lock {lock} is already held by this node"

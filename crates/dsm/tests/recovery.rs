@@ -199,6 +199,33 @@ fn checkpoints_every_n_barriers_are_what_a_recovery_goes_back_to() {
 }
 
 #[test]
+fn a_node_killed_while_taking_locks_is_replaced_and_the_histogram_is_exact() {
+    let want = format!("{:016x}", kernels::histogram_serial(40_000));
+    // Node 1 at its 7th lock request, node 0 (the barrier manager, lock 0's manager) at its
+    // 10th: the lock managers start afresh in the new generation.
+    for victim in [(1, "lock:7"), (0, "lock:10")] {
+        let mut envs = job_env(Via::Shm, 5);
+        for e in &mut envs {
+            e.push(("KIOKU_DSM_STANDBYS".into(), "1".into()));
+        }
+        envs[victim.0 as usize].push(("KIOKU_DSM_FAILPOINT".into(), victim.1.into()));
+        let runs = run_job("ft_histogram", "40000,4,6", envs, LIMIT);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            runs[victim.0 as usize].output.status.signal(),
+            Some(libc::SIGKILL),
+            "{}",
+            show(&runs)
+        );
+        let results: Vec<String> = runs.iter().filter_map(|r| r.value("RESULT")).collect();
+        assert_eq!(results, vec![want.clone()], "{victim:?}\n{}", show(&runs));
+        assert!(runs
+            .iter()
+            .any(|r| r.value("RECOVERIES").is_some_and(|v| v != "0")));
+    }
+}
+
+#[test]
 fn failures_during_the_recovery_are_recovered_too() {
     // Node 1 dies; during the recovery node 3 (not its buddy) dies after restoring: a second
     // round gives node 3's id to the second standby.

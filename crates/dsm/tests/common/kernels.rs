@@ -20,6 +20,7 @@ pub fn run(kernel: &str, args: &[u64]) {
     };
     match kernel {
         "ft_laplace" => ft_laplace(&dsm, args[0] as usize, args[1] as usize, args[2] as usize),
+        "ft_histogram" => ft_histogram(&dsm, args[0] as usize, args[1] as u32, args[2] as usize),
         "multi_writer" => multi_writer(&dsm, args[0] as usize, args[1] as usize),
         "laplace" => {
             let h = laplace(&dsm, args[0] as usize, args[1] as usize);
@@ -435,6 +436,72 @@ pub fn histogram(dsm: &Dsm, samples: usize, locks: u32) -> u64 {
     };
     ok(dsm.barrier());
     h
+}
+
+/// The histogram of `histogram`, fault-tolerant: each node's samples in `batches` batches,
+/// each added into the shared bins under the locks, then a barrier and a checkpoint (its
+/// private state: the batch number). Prints `RESULT` (node 0 at the end) and `RECOVERIES`.
+fn ft_histogram(dsm: &Dsm, samples: usize, locks: u32, batches: usize) {
+    let bins = ok(dsm.alloc(BINS * 8, Distribution::Cyclic)) as *mut u64;
+    let per_lock = BINS / locks as usize;
+    let decode = |p: Vec<u8>| u64::from_le_bytes(p.try_into().unwrap()) as usize;
+    let mut recoveries = 0;
+    let mut b = match dsm.take_resume() {
+        Some((_, p)) => {
+            recoveries += 1;
+            decode(p)
+        }
+        None => match dsm.checkpoint(&0u64.to_le_bytes()) {
+            Ok(_) => 0,
+            Err(e) => fail(e),
+        },
+    };
+    let run = |b: &mut usize| -> kioku_dsm::Result<u64> {
+        while *b < batches {
+            let (n, me) = (dsm.nodes() as usize, dsm.node() as usize);
+            let (s0, s1) = (samples * me / n, samples * (me + 1) / n);
+            let len = s1 - s0;
+            let mut local = vec![0u64; BINS];
+            for i in s0 + len * *b / batches..s0 + len * (*b + 1) / batches {
+                local[sample(i as u64) % BINS] += 1;
+            }
+            for l in 0..locks {
+                dsm.lock(l)?;
+                let range = l as usize * per_lock..(l as usize + 1) * per_lock;
+                for k in range.filter(|&k| local[k] != 0) {
+                    // SAFETY: inside the allocation, under the lock of this bin.
+                    unsafe { bins.add(k).write(bins.add(k).read() + local[k]) };
+                }
+                dsm.unlock(l)?;
+            }
+            dsm.barrier()?;
+            *b += 1;
+            dsm.checkpoint(&(*b as u64).to_le_bytes())?;
+        }
+        let h = if dsm.node() == 0 {
+            // SAFETY: all bins, after the barrier.
+            let all = unsafe { std::slice::from_raw_parts(bins as *const u8, BINS * 8) };
+            super::fnv(all)
+        } else {
+            0
+        };
+        dsm.barrier()?;
+        Ok(h)
+    };
+    let h = loop {
+        match run(&mut b) {
+            Ok(h) => break h,
+            Err(DsmError::RolledBack { .. }) => {
+                recoveries += 1;
+                b = decode(dsm.take_resume().expect("a state to resume").1);
+            }
+            Err(e) => fail(e),
+        }
+    };
+    if dsm.node() == 0 {
+        println!("\nRESULT={h:016x}");
+    }
+    println!("\nRECOVERIES={recoveries}");
 }
 
 pub fn histogram_serial(samples: usize) -> u64 {
