@@ -33,9 +33,11 @@ const LOOK: Duration = Duration::from_millis(200);
 /// a home's acknowledgements never fill the sender's queue.
 const DIFF_BATCH: usize = 128 << 10;
 const DIFF_WINDOW: usize = 8;
-const VERSION: u64 = 1;
-/// Checkpoint images travel in messages of this size.
-const IMAGE_CHUNK: usize = (1 << 20) - 64;
+/// The protocol's version (2: every message carries its recovery generation).
+const VERSION: u64 = 2;
+/// Checkpoint images travel in messages of this size: a quarter of MCAPI's default shared-
+/// memory ring, so that the buddy drains one while the next is written.
+const IMAGE_CHUNK: usize = (256 << 10) - 64;
 /// The largest private state a checkpoint takes.
 pub const MAX_PRIVATE: usize = 1 << 30;
 
