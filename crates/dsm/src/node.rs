@@ -1303,6 +1303,12 @@ impl Inner {
         loop {
             match self.mcapi.msg_send(from, ep, bytes, 0) {
                 Err(McapiError::Timeout) => {
+                    tracing::debug!(
+                        node = self.me(),
+                        to = node,
+                        bytes = bytes.len(),
+                        "a send timed out on a full queue"
+                    );
                     if let Ok(PeerState::Lost(why)) = self.mcapi.peer_state(node) {
                         return Err(McapiError::Transmission { node, why });
                     }
