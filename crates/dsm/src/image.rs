@@ -66,10 +66,8 @@ pub fn encode_into(
     v.extend_from_slice(private);
 }
 
-/// A decoded image (borrowing its bytes). Recovery reads images through it (issue 17 step 3:
-/// not built yet); until then only `end` checks the layout with it.
+/// A decoded image (borrowing its bytes): what a rollback or a takeover restores.
 #[derive(Debug)]
-#[allow(dead_code)]
 pub struct Image<'a> {
     pub node: u32,
     pub epoch: u64,
@@ -123,7 +121,6 @@ impl<'a> Image<'a> {
     }
 
     /// The bytes of the i-th page of the image.
-    #[allow(dead_code)]
     pub fn page(&self, i: usize) -> &'a [u8] {
         &self.data[i * self.page_size..(i + 1) * self.page_size]
     }

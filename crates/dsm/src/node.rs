@@ -1448,6 +1448,14 @@ impl Inner {
             ))
         })?;
         let img = image::Image::decode(bytes).map_err(DsmError::Invalid)?;
+        if img.node != self.me() || img.epoch != epoch {
+            return Err(DsmError::Invalid(format!(
+                "the image held as node {}'s checkpoint {epoch} is node {}'s of {}",
+                self.me(),
+                img.node,
+                img.epoch
+            )));
+        }
         let homes = self.homes.read().unwrap();
         if img.homes.len() > homes.len() || homes[..img.homes.len()] != img.homes[..] {
             return Err(DsmError::Mismatch(format!(
