@@ -231,10 +231,9 @@ impl Contexts {
         v
     }
 
-    /// Stores a whole image at once (a node's own copy).
-    pub fn put(&mut self, epoch: u64, bytes: Vec<u8>) -> Result<(), String> {
+    /// Stores a whole image at once (a node's own copy), its CRC-32C already computed.
+    pub fn put_with_crc(&mut self, epoch: u64, bytes: Vec<u8>, crc: u32) -> Result<(), String> {
         self.begin(epoch)?;
-        let crc = crc32c::crc32c(&bytes);
         let c = self.receiving(epoch)?;
         c.bytes = bytes;
         c.crc = crc;

@@ -286,6 +286,7 @@ impl Dsm {
 
     fn start(cfg: Config) -> Result<Dsm> {
         kioku_mcapi::init_logging();
+        keep_message_memory();
         let all = cfg.topology.nodes;
         if cfg.standbys >= all {
             return Err(DsmError::Invalid(format!(
@@ -704,10 +705,11 @@ impl Dsm {
         }
         let t2 = t0.elapsed();
         let mut t3 = t2;
+        let crc = crc32c::crc32c(&img);
         if inner.n > 1 {
             let buddy = (inner.me() + 1) % inner.n;
             inner
-                .send_image(inner.mine.ctl, buddy, false, epoch, &img)
+                .send_image(inner.mine.ctl, buddy, false, epoch, &img, crc)
                 .map_err(|e| DsmError::mcapi("checkpoint transfer", e))?;
             t3 = t0.elapsed();
             failpoint("checkpoint-sent");
@@ -721,7 +723,7 @@ impl Dsm {
             .own
             .lock()
             .unwrap()
-            .put(epoch, img)
+            .put_with_crc(epoch, img, crc)
             .map_err(DsmError::Invalid)?;
         let t4 = t0.elapsed();
         failpoint("checkpoint-stored");
@@ -1257,6 +1259,7 @@ impl Inner {
         handover: bool,
         epoch: u64,
         img: &[u8],
+        crc: u32,
     ) -> std::result::Result<(), McapiError> {
         let me = self.me();
         let gen = if handover { self.gen() } else { self.app_gen() };
@@ -1286,7 +1289,7 @@ impl Inner {
             handover,
             epoch,
             len: img.len() as u64,
-            crc: crc32c::crc32c(img),
+            crc,
         };
         self.send_bytes(from, node, ep, &end.encode(me, gen))
     }
@@ -1901,7 +1904,8 @@ impl Inner {
                     bytes = img.len(),
                     "handing an image over"
                 );
-                if let Err(e) = self.send_image(self.mine.req, d, true, checkpoint, img) {
+                let crc = crc32c::crc32c(img);
+                if let Err(e) = self.send_image(self.mine.req, d, true, checkpoint, img, crc) {
                     tracing::warn!(node = me, "the image for node {d} was not delivered: {e}");
                 }
             }
@@ -2299,6 +2303,26 @@ fn unexpected(from: u32, m: &Msg, wanted: &str) -> DsmError {
     DsmError::Protocol {
         from,
         what: format!("{m:?} where {wanted} was expected"),
+    }
+}
+
+/// Checkpoint images arrive as a stream of 256 KiB messages, each in a buffer MCAPI allocates:
+/// with glibc's defaults every one is a fresh mapping (or the heap is trimmed after it), so
+/// every page of every image is faulted in and zeroed again (a third of a checkpoint's time).
+/// Raising the mmap and trim thresholds makes the buffers reuse memory. Left alone when the
+/// user tunes malloc (`GLIBC_TUNABLES`, `MALLOC_*_`) or sets `KIOKU_DSM_KEEP_MALLOC=1`.
+fn keep_message_memory() {
+    let tuned = std::env::var("GLIBC_TUNABLES").is_ok_and(|v| v.contains("malloc"))
+        || std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_some()
+        || std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_some()
+        || std::env::var("KIOKU_DSM_KEEP_MALLOC").is_ok_and(|v| v == "1");
+    if tuned {
+        return;
+    }
+    // SAFETY: mallopt only sets glibc allocator parameters; any value is valid for these two.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20);
     }
 }
 
