@@ -35,7 +35,7 @@ java: deps
 # Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
 test: lint unit java
 
-# Long runs (not part of `make test`; hours on 2 cores): `make soak` runs both.
+# Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
 soak: soak-rust soak-java soak-dsm
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
