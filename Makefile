@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group soak-cache fuzz fuzz-java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm fuzz fuzz-java bench clean
 
 all: build
 
@@ -36,7 +36,7 @@ java: deps
 test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
-soak: soak-rust soak-java soak-hugepage soak-group soak-cache
+soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -54,6 +54,13 @@ soak-rust: deps
 # encoding (make test: 3 of the 7), the 10-rank case, inline and background memory checks.
 soak-group: deps
 	KIOKU_GROUP_SOAK=1 $(CARGO) test -p kioku-group --test mpi_jobs -- --nocapture
+
+# The DSM's failure recovery at length: SOAK_DSM_RUNS jobs, each SIGKILLing a random node at a
+# random fault-injection point (some a second node during the recovery), over shm and TCP; each
+# result must equal the serial run. A failure prints the seed (KIOKU_DSM_SOAK_SEED replays it).
+SOAK_DSM_RUNS ?= 200
+soak-dsm: deps
+	KIOKU_DSM_SOAK=$(SOAK_DSM_RUNS) $(CARGO) test -p kioku-dsm --test recovery soak -- --nocapture
 
 # The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
 # 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the
