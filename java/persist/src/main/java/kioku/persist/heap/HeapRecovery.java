@@ -74,6 +74,7 @@ final class HeapRecovery {
             heap.adopt(objects[i], addr);
           }
         });
+    heap.endAdoption();
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {

@@ -1675,19 +1675,31 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   void beginAdoption(int n) {
     activate();
     Barrier.hooks = this;
-    side.reserve(n);
+    adopted = new Object[n];
+    adoptedCount = 0;
   }
+
+  /** Recovered objects with their own replica word, listed at {@link #endAdoption}. */
+  private Object[] adopted;
+
+  private int adoptedCount;
 
   /** Called by recovery for every rebuilt object: it is persistent, with this replica. */
   void adopt(Object o, long addr) {
     if (o instanceof Persistent p && !(o instanceof Enum<?>)) {
       p.$kioku$r(addr); // a new object: nothing else can see it yet
-      side.register(o);
+      adopted[adoptedCount++] = o;
     } else if (o instanceof Enum<?> || Canonicals.nameOf(o) != null) {
       if (word(o) == 0) setWord(o, addr); // a shared instance, not a new object
     } else {
       side.add(o).word = addr;
     }
+  }
+
+  /** Called by recovery once every object is adopted. */
+  void endAdoption() {
+    side.listRecovered(adopted, adoptedCount);
+    adopted = null;
   }
 
   // ---------------------------------------------------------------- marking and GC
@@ -1760,6 +1772,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
             long w = word(o);
             if (w != 0 && !live.contains(addressOf(w))) clearWord(o);
           });
+      side.dropWhite(this::word);
       VarHandle.fullFence();
       epochs.awaitGracePeriod();
       rebuildAllocator(live);
@@ -1824,6 +1837,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       side.forEachLive(o -> {
         if (o instanceof Persistent) clearWord(o);
       });
+      side.clearRecovered();
       pool.close();
     } finally {
       lock.unlock();
