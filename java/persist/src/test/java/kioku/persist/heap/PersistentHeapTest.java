@@ -155,6 +155,43 @@ class PersistentHeapTest {
   }
 
   @Test
+  void recoveredObjectsWhoseReplicasDieTurnWhiteAtTheNextGc() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    HeapHarness.setRoot(HeapHarness.create(m), graph());
+    SimMedium m2 = reopen(m);
+    PersistentHeap h = HeapHarness.open(m2);
+    Node a = (Node) HeapHarness.recoveredRoot(h);
+    Node b = a.next;
+    long objects = h.stats().persistentObjects();
+    // Recovered objects are listed without a weak reference each; a GC that finds their
+    // replicas alive keeps them persistent.
+    h.collect();
+    assertTrue(h.word(a) != 0 && h.word(b) != 0);
+    assertEquals(objects, h.stats().persistentObjects());
+    // b is reachable from a.next and a.things[3]: detach it from both, keep it in a local.
+    a.next = null;
+    h.putReference(a, null, b, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    Object[] things = a.things;
+    a.things = null;
+    h.putReference(a, null, things, HeapHarness.field("things", "[Ljava/lang/Object;"));
+    h.collect();
+    assertEquals(0, h.word(b), "a recovered object whose replica died turns white");
+    assertTrue(h.word(a) != 0, "a recovered object still reachable stays persistent");
+    assertTrue(h.stats().persistentObjects() < objects, "the GC stops listing white objects");
+    // A white object is an ordinary one: storing into it does not touch the pool, and
+    // making it reachable again gives it a new replica.
+    b.value = 99;
+    h.putPrimitive(b, 99, HeapHarness.field("value", "I"));
+    a.next = b;
+    h.putReference(a, b, null, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    assertTrue(h.word(b) != 0);
+    assertTrue(h.verify(a).isEmpty(), h.verify(a).toString());
+    Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m2)));
+    assertEquals(99, a2.next.value);
+    assertNull(a2.things);
+  }
+
+  @Test
   void theHeapGrowsPastOneChunk() throws Exception {
     SimMedium m = SimMedium.create(0);
     PersistentHeap h = HeapHarness.create(m);
