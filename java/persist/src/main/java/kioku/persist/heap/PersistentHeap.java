@@ -235,8 +235,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       Marks live = h.markLive(undone.touched());
       Sections.endAtOpen(h.logSpace, h.space, undone);
       h.rootNames.apply(h);
-      if (h.rootNames.changedRoots()) live = h.markLive();
-      h.rebuildAllocator(live);
+      if (h.rootNames.changedRoots()) {
+        live = h.markLive();
+        h.rebuildAllocator(live);
+      }
       // Recovery needs the program's classes, so it waits for the first use of the heap;
       // nothing changes the heap before it (see ensureRecovered).
       h.marksAtOpen = h.hasData() ? live : null;
@@ -1712,11 +1714,14 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   /**
    * At open: marks, and checks every replica it reaches (repairing one wrong word); replicas
    * holding an address of {@code touched} (rolled back just now) get their checks recomputed
-   * instead.
+   * instead. Rebuilds the allocator from the replicas as it marks them.
    */
   private Marks markLive(long[] touched) throws HeapException {
-    HeapMarking m = new HeapMarking(this);
+    HeapMarking m = new HeapMarking(this, alloc);
+    alloc.beginRebuild();
     Marks live = m.mark(touched);
+    alloc.finishRebuild();
+    liveAtLastGc = alloc.usedBytes();
     repairedAtOpen += m.repaired();
     return live;
   }
