@@ -80,6 +80,7 @@ public final class RecoveryMain {
   }
 
   static void build(Path pool, String shape, long target) {
+    long c0 = processCpuNanos();
     long t0 = System.nanoTime();
     KiokuPersist.open(pool, "shm");
     RecoveryRoots.chunks = new Object[MAX_CHUNKS];
@@ -91,12 +92,14 @@ public final class RecoveryMain {
       n++;
     }
     double seconds = (System.nanoTime() - t0) / 1e9;
+    double cpuSeconds = (processCpuNanos() - c0) / 1e9;
     long[] c = check(chunks);
     var s = KiokuPersist.stats();
     System.out.println(
         "RESULT step=build shape=" + shape + " chunks=" + n + " usedBytes=" + s.usedBytes()
             + " capacityBytes=" + s.capacityBytes() + " persistentObjects=" + s.persistentObjects()
-            + " graphObjects=" + c[1] + " checksum=" + c[0] + " seconds=" + seconds);
+            + " graphObjects=" + c[1] + " checksum=" + c[0] + " seconds=" + seconds
+            + " cpuSeconds=" + cpuSeconds + " gcRuns=" + s.gcRuns());
     KiokuPersist.close();
   }
 

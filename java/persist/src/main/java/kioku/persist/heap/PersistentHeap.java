@@ -102,6 +102,14 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private Map<String, Object> recoveredRoots = Map.of();
   private long gcRuns;
   private long liveAtLastGc;
+  /**
+   * Replicas may have died since the last GC: a reference in the pool (a replica's word or a
+   * root) that pointed somewhere was overwritten, or replicas were abandoned (objects moved to
+   * new replicas). Without it, making things persistent only adds live replicas, and a GC would
+   * mark the whole heap to find nothing.
+   */
+  private volatile boolean mayHoldGarbage;
+  private int rollbacksAtLastGc;
   private long repairedAtOpen;
   private boolean closed;
 
@@ -636,6 +644,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    */
   private boolean store(long replica, long at, long bits, long mask, boolean isRef, Object target,
       Object oldRef) {
+    if (isRef && !mayHoldGarbage) {
+      long before = space.getLong(at);
+      if (before != 0 && before != bits) mayHoldGarbage = true;
+    }
     Sections.Section s = sections.open();
     boolean implicit = false;
     if (s == null && sections.mayBeOwned() && sections.ownedByOther(at)) {
@@ -1389,6 +1401,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     try {
       sections.log(s, valueAt, true, field, -1, old);
       sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
+      if (medium.getLong(entry + HeapFormat.ROOT_VALUE) != 0) mayHoldGarbage = true;
       medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
       medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
       medium.flush(entry, 16);
@@ -1425,6 +1438,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           sections.log(s, at, true, null, -1, null);
           sections.log(s, at + HeapFormat.ROOT_CHECK, false, null, -1, null);
         }
+        mayHoldGarbage = true;
         for (int i = 0; i < names.length; i++) {
           medium.putLong(entries[i] + HeapFormat.ROOT_VALUE, values[i]);
           medium.putLong(entries[i] + HeapFormat.ROOT_CHECK, roots.check(names[i], values[i]));
@@ -1752,6 +1766,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   /** GC when the heap is mostly full and has grown since the last one. Lock held. */
   private void maybeCollect() {
     if (recovering) return; // objects being moved are reachable only from memory meanwhile
+    if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return;
     long cap = alloc.capacityBytes();
     long used = alloc.usedBytes();
     if (used > cap * 0.9 && used > liveAtLastGc * 1.25) {
@@ -1771,6 +1786,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   public void collect() throws HeapException {
     lock.lock();
     try {
+      // Cleared before marking: a reference overwritten from here on sets it again.
+      mayHoldGarbage = false;
+      rollbacksAtLastGc = sections.rollbackCount();
       Marks live = markLive();
       side.forEachLive(
           o -> {

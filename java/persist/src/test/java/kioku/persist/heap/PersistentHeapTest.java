@@ -192,6 +192,37 @@ class PersistentHeapTest {
   }
 
   @Test
+  void makingThingsPersistentRunsNoGcUntilAReferenceIsOverwritten() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m); // 1 MiB chunks
+    Object[] slots = new Object[64];
+    HeapHarness.setRoot(h, slots);
+    // Only new replicas, each stored where null was: nothing can die, so no GC marks the heap
+    // however often it fills up and grows.
+    for (int i = 0; i < slots.length; i++) {
+      long[] a = new long[16_384]; // 128 KiB
+      slots[i] = a;
+      h.storeReference(slots, i, a, null);
+    }
+    assertTrue(h.stats().capacityBytes() >= 8L << 20, "the heap grew past several chunks");
+    assertEquals(0, h.stats().gcRuns());
+    // Replacing them makes garbage: the heap collects it instead of growing without end.
+    long capacity = h.stats().capacityBytes();
+    for (int round = 0; round < 4; round++) {
+      for (int i = 0; i < slots.length; i++) {
+        long[] a = new long[16_384];
+        Object old = slots[i];
+        slots[i] = a;
+        h.storeReference(slots, i, a, old);
+      }
+    }
+    assertTrue(h.stats().gcRuns() > 0, "replaced replicas are collected");
+    assertTrue(h.stats().capacityBytes() < capacity * 3, "the heap stopped growing with its garbage");
+    Object[] again = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertEquals(16_384, ((long[]) again[63]).length);
+  }
+
+  @Test
   void theHeapGrowsPastOneChunk() throws Exception {
     SimMedium m = SimMedium.create(0);
     PersistentHeap h = HeapHarness.create(m);
