@@ -56,38 +56,44 @@ final class HeapRecovery {
     int total = live.count();
     Object[] objects = new Object[total];
     heap.beginAdoption(total);
-    Later later = new Later();
-    live.forEach(
-        (i, addr) -> {
-          long header = space.getLong(addr);
-          Resolved r = resolve((int) header);
-          Object o = create(addr, header, r);
-          objects[i] = o;
-          Layout.Kind k = r.d.kind();
-          if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
-            later.add(i, addr);
-          } else {
-            heap.adopt(o, addr); // a new object: nothing else can see it yet
-          }
-          progress.tick(i, 2L * total);
-        });
-    live.forEach(
-        (i, addr) -> {
-          fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
-          progress.tick(total + (long) i, 2L * total);
-        });
-    java.util.IdentityHashMap<Object, Boolean> stale = new java.util.IdentityHashMap<>();
-    for (int j = 0; j < later.count; j++) {
-      long addr = later.addrs[j];
-      Object o = objects[later.indexes[j]];
-      Resolved r = resolved[(int) space.getLong(addr)];
-      if (r.stale) {
-        stale.put(o, Boolean.TRUE);
-        // An enum constant is the running one: its added fields are initialized already.
-        if (!r.type.isEnum()) FieldInitializers.run(o, r.type, r.added);
-      } else {
-        heap.adopt(o, addr);
+    java.util.IdentityHashMap<Object, Boolean> stale;
+    try {
+      Later later = new Later();
+      live.forEach(
+          (i, addr) -> {
+            long header = space.getLong(addr);
+            Resolved r = resolve((int) header);
+            Object o = create(addr, header, r);
+            objects[i] = o;
+            Layout.Kind k = r.d.kind();
+            if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
+              later.add(i, addr);
+            } else {
+              heap.adopt(o, addr); // a new object: nothing else can see it yet
+            }
+            progress.tick(i, 2L * total);
+          });
+      live.forEach(
+          (i, addr) -> {
+            fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
+            progress.tick(total + (long) i, 2L * total);
+          });
+      stale = new java.util.IdentityHashMap<>();
+      for (int j = 0; j < later.count; j++) {
+        long addr = later.addrs[j];
+        Object o = objects[later.indexes[j]];
+        Resolved r = resolved[(int) space.getLong(addr)];
+        if (r.stale) {
+          stale.put(o, Boolean.TRUE);
+          // An enum constant is the running one: its added fields are initialized already.
+          if (!r.type.isEnum()) FieldInitializers.run(o, r.type, r.added);
+        } else {
+          heap.adopt(o, addr);
+        }
       }
+    } catch (HeapException | RuntimeException e) {
+      heap.abandonAdoption(); // a class that cannot be recovered: keep nothing of the attempt
+      throw e;
     }
     heap.endAdoption();
     progress.finish(total);

@@ -1718,6 +1718,11 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     adopted = null;
   }
 
+  /** Called by a recovery that failed: the objects it made are garbage, not listed. */
+  void abandonAdoption() {
+    adopted = null;
+  }
+
   // ---------------------------------------------------------------- marking and GC
 
   /** Every replica reachable from the roots and the open undo logs, checked as it goes. */
