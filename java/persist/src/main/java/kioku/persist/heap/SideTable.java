@@ -9,9 +9,10 @@ import kioku.persist.rt.IdentityHashes;
 /**
  * The replica words of persistent objects, by identity, held weakly: the only place a JDK
  * object or an array can keep one, and the registry of every persistent object (application
- * objects too) that the persistent-heap GC walks to turn objects white when their replicas
- * die. Lookups are lock-free (open addressing on identityHashCode over an immutable-size
- * table); insertions and resizes take the table's lock.
+ * objects too: weakly those made persistent in this run, strongly those recovery rebuilt) that
+ * the persistent-heap GC walks to turn objects white when their replicas die. Lookups are
+ * lock-free (open addressing on identityHashCode over an immutable-size table); insertions and
+ * resizes take the table's lock.
  */
 final class SideTable {
   /** An entry: the object (weakly), its identity hash and its replica word. */
