@@ -46,34 +46,56 @@ final class HeapRecovery {
     this.progress = new Progress("recovering");
   }
 
-  /** Rebuilds every replica the marks found, in address order; returns each root's graph. */
+  /**
+   * Rebuilds every replica the marks found, in address order; returns each root's graph. Two
+   * passes over the replicas: create (and adopt: a fresh object takes its replica word as it
+   * is made), then fill; shared instances and objects of changed classes are adopted or
+   * moved after the fill.
+   */
   Map<String, Object> run() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
-    live.forEach(
-        (i, addr) -> {
-          long header = space.getLong(addr);
-          objects[i] = create(addr, header, resolve((int) header));
-          progress.tick(i, 2L * total);
-        });
-    live.forEach(
-        (i, addr) -> {
-          fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
-          progress.tick(total + (long) i, 2L * total);
-        });
     heap.beginAdoption(total);
-    java.util.IdentityHashMap<Object, Boolean> stale = new java.util.IdentityHashMap<>();
-    live.forEach(
-        (i, addr) -> {
-          Resolved r = resolved[(int) space.getLong(addr)];
-          if (r.stale) {
-            stale.put(objects[i], Boolean.TRUE);
-            // An enum constant is the running one: its added fields are initialized already.
-            if (!r.type.isEnum()) FieldInitializers.run(objects[i], r.type, r.added);
-          } else {
-            heap.adopt(objects[i], addr);
-          }
-        });
+    java.util.IdentityHashMap<Object, Boolean> stale;
+    try {
+      Later later = new Later();
+      live.forEach(
+          (i, addr) -> {
+            long header = space.getLong(addr);
+            Resolved r = resolve((int) header);
+            Object o = create(addr, header, r);
+            objects[i] = o;
+            Layout.Kind k = r.d.kind();
+            if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
+              later.add(i, addr);
+            } else {
+              heap.adopt(o, addr); // a new object: nothing else can see it yet
+            }
+            progress.tick(i, 2L * total);
+          });
+      live.forEach(
+          (i, addr) -> {
+            fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
+            progress.tick(total + (long) i, 2L * total);
+          });
+      stale = new java.util.IdentityHashMap<>();
+      for (int j = 0; j < later.count; j++) {
+        long addr = later.addrs[j];
+        Object o = objects[later.indexes[j]];
+        Resolved r = resolved[(int) space.getLong(addr)];
+        if (r.stale) {
+          stale.put(o, Boolean.TRUE);
+          // An enum constant is the running one: its added fields are initialized already.
+          if (!r.type.isEnum()) FieldInitializers.run(o, r.type, r.added);
+        } else {
+          heap.adopt(o, addr);
+        }
+      }
+    } catch (HeapException | RuntimeException e) {
+      heap.abandonAdoption(); // a class that cannot be recovered: keep nothing of the attempt
+      throw e;
+    }
+    heap.endAdoption();
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
@@ -85,6 +107,22 @@ final class HeapRecovery {
     List<Object> concurrentMaps = ConcurrentMaps.needing(objects);
     if (!tables.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(tables, concurrentMaps);
     return roots;
+  }
+
+  /** Replicas adopted after the fill: shared instances, objects of changed classes. */
+  private static final class Later {
+    int[] indexes = new int[16];
+    long[] addrs = new long[16];
+    int count;
+
+    void add(int index, long addr) {
+      if (count == indexes.length) {
+        indexes = java.util.Arrays.copyOf(indexes, count * 2);
+        addrs = java.util.Arrays.copyOf(addrs, count * 2);
+      }
+      indexes[count] = index;
+      addrs[count++] = addr;
+    }
   }
 
   private Resolved resolve(int classId) throws HeapException {
