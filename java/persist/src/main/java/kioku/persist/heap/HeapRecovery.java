@@ -35,7 +35,8 @@ final class HeapRecovery {
       int[] slotMap,
       Object[] constants,
       boolean stale,
-      List<Layout.Slot> added) {}
+      List<Layout.Slot> added,
+      boolean table) {}
 
   HeapRecovery(PersistentHeap heap, ClassLoader first, Marks live) {
     this.heap = heap;
@@ -55,6 +56,9 @@ final class HeapRecovery {
   Map<String, Object> run() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
+    // Hash tables, whose buckets may need rebuilding (identity hashes differ in this JVM):
+    // listed as they are created instead of a pass over every object afterwards.
+    List<Object> tables = new java.util.ArrayList<>();
     heap.beginAdoption(total);
     java.util.IdentityHashMap<Object, Boolean> stale;
     try {
@@ -65,6 +69,7 @@ final class HeapRecovery {
             Resolved r = resolve((int) header);
             Object o = create(addr, header, r);
             objects[i] = o;
+            if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
             Layout.Kind k = r.d.kind();
             if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
               later.add(i, addr);
@@ -103,9 +108,10 @@ final class HeapRecovery {
       roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
     }
     if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
-    List<Object> tables = Rehash.needing(objects);
-    List<Object> concurrentMaps = ConcurrentMaps.needing(objects);
-    if (!tables.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(tables, concurrentMaps);
+    Object[] candidates = tables.toArray();
+    List<Object> rehash = Rehash.needing(candidates);
+    List<Object> concurrentMaps = ConcurrentMaps.needing(candidates);
+    if (!rehash.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(rehash, concurrentMaps);
     return roots;
   }
 
@@ -131,7 +137,7 @@ final class HeapRecovery {
     if (r != null) return r;
     ClassTable.Descriptor d = heap.classes().get(classId);
     if (d.kind() == Layout.Kind.CANONICAL) {
-      r = new Resolved(d, null, null, null, null, false, List.of());
+      r = new Resolved(d, null, null, null, null, false, List.of(), false);
       resolved[classId] = r;
       return r;
     }
@@ -189,7 +195,7 @@ final class HeapRecovery {
       for (int i = 0; i < kept.length; i++) if (!kept[i]) added.add(layout.slots[i]);
       stale |= !added.isEmpty();
     }
-    r = new Resolved(d, c, layout, slotMap, constants, stale, List.copyOf(added));
+    r = new Resolved(d, c, layout, slotMap, constants, stale, List.copyOf(added), Rehash.mayNeed(c));
     resolved[classId] = r;
     return r;
   }
@@ -277,6 +283,9 @@ final class HeapRecovery {
 
   private static final int BATCH = 8192;
 
+  /** The fields' words of the object {@link #fill} is filling. */
+  private long[] words = new long[64];
+
   /** Arrays up to this many bytes are read element by element (no temporary buffer). */
   private static final int SMALL_ARRAY = 256;
 
@@ -287,9 +296,12 @@ final class HeapRecovery {
         Layout.Slot[] slots = r.layout.slots;
         int[] map = r.slotMap;
         long at = space.off(body) + (r.d.kind() == Layout.Kind.ENUM ? 8 : 0);
+        long[] w = words;
+        if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
+        medium.getLongs(at, w, 0, map.length); // one bulk read of the fields' words
         for (int j = 0; j < map.length; j++) {
           Layout.Slot s = slots[map[j]];
-          long v = medium.getLong(at + 8L * j);
+          long v = w[j];
           if (s.code() == 'L') {
             Unsafes.U.putObject(o, s.offset(), v == 0 ? null : objects[live.index(v)]);
           } else {
