@@ -164,8 +164,17 @@ final class SideTable {
 
   private int recoveredCount;
 
-  /** Lists recovered objects that keep their own replica word (see {@link #recovered}). */
+  /**
+   * Lists recovered objects that keep their own replica word (see {@link #recovered}): {@code
+   * objects[0..n)}, nulls after. Takes the array itself when nothing is listed yet (a recovery:
+   * one array of millions fewer), so the caller must not use it again.
+   */
   synchronized void listRecovered(Object[] objects, int n) {
+    if (recoveredCount == 0) {
+      recovered = objects;
+      recoveredCount = n;
+      return;
+    }
     if (recoveredCount + n > recovered.length) {
       recovered = java.util.Arrays.copyOf(recovered, recoveredCount + n);
     }
