@@ -36,8 +36,12 @@ pub struct Summary {
     pub last_epoch: u64,
     /// Stop times (ms) of every checkpoint.
     pub stop_ms: Vec<f64>,
-    /// Durable (engine) times (ms), overlapping the program's run.
+    /// Times (ms) from the end of the stop until each checkpoint was durable (the engine's
+    /// write-back and commit), overlapping the program's run.
     pub durable_ms: Vec<f64>,
+    /// Times (ms) the monitor then spent syncing the other context (after answering a
+    /// `kioku checkpoint`), overlapping the program's run.
+    pub sync_ms: Vec<f64>,
     pub copied_bytes: u64,
     pub captured_bytes: u64,
     /// Most processes in one checkpoint.
@@ -66,6 +70,8 @@ pub struct Monitor {
 
 /// The slice the tree runs between looks at the control socket.
 const POLL: Duration = Duration::from_millis(20);
+/// When a fresh run's first checkpoint is due (or after one interval, when shorter).
+const FIRST_CHECKPOINT: Duration = Duration::from_millis(5);
 /// Retry delay of a checkpoint postponed because the tree could not be stopped.
 const RETRY: Duration = Duration::from_millis(2);
 /// Retry delay of a checkpoint postponed because data was in flight (unread inotify events…).
@@ -105,9 +111,38 @@ impl Monitor {
         &self.summary
     }
 
-    /// Takes a checkpoint now (waiting while the tree cannot be stopped). `None` when none was
-    /// taken: the tree ended meanwhile, or checkpoints stopped.
+    /// Takes a checkpoint now (waiting while the tree cannot be stopped), durable and with the
+    /// other context synced when this returns. `None` when none was taken: the tree ended
+    /// meanwhile, or checkpoints stopped.
     pub fn checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
+        let r = self.checkpoint_durable();
+        self.sync_pending()?;
+        r
+    }
+
+    /// Syncs the other context with the last checkpoint if that is still to do (it is durable
+    /// already). A failing medium stops checkpoints; the tree runs on.
+    fn sync_pending(&mut self) -> Result<()> {
+        let Some(cap) = self.capturer.as_mut() else {
+            return Ok(());
+        };
+        match cap.sync() {
+            Ok(Some(d)) => {
+                self.summary.sync_ms.push(d.as_secs_f64() * 1e3);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) if medium_failure(&e) => {
+                self.stop_checkpoints(format!("the pool's medium failed: {e}"));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Monitor::checkpoint`] returning once the checkpoint is durable, before the other
+    /// context is synced (the caller syncs with [`Monitor::sync_pending`]).
+    fn checkpoint_durable(&mut self) -> Result<Option<CheckpointReport>> {
         let t0 = Instant::now();
         loop {
             match self.checkpoint_once()? {
@@ -159,6 +194,11 @@ impl Monitor {
     }
 
     fn try_checkpoint(&mut self) -> Result<Outcome> {
+        if self.summary.stopped_because.is_some() {
+            return Ok(Outcome::None);
+        }
+        // The last checkpoint's other context is synced before the tree stops, not during.
+        self.sync_pending()?;
         if self.summary.stopped_because.is_some() {
             return Ok(Outcome::None);
         }
@@ -281,7 +321,17 @@ impl Monitor {
 
     /// Runs the tree to its end, checkpointing; returns how its root ended.
     pub fn run(&mut self) -> Result<Exit> {
-        let mut next = self.opts.interval.map(|i| Instant::now() + i);
+        // A fresh run's first checkpoint is taken at once (after the program's first
+        // instructions), while its memory is small: the pool is restorable from the start,
+        // whatever the program grows to, and later checkpoints copy only what it adds.
+        let fresh = self
+            .capturer
+            .as_ref()
+            .is_some_and(|c| c.engine().epoch() == 0);
+        let mut next = self
+            .opts
+            .interval
+            .map(|i| Instant::now() + if fresh { i.min(FIRST_CHECKPOINT) } else { i });
         loop {
             let slice = match next {
                 Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
@@ -313,7 +363,7 @@ impl Monitor {
                         Err(e) => Err(e),
                     }
                 } else {
-                    self.checkpoint()
+                    self.checkpoint_durable()
                 };
                 let answer = match &r {
                     Ok(Some(rep)) => serde_json::to_string(rep).unwrap_or_default(),
@@ -323,10 +373,12 @@ impl Monitor {
                     },
                     Err(e) => format!("error: {e}"),
                 };
+                // Answered once durable; the other context is synced afterwards.
                 for q in requests {
                     q.answer(&answer);
                 }
                 r?;
+                self.sync_pending()?;
                 if let (Some(i), true) = (self.opts.interval, due) {
                     next = Some(Instant::now() + i);
                 }
