@@ -66,6 +66,9 @@ pub struct Monitor {
     control: Option<Control>,
     opts: MonitorOptions,
     summary: Summary,
+    /// The checkpoint being taken is the early first one of a fresh run: what it cannot take
+    /// does not stop checkpoints (the regular first checkpoint, one interval in, decides).
+    tentative: bool,
 }
 
 /// The slice the tree runs between looks at the control socket.
@@ -95,6 +98,7 @@ impl Monitor {
             control,
             opts,
             summary: Summary::default(),
+            tentative: false,
         })
     }
 
@@ -263,6 +267,13 @@ impl Monitor {
         let captured = match captured {
             Ok(c) => c,
             Err(e @ RunError::Unsettled { .. }) => return Err(e),
+            Err(RunError::Unsupported { what }) if self.tentative => {
+                // The early first checkpoint met something it cannot take (a program setting
+                // itself up: a memfd made and not mapped yet): not a verdict yet, the regular
+                // first checkpoint decides.
+                tracing::debug!("early first checkpoint not taken: {what}");
+                return Ok(Outcome::None);
+            }
             Err(RunError::Unsupported { what }) => {
                 self.stop_checkpoints(what);
                 return Ok(Outcome::None);
@@ -328,10 +339,12 @@ impl Monitor {
             .capturer
             .as_ref()
             .is_some_and(|c| c.engine().epoch() == 0);
+        let started = Instant::now();
+        let mut early = fresh && self.opts.interval.is_some_and(|i| i > FIRST_CHECKPOINT);
         let mut next = self
             .opts
             .interval
-            .map(|i| Instant::now() + if fresh { i.min(FIRST_CHECKPOINT) } else { i });
+            .map(|i| started + if early { FIRST_CHECKPOINT } else { i });
         loop {
             let slice = match next {
                 Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
@@ -351,7 +364,22 @@ impl Monitor {
                 self.control.as_mut().map(|c| c.poll()).unwrap_or_default();
             let due = next.is_some_and(|n| Instant::now() >= n);
             if due || !requests.is_empty() {
-                let r = if requests.is_empty() {
+                let r = if requests.is_empty() && early {
+                    // The early first checkpoint: taken if it can be now, else the regular
+                    // first one (one interval after the start) is.
+                    early = false;
+                    self.tentative = true;
+                    let r = self.checkpoint_once();
+                    self.tentative = false;
+                    match r {
+                        Ok(Outcome::Taken(r)) => Ok(Some(*r)),
+                        Ok(_) => {
+                            next = self.opts.interval.map(|i| started + i);
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                } else if requests.is_empty() {
                     // An interval checkpoint that cannot be taken now is retried shortly.
                     match self.checkpoint_once() {
                         Ok(Outcome::Postponed(after)) => {
