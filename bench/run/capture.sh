@@ -5,9 +5,9 @@
 # docs/perf.md and docs/perf/run-capture.png.
 #
 # Usage: bench/run/capture.sh      (about 10 minutes on a 2-core machine)
-# Env: CRIU=path/to/criu, DMTCP_LAUNCH=path/to/dmtcp_launch (peers; skipped when unset and not
-#      found in /tmp/peers), STALL_MIB (512), STALL_SECS (6), STALL_INTERVAL (0.5 s),
-#      STALL_PCTS (1,10,50,100), XZ_REPS (3), NO_WRITE=1 (print the section only).
+# Env: CRIU=path/to/criu, DMTCP_LAUNCH=path/to/dmtcp_launch or PEERS=dir (peers; each skipped,
+#      saying so, when not found), STALL_MIB (512), STALL_SECS (6), STALL_INTERVAL (0.5 s),
+#      STALL_PCTS (1,10,50,100), XZ_REPS (3), SORT_REPS (3), NO_WRITE=1 (print the section only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -17,8 +17,9 @@ src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 [ -n "$(git status --porcelain -- crates examples bench 2>/dev/null | head -1)" ] &&
   src="$src + uncommitted changes"
 
-if [ -z "${CRIU:-}" ] && [ -x /tmp/peers/criu/sbin/criu ]; then CRIU=/tmp/peers/criu/sbin/criu; fi
-if [ -z "${DMTCP_LAUNCH:-}" ] && [ -x /tmp/peers/dmtcp/bin/dmtcp_launch ]; then DMTCP_LAUNCH=/tmp/peers/dmtcp/bin/dmtcp_launch; fi
+# PEERS=dir: where bench/run/peers.sh installed CRIU ($PEERS/criu) and DMTCP ($PEERS/dmtcp).
+if [ -z "${CRIU:-}" ] && [ -n "${PEERS:-}" ] && [ -x "$PEERS/criu/sbin/criu" ]; then CRIU="$PEERS/criu/sbin/criu"; fi
+if [ -z "${DMTCP_LAUNCH:-}" ] && [ -n "${PEERS:-}" ] && [ -x "$PEERS/dmtcp/bin/dmtcp_launch" ]; then DMTCP_LAUNCH="$PEERS/dmtcp/bin/dmtcp_launch"; fi
 export CRIU="${CRIU:-}" DMTCP_LAUNCH="${DMTCP_LAUNCH:-}"
 
 work=$(mktemp -d)

@@ -442,7 +442,9 @@ impl Capturer {
         let mut copied = 0;
         for pre in p.0 {
             if let Some(pc) = self.procs.get_mut(&pre.pid) {
-                copied += pc.precopy(pre, &self.marks);
+                let maps = self.engine.space().pool_mappings();
+                let staging = self.staging.as_mut().map(|s| (s, maps));
+                copied += pc.precopy(pre, &self.marks, staging);
             }
         }
         copied

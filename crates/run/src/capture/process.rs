@@ -311,13 +311,46 @@ impl ProcessCapture {
 
     /// Copies what [`ProcessCapture::prepare`] returned, while the process runs. A range the
     /// process unmaps meanwhile fails to copy; the capture then sees the change.
-    pub fn precopy(&mut self, p: Precopy, marks: &Marks) -> u64 {
+    pub fn precopy(
+        &mut self,
+        p: Precopy,
+        marks: &Marks,
+        mut staging: Option<(&mut super::staging::Staging, &super::staging::PoolMappings)>,
+    ) -> u64 {
         let mut copied = 0;
-        for c in p.chunks {
+        // Staged in pieces: the staging memory stays small while the tree runs.
+        const PIECE: usize = 32 << 20;
+        let pieces: Vec<(usize, usize, usize)> = if staging.is_some() {
+            p.chunks
+                .iter()
+                .flat_map(|&(r, l, n)| {
+                    (0..n)
+                        .step_by(PIECE)
+                        .map(move |o| (r + o, l + o, PIECE.min(n - o)))
+                })
+                .collect()
+        } else {
+            p.chunks
+        };
+        for c in pieces {
             // Whatever reached the running context is marked, even from a copy that failed
             // part-way; a failed chunk is copied again at the capture (where still mapped).
             marks.add(PageRange::new(c.1, c.1 + c.2));
-            match sys::copy_pages(self.pid, &[c], true) {
+            let r = match staging.as_mut() {
+                // A pool on a disk file: through staging memory and large writes, as in the
+                // stop (much faster than storing into the shared file mapping).
+                Some((s, maps)) => s.stage(&[c]).and_then(|staged| {
+                    let r = sys::copy_pages(self.pid, &staged, true);
+                    if r.is_err() {
+                        s.unstage(1);
+                    }
+                    let n = r?;
+                    s.write_out(maps)?;
+                    Ok(n)
+                }),
+                None => sys::copy_pages(self.pid, &[c], true),
+            };
+            match r {
                 Ok(n) => copied += n,
                 Err(_) => self.precopy_failed.push(PageRange::new(c.0, c.0 + c.2)),
             }
