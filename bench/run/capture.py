@@ -67,11 +67,6 @@ def lost_ms(longest, k, base_us):
     return max(0.0, statistics.median(longest[:k]) - base_us) / 1e3
 
 
-def checkpoints_in_passes():
-    # Checkpoints taken while the program makes its passes (the first ones copy its filling).
-    return max(1, int(SECS / INTERVAL) - 2)
-
-
 def plain_stall(pct):
     """A plain run's median pass, and its own slowest passes (the machine's noise)."""
     out = subprocess.run([f"{BIN}/stall", str(MIB), str(pct), str(SECS)], capture_output=True, text=True, check=True).stdout
@@ -131,11 +126,13 @@ def dmtcp_stall(pct, where):
     while p.poll() is None:
         t0 = time.monotonic()
         r = subprocess.run([os.path.join(bindir, "dmtcp_command"), "--coord-port", port, "--bcheckpoint"], capture_output=True, text=True, env=env)
-        if r.returncode == 0 and p.poll() is None:
-            dumps.append((time.monotonic() - t0) * 1e3)
-        for f in os.listdir(d):
-            if f.endswith(".dmtcp"):
-                os.remove(os.path.join(d, f))
+        t = (time.monotonic() - t0) * 1e3
+        images = [f for f in os.listdir(d) if f.endswith(".dmtcp")]
+        # Counted only when an image was written.
+        if r.returncode == 0 and images:
+            dumps.append(t)
+        for f in images:
+            os.remove(os.path.join(d, f))
         time.sleep(INTERVAL)
     out = p.stdout.read()
     shutil.rmtree(d, ignore_errors=True)
@@ -147,15 +144,17 @@ def stop_table():
     rows = ["| medium | dirty MiB | plain: noise | kioku reported | kioku lost | before reported | before lost | CRIU dump | CRIU lost | DMTCP ckpt | DMTCP lost |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     curves = {}
-    k = checkpoints_in_passes()
     for where, name in [(SHM, "/dev/shm"), (DISK, "ext4")]:
         for pct in PCTS:
             base, plain_longest = plain_stall(pct)
-            noise = lost_ms(plain_longest, k, base)
-            rep, longest, _ = kioku_stall(pct, where, {})
+            # One slow pass per checkpoint taken while the program made its passes (the first
+            # two copy it while it fills its memory).
+            rep, longest, s = kioku_stall(pct, where, {})
+            k = max(1, s["checkpoints"] - 2)
             now_lost = lost_ms(longest, k, base)
-            brep, blongest, _ = kioku_stall(pct, where, BEFORE)
-            before_lost = lost_ms(blongest, k, base)
+            noise = lost_ms(plain_longest, k, base)
+            brep, blongest, bs = kioku_stall(pct, where, BEFORE)
+            before_lost = lost_ms(blongest, max(1, bs["checkpoints"] - 2), base)
             cells = [f"{noise:.1f}", f"{rep:.1f}", f"{now_lost:.1f}", f"{brep:.1f}", f"{before_lost:.1f}"]
             dirty = MIB * pct / 100
             curves.setdefault(("kioku", name), []).append((dirty, now_lost))
@@ -165,7 +164,11 @@ def stop_table():
                     cells += ["–", "–"]
                     continue
                 t, lg, n = fn(pct, where)
-                l = lost_ms(lg, max(1, n), base)
+                if n == 0:
+                    log(f"{tool}: no checkpoint image was written; its column left empty")
+                    cells += ["no image", "–"]
+                    continue
+                l = lost_ms(lg, n, base)
                 cells += [f"{t:.0f}", f"{l:.1f}"]
                 curves.setdefault((tool, name), []).append((dirty, l))
             rows.append(f"| {name} | {dirty:.0f} | " + " | ".join(cells) + " |")

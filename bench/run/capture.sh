@@ -19,7 +19,7 @@ src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 # PEERS=dir: where bench/run/peers.sh installed CRIU ($PEERS/criu) and DMTCP ($PEERS/dmtcp).
 if [ -z "${CRIU:-}" ] && [ -n "${PEERS:-}" ] && [ -x "$PEERS/criu/sbin/criu" ]; then CRIU="$PEERS/criu/sbin/criu"; fi
-if [ -z "${DMTCP_LAUNCH:-}" ] && [ -n "${PEERS:-}" ] && [ -x "$PEERS/dmtcp/bin/dmtcp_launch" ]; then DMTCP_LAUNCH="$PEERS/dmtcp/bin/dmtcp_launch"; fi
+# DMTCP only when given (DMTCP_LAUNCH): here `dmtcp_command --bcheckpoint` returned without writing an image.
 export CRIU="${CRIU:-}" DMTCP_LAUNCH="${DMTCP_LAUNCH:-}"
 
 work=$(mktemp -d)
