@@ -367,14 +367,36 @@ impl Monitor {
                 let r = if requests.is_empty() && early {
                     // The early first checkpoint: taken if it can be now, else the regular
                     // first one (one interval after the start) is.
-                    early = false;
                     self.tentative = true;
                     let r = self.checkpoint_once();
                     self.tentative = false;
+                    tracing::debug!(
+                        ms = started.elapsed().as_secs_f64() * 1e3,
+                        outcome = match &r {
+                            Ok(Outcome::Taken(_)) => "taken",
+                            Ok(Outcome::Postponed(_)) => "postponed",
+                            Ok(Outcome::None) => "not taken",
+                            Err(_) => "failed",
+                        },
+                        "early first checkpoint"
+                    );
+                    let regular = self.opts.interval.map(|i| started + i);
                     match r {
-                        Ok(Outcome::Taken(r)) => Ok(Some(*r)),
+                        Ok(Outcome::Taken(r)) => {
+                            early = false;
+                            Ok(Some(*r))
+                        }
+                        // Not now (a process still starting up, data in flight): soon again,
+                        // while the memory is still small, until the regular first one.
+                        Ok(Outcome::Postponed(after))
+                            if regular.is_some_and(|t| Instant::now() + after < t) =>
+                        {
+                            next = Some(Instant::now() + after.max(FIRST_CHECKPOINT));
+                            continue;
+                        }
                         Ok(_) => {
-                            next = self.opts.interval.map(|i| started + i);
+                            early = false;
+                            next = regular;
                             continue;
                         }
                         Err(e) => Err(e),
