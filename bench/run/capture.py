@@ -63,6 +63,8 @@ def parse_stall(out):
 
 def lost_ms(longest, k, base_us):
     """Median of the k slowest passes less the plain median pass: what one checkpoint cost."""
+    if not longest:
+        return float("nan")
     k = max(1, min(k, len(longest)))
     return max(0.0, statistics.median(longest[:k]) - base_us) / 1e3
 
@@ -87,7 +89,7 @@ def kioku_stall(pct, where, env_extra):
     s = json.load(open(summ))["summary"]
     os.remove(pool)
     _, longest = parse_stall(out.stdout)
-    reported = s["stop_ms"][3:] or s["stop_ms"]
+    reported = s["stop_ms"][3:] or s["stop_ms"] or [float("nan")]
     return statistics.median(reported), longest, s
 
 
