@@ -323,8 +323,16 @@ def xz_overhead():
 def main():
     out = []
     peers = []
-    peers.append(f"CRIU: {CRIU}" if CRIU else "CRIU: not found (set CRIU=path/to/criu), skipped")
-    peers.append(f"DMTCP: {DMTCP_LAUNCH}" if DMTCP_LAUNCH else "DMTCP: not found (set DMTCP_LAUNCH=path/to/dmtcp_launch), skipped")
+    def version(cmd):
+        try:
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+            return (out.stdout + out.stderr).strip().splitlines()[0]
+        except (OSError, IndexError, subprocess.TimeoutExpired):
+            return "version unknown"
+
+    # Versions, not paths: the section goes into the repository.
+    peers.append(f"CRIU ({version([CRIU, '--version'])})" if CRIU else "CRIU: not found (set CRIU=path/to/criu), skipped")
+    peers.append(f"DMTCP ({version([DMTCP_LAUNCH, '--version'])})" if DMTCP_LAUNCH else "DMTCP: not given (set DMTCP_LAUNCH=path/to/dmtcp_launch), skipped")
     for p in peers:
         log(p)
     out.append("Peers: " + "; ".join(peers) + ".\n")
