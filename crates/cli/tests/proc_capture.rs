@@ -126,7 +126,12 @@ fn memory_rewritten_whole_is_taken_whole_and_restored_exactly() {
         assert!(plain.read("stdout.txt") == dir.read("stdout.txt"));
     }
     let mut rng = rng("rewrite");
-    for cycle in 0..1 {
+    // KIOKU_PROC_KILLS: kill-and-restore cycles (1 in `make test`; `make soak-capture` more).
+    let cycles: usize = std::env::var("KIOKU_PROC_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for cycle in 0..cycles {
         let dir = RunDir::new();
         let pool = dir.pool();
         let pool = pool.to_str().unwrap();
