@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm fuzz fuzz-java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capture fuzz fuzz-java bench clean
 
 all: build
 
@@ -36,7 +36,7 @@ java: deps
 test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
-soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm
+soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capture
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -52,6 +52,11 @@ soak-rust: deps
 # Group checkpoints at length: the property test over 24 random sequences of levels, sizes
 # and group shapes (KIOKU_SEED replays one), a rank killed at every step of a background
 # encoding (make test: 3 of the 7), the 10-rank case, inline and background memory checks.
+# The capture side of process checkpoints (crates/cli/tests/proc_capture.rs): memory rewritten
+# whole every interval, killed (program or monitor) and restored SOAK_KILLS cycles.
+soak-capture: deps
+	KIOKU_PROC_KILLS=$(SOAK_KILLS) $(CARGO) test -p kioku-cli --test proc_capture -- --nocapture
+
 soak-group: deps
 	KIOKU_GROUP_SOAK=1 $(CARGO) test -p kioku-group --test mpi_jobs -- --nocapture
 
