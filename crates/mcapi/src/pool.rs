@@ -46,7 +46,8 @@ impl BufPool {
         }
         if self.bytes + cap > POOL_BYTES {
             // Make room by dropping the smallest buffers, if `v` is larger than they are.
-            self.free.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+            self.free
+                .sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
             while self.bytes + cap > POOL_BYTES {
                 match self.free.last() {
                     Some(b) if b.capacity() < cap => {

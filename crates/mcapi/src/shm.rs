@@ -410,7 +410,9 @@ impl Segment {
         let size = self.ring_bytes;
         let head = ring.head.load(Ordering::Relaxed);
         let tail = ring.tail.load(Ordering::Acquire);
-        let n = ((tail - head) as usize).min(max).min(v.capacity() - v.len());
+        let n = ((tail - head) as usize)
+            .min(max)
+            .min(v.capacity() - v.len());
         if n == 0 {
             return (0, false);
         }
