@@ -1689,7 +1689,7 @@ impl Engine {
         slots[2..2 + payload.len()].copy_from_slice(payload);
         let bufs = &slots[..2 + payload.len()];
         if link.state == LinkState::Up && !link.has_out() {
-            match link.write_now(me, &bufs) {
+            match link.write_now(me, bufs) {
                 Ok(n) => link.enqueue_after(bufs, n),
                 Err(e) => {
                     let why = PeerLoss::Died;
