@@ -29,8 +29,9 @@ pub fn encode(
     v
 }
 
-/// Builds an image into `v` (emptied first; its memory is reused, so that a checkpoint does
-/// not fault in a fresh buffer each time).
+/// Builds an image into `v`, whose memory is reused (so that a checkpoint does not fault in a
+/// fresh buffer each time) and whose old bytes are all overwritten, none zeroed first: the
+/// pages are copied once, straight into their place.
 #[allow(clippy::too_many_arguments)]
 pub fn encode_into(
     v: &mut Vec<u8>,
@@ -42,28 +43,35 @@ pub fn encode_into(
     mut page: impl FnMut(u32, &mut [u8]),
     private: &[u8],
 ) {
-    v.clear();
-    v.reserve(HEADER + 4 * homes.len() + pages.len() * (4 + page_size) + private.len());
-    v.extend_from_slice(MAGIC);
-    v.extend_from_slice(&node.to_le_bytes());
-    v.extend_from_slice(&epoch.to_le_bytes());
-    v.extend_from_slice(&(pages.len() as u32).to_le_bytes());
-    v.extend_from_slice(&(page_size as u32).to_le_bytes());
-    v.extend_from_slice(&(private.len() as u64).to_le_bytes());
-    v.extend_from_slice(&(homes.len() as u32).to_le_bytes());
+    let data_at = HEADER + 4 * homes.len() + 4 * pages.len();
+    let private_at = data_at + pages.len() * page_size;
+    let total = private_at + private.len();
+    // Only memory the buffer never had is zeroed (then overwritten like the rest).
+    v.resize(total, 0);
+    let mut at = 0;
+    let mut put = |b: &[u8]| {
+        v[at..at + b.len()].copy_from_slice(b);
+        at += b.len();
+    };
+    put(MAGIC);
+    put(&node.to_le_bytes());
+    put(&epoch.to_le_bytes());
+    put(&(pages.len() as u32).to_le_bytes());
+    put(&(page_size as u32).to_le_bytes());
+    put(&(private.len() as u64).to_le_bytes());
+    put(&(homes.len() as u32).to_le_bytes());
     for h in homes {
-        v.extend_from_slice(&h.to_le_bytes());
+        put(&h.to_le_bytes());
     }
     for p in pages {
-        v.extend_from_slice(&p.to_le_bytes());
+        put(&p.to_le_bytes());
     }
-    let at = v.len();
-    v.resize(at + pages.len() * page_size, 0);
+    debug_assert_eq!(at, data_at);
     for (i, &p) in pages.iter().enumerate() {
-        let o = at + i * page_size;
+        let o = data_at + i * page_size;
         page(p, &mut v[o..o + page_size]);
     }
-    v.extend_from_slice(private);
+    v[private_at..].copy_from_slice(private);
 }
 
 /// A decoded image (borrowing its bytes): what a rollback or a takeover restores.
@@ -218,7 +226,7 @@ impl Contexts {
     }
 
     /// The memory of the context the next image goes into (not the newest complete one's),
-    /// emptied, to build the image in and `put` back.
+    /// to build the image in (`encode_into` overwrites all of it) and `put` back.
     pub fn take_spare(&mut self) -> Vec<u8> {
         let target = match self.newest_complete() {
             Some(i) => 1 - i,
@@ -226,9 +234,7 @@ impl Contexts {
         };
         let c = &mut self.ctx[target];
         c.complete = false;
-        let mut v = std::mem::take(&mut c.bytes);
-        v.clear();
-        v
+        std::mem::take(&mut c.bytes)
     }
 
     /// Stores a whole image at once (a node's own copy), its CRC-32C already computed.
@@ -289,6 +295,26 @@ mod tests {
             |_, d| d.copy_from_slice(&page),
             b"private",
         )
+    }
+
+    #[test]
+    fn an_image_built_in_reused_memory_is_the_same() {
+        let fresh = image(7, 0xaa);
+        for junk in [0usize, 10, fresh.len(), fresh.len() + 999] {
+            let mut v = vec![0xeeu8; junk];
+            let page = [0xaau8; 64];
+            encode_into(
+                &mut v,
+                3,
+                7,
+                &[0; 10],
+                &[5, 9],
+                64,
+                |_, d| d.copy_from_slice(&page),
+                b"private",
+            );
+            assert_eq!(v, fresh, "built over {junk} old bytes");
+        }
     }
 
     #[test]

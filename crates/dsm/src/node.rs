@@ -1265,7 +1265,7 @@ impl Inner {
         let gen = if handover { self.gen() } else { self.app_gen() };
         let (node, ep) = (self.owner(to), self.ends(to).req);
         let chunks = img.len().div_ceil(IMAGE_CHUNK);
-        let mut m = Vec::with_capacity(IMAGE_CHUNK + 64);
+        let mut head = Vec::with_capacity(64);
         for (i, chunk) in img.chunks(IMAGE_CHUNK).enumerate() {
             if i == chunks / 2 {
                 failpoint(if handover {
@@ -1274,16 +1274,17 @@ impl Inner {
                     "checkpoint-half"
                 });
             }
-            crate::wire::encode_image_chunk(
-                &mut m,
+            crate::wire::encode_image_chunk_head(
+                &mut head,
                 me,
                 gen,
                 handover,
                 epoch,
                 (i * IMAGE_CHUNK) as u64,
-                chunk,
+                chunk.len(),
             );
-            self.send_bytes(from, node, ep, &m)?;
+            // Gathered by MCAPI straight from the image into the buddy's ring or the socket.
+            self.send_slices(from, node, ep, &[&head, chunk])?;
         }
         let end = Msg::ImageEnd {
             handover,
@@ -1303,13 +1304,24 @@ impl Inner {
         ep: EndpointId,
         bytes: &[u8],
     ) -> std::result::Result<(), McapiError> {
+        self.send_slices(from, node, ep, &[bytes])
+    }
+
+    /// `send_bytes` of the concatenation of `slices`, as one message.
+    fn send_slices(
+        &self,
+        from: EndpointId,
+        node: u32,
+        ep: EndpointId,
+        slices: &[&[u8]],
+    ) -> std::result::Result<(), McapiError> {
         loop {
-            match self.mcapi.msg_send(from, ep, bytes, 0) {
+            match self.mcapi.msg_send_vectored(from, ep, slices, 0) {
                 Err(McapiError::Timeout) => {
                     tracing::debug!(
                         node = self.me(),
                         to = node,
-                        bytes = bytes.len(),
+                        bytes = slices.iter().map(|s| s.len()).sum::<usize>(),
                         "a send timed out on a full queue"
                     );
                     if let Ok(PeerState::Lost(why)) = self.mcapi.peer_state(node) {
@@ -1767,6 +1779,9 @@ impl Inner {
                 } else {
                     inner.image_chunk(&mut st.image_trouble, c.from, c.epoch, c.offset, c.data);
                 }
+                // Its bytes are in the context now: MCAPI reads a later chunk into this buffer
+                // (no fresh, page-faulted allocation per chunk).
+                inner.mcapi.recycle(b);
             }
             return true;
         }

@@ -230,6 +230,7 @@ impl<'a> Reader<'a> {
 }
 
 /// An `ImageChunk` straight from a slice of the image (no intermediate copy).
+#[cfg(test)]
 pub fn encode_image_chunk(
     buf: &mut Vec<u8>,
     from: u32,
@@ -238,6 +239,21 @@ pub fn encode_image_chunk(
     epoch: u64,
     offset: u64,
     data: &[u8],
+) {
+    encode_image_chunk_head(buf, from, gen, handover, epoch, offset, data.len());
+    buf.extend_from_slice(data);
+}
+
+/// The bytes of an image chunk that come before its `len` data bytes: the chunk is sent as
+/// this head and the data gathered from the image itself, without a copy into one buffer.
+pub fn encode_image_chunk_head(
+    buf: &mut Vec<u8>,
+    from: u32,
+    gen: u64,
+    handover: bool,
+    epoch: u64,
+    offset: u64,
+    len: usize,
 ) {
     buf.clear();
     let mut w = Writer(std::mem::take(buf));
@@ -250,7 +266,7 @@ pub fn encode_image_chunk(
     w.u64(gen);
     w.u64(epoch);
     w.u64(offset);
-    w.bytes(data);
+    w.u32(len as u32);
     *buf = w.0;
 }
 

@@ -11,9 +11,10 @@
 
 use crate::clock;
 use crate::error::{McapiError, PeerLoss, Result};
-use crate::frame::{Header, Kind, MAX_PAYLOAD, MIN_PRIORITY};
+use crate::frame::{Header, Kind, MAX_PAYLOAD, MAX_SLICES, MIN_PRIORITY};
 use crate::ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId, MAX_PORT};
 use crate::link::{Io, Link, LinkState};
+use crate::pool::BufPool;
 use crate::shm::{Pidfd, Segment};
 use crate::tcp::{self, Handshake, HsContext, Outcome};
 use crate::topology::Topology;
@@ -291,10 +292,22 @@ pub struct Engine {
     /// `clock::coarse_ms` of the last look for dead peers.
     last_liveness: u64,
     pub finalized: bool,
+    /// Reused payload buffers (received frames are read into them; receivers give them back).
+    pool: BufPool,
 }
 
 fn bad_payload_len(len: usize) -> u32 {
     len.min(u32::MAX as usize) as u32
+}
+
+/// The length of a gathered payload; at most `MAX_SLICES` slices.
+fn gathered_len(data: &[&[u8]]) -> Result<usize> {
+    if data.len() > MAX_SLICES {
+        return Err(McapiError::Parameter(
+            "a vectored send gathers at most MAX_SLICES (16) slices",
+        ));
+    }
+    Ok(data.iter().map(|d| d.len()).sum())
 }
 
 impl Engine {
@@ -322,6 +335,7 @@ impl Engine {
             no_direct_read: false,
             last_liveness: clock::coarse_ms(),
             finalized: false,
+            pool: BufPool::default(),
         }
     }
 
@@ -669,7 +683,7 @@ impl Engine {
         &mut self,
         dest: EndpointId,
         header: Header,
-        payload: &[u8],
+        payload: &[&[u8]],
         len: u64,
     ) -> Result<RequestId> {
         let size = len as usize;
@@ -681,16 +695,17 @@ impl Engine {
                 ..Default::default()
             });
         }
+        // The one copy of a send: its bytes wait with the request until the receiver has room.
         let r = self.alloc(ReqKind::Send {
             dest,
             header,
-            payload: payload.to_vec(),
+            payload: payload.concat(),
         })?;
         self.sends.entry(dest).or_default().blocked.push_back(r);
         Ok(r)
     }
 
-    fn transmit(&mut self, dest: EndpointId, header: Header, payload: &[u8], len: u64) {
+    fn transmit(&mut self, dest: EndpointId, header: Header, payload: &[&[u8]], len: u64) {
         let s = self.sends.entry(dest).or_default();
         s.out.entries += 1;
         s.out.bytes += len;
@@ -701,7 +716,7 @@ impl Engine {
                     width: header.flags,
                     value: header.b,
                 },
-                _ => Payload::Bytes(payload.to_vec()),
+                _ => Payload::Bytes(payload.concat()),
             };
             self.deliver(self.me, header, payload);
         } else {
@@ -753,7 +768,7 @@ impl Engine {
                     self.complete(r, Err(e));
                     continue;
                 }
-                self.transmit(dest, header, &payload, len);
+                self.transmit(dest, header, &[&payload], len);
                 self.complete(
                     r,
                     Ok(Completion {
@@ -787,11 +802,13 @@ impl Engine {
         Ok(())
     }
 
+    /// Sends the concatenation of `data`'s slices as one message (gathered by the transport:
+    /// one write to a ring, one sendmsg on a socket; no copy into one buffer first).
     pub fn msg_send_i(
         &mut self,
         from: EndpointId,
         to: EndpointId,
-        data: &[u8],
+        data: &[&[u8]],
         priority: u32,
     ) -> Result<RequestId> {
         if priority > u32::from(MIN_PRIORITY) {
@@ -799,9 +816,10 @@ impl Engine {
         }
         self.local(from)?;
         self.check_endpoint(to)?;
-        if data.len() > MAX_PAYLOAD {
+        let size = gathered_len(data)?;
+        if size > MAX_PAYLOAD {
             return Err(McapiError::MsgLimit {
-                size: data.len(),
+                size,
                 max: MAX_PAYLOAD,
             });
         }
@@ -814,11 +832,11 @@ impl Engine {
             src: from.port,
             dst: to.port,
             aux: 0,
-            len: bad_payload_len(data.len()),
+            len: bad_payload_len(size),
             a: 0,
             b: 0,
         };
-        self.send_data(to, h, data, data.len() as u64)
+        self.send_data(to, h, data, size as u64)
     }
 
     fn chan_of(&self, h: ChannelHandle) -> Result<&Chan> {
@@ -850,7 +868,7 @@ impl Engine {
         &mut self,
         h: ChannelHandle,
         header: Header,
-        data: &[u8],
+        data: &[&[u8]],
         len: u64,
     ) -> Result<RequestId> {
         let c = self.chan_of(h)?;
@@ -867,17 +885,19 @@ impl Engine {
         self.send_data(peer, header, data, len)
     }
 
-    pub fn pkt_send_i(&mut self, h: ChannelHandle, data: &[u8]) -> Result<RequestId> {
-        if data.len() > MAX_PAYLOAD {
+    /// Sends the concatenation of `data`'s slices as one packet (see `msg_send_i`).
+    pub fn pkt_send_i(&mut self, h: ChannelHandle, data: &[&[u8]]) -> Result<RequestId> {
+        let size = gathered_len(data)?;
+        if size > MAX_PAYLOAD {
             self.chan_of(h)?;
             return Err(McapiError::PktLimit {
-                size: data.len(),
+                size,
                 max: MAX_PAYLOAD,
             });
         }
         let mut header = Header::control(Kind::Pkt, 0, 0);
-        header.len = bad_payload_len(data.len());
-        self.chan_send(h, header, data, data.len() as u64)
+        header.len = bad_payload_len(size);
+        self.chan_send(h, header, data, size as u64)
     }
 
     pub fn scl_send_i(&mut self, h: ChannelHandle, width: u8, value: u64) -> Result<RequestId> {
@@ -997,6 +1017,69 @@ impl Engine {
             self.endpoints.insert(port, e);
             self.complete(r, Ok(c));
         }
+    }
+
+    /// Receive into the caller's buffer: the next message or packet queued at local `port`
+    /// (highest priority first) is copied into `buf`, and its buffer kept for reuse. `None`:
+    /// nothing to take yet (the caller waits); receive requests made earlier are served first.
+    /// A `buf` too small is `Truncated` and leaves the item queued, whole.
+    pub fn recv_into(&mut self, port: u16, buf: &mut [u8]) -> Option<Result<usize>> {
+        let Some(e) = self.endpoints.get_mut(&port) else {
+            return Some(Err(McapiError::EndpointInvalid(EndpointId::new(
+                self.me,
+                u32::from(port),
+            ))));
+        };
+        if !e.waiters.is_empty() {
+            return None;
+        }
+        match e.front() {
+            Some(Item {
+                payload: Payload::Bytes(b),
+                ..
+            }) => {
+                if b.len() > buf.len() {
+                    return Some(Err(McapiError::Truncated {
+                        size: b.len(),
+                        capacity: buf.len(),
+                    }));
+                }
+            }
+            Some(_) => return Some(Err(McapiError::Parameter("a scalar is queued here"))),
+            None => {
+                // Nothing queued: a closed or lost channel ends the wait.
+                let c = e.chan.as_ref()?;
+                let peer = c.peer;
+                if c.peer_closed {
+                    return Some(Err(McapiError::ChanNotOpen));
+                }
+                if let LinkState::Lost(why) = &self.links[peer.node as usize].state {
+                    if u32::from(peer.node) != self.me {
+                        return Some(Err(McapiError::Transmission {
+                            node: u32::from(peer.node),
+                            why: why.clone(),
+                        }));
+                    }
+                }
+                return None;
+            }
+        }
+        let mut e = self.endpoints.remove(&port).expect("exists");
+        let item = e.pop().expect("seen at the front");
+        let Payload::Bytes(b) = item.payload else {
+            unreachable!("seen as bytes")
+        };
+        let n = b.len();
+        buf[..n].copy_from_slice(&b);
+        self.credit_back(port, item.from, 1, n as u64, &mut e, false);
+        self.endpoints.insert(port, e);
+        self.pool.give(b);
+        Some(Ok(n))
+    }
+
+    /// Takes back a buffer that a receive handed out, to read a later payload into.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
 
     /// The application consumed (or dropped) `entries`/`bytes` that `from` sent to `port`.
@@ -1591,7 +1674,7 @@ impl Engine {
 
     /// Writes a frame to `node` (after the control frames deferred for it; `None`: only
     /// those), at once if nothing is queued before it, else queued.
-    fn write_frame(&mut self, node: u32, h: Option<&Header>, payload: &[u8]) {
+    fn write_frame(&mut self, node: u32, h: Option<&Header>, payload: &[&[u8]]) {
         let me = self.me;
         let link = &mut self.links[node as usize];
         if matches!(link.state, LinkState::Lost(_)) {
@@ -1600,10 +1683,14 @@ impl Engine {
         let hb = h.map(Header::encode);
         let hb: &[u8] = hb.as_ref().map_or(&[], |b| b);
         let deferred = std::mem::take(&mut link.deferred);
-        let bufs = [&deferred[..], hb, payload];
+        let mut slots: [&[u8]; MAX_SLICES + 2] = [&[]; MAX_SLICES + 2];
+        slots[0] = &deferred[..];
+        slots[1] = hb;
+        slots[2..2 + payload.len()].copy_from_slice(payload);
+        let bufs = &slots[..2 + payload.len()];
         if link.state == LinkState::Up && !link.has_out() {
-            match link.write_now(me, &bufs) {
-                Ok(n) => link.enqueue_after(&bufs, n),
+            match link.write_now(me, bufs) {
+                Ok(n) => link.enqueue_after(bufs, n),
                 Err(e) => {
                     let why = PeerLoss::Died;
                     tracing::warn!(node, "write to node {node} failed: {e}");
@@ -1611,7 +1698,7 @@ impl Engine {
                 }
             }
         } else {
-            link.enqueue_after(&bufs, 0);
+            link.enqueue_after(bufs, 0);
             if link.state == LinkState::Idle {
                 self.try_connect(node);
             }
@@ -1935,7 +2022,7 @@ impl Engine {
             if !readable {
                 continue;
             }
-            match link.fill(me, own.as_deref(), node) {
+            match link.fill(me, own.as_deref(), node, &mut self.pool) {
                 Ok(true) => {}
                 Ok(false) => {
                     self.drain_frames(node);
@@ -1962,7 +2049,7 @@ impl Engine {
 
     fn drain_frames(&mut self, node: u32) {
         loop {
-            match self.links[node as usize].next_frame() {
+            match self.links[node as usize].next_frame(&mut self.pool) {
                 Ok(Some((h, payload))) => self.dispatch(node, h, payload),
                 Ok(None) => return,
                 Err(e) => {
@@ -2261,7 +2348,7 @@ impl Engine {
                 };
                 let link = &mut self.links[node as usize];
                 if link.inbound {
-                    let _ = link.fill(self.me, own.as_deref(), node);
+                    let _ = link.fill(self.me, own.as_deref(), node, &mut self.pool);
                 }
                 self.drain_frames(node);
                 self.lose(node, PeerLoss::Died);

@@ -2,7 +2,8 @@
 //! parsed, and the transport underneath (a peer's shared-memory segment, or a TCP stream).
 
 use crate::error::PeerLoss;
-use crate::frame::{FrameError, Header, HEADER_LEN};
+use crate::frame::{FrameError, Header, HEADER_LEN, MAX_SLICES};
+use crate::pool::BufPool;
 use crate::shm::{Pidfd, Segment};
 use std::collections::VecDeque;
 use std::io;
@@ -49,8 +50,16 @@ pub struct Link {
     /// Bytes waiting to be written, in order.
     pub out: VecDeque<Vec<u8>>,
     pub out_off: usize,
+    /// TCP: bytes read and not yet parsed. Shared memory: the first bytes of a frame header
+    /// that was cut at the ring's fill level.
     pub inbuf: Vec<u8>,
     pub in_start: usize,
+    /// Shared memory: frames taken whole out of the ring, in order.
+    pub frames: VecDeque<(Header, Vec<u8>)>,
+    /// Shared memory: the frame whose payload is being read out of the ring.
+    pub partial: Option<(Header, Vec<u8>)>,
+    /// Shared memory: the ring held a header that does not decode (reported after `frames`).
+    pub bad: Option<FrameError>,
     /// Shared memory: our producer incarnation is accepted by the peer.
     pub accepted: bool,
     /// Shared memory: the peer's producer into our segment is accepted.
@@ -84,6 +93,9 @@ impl Link {
             out_off: 0,
             inbuf: Vec::new(),
             in_start: 0,
+            frames: VecDeque::new(),
+            partial: None,
+            bad: None,
             accepted: false,
             inbound: false,
             retry_at: Instant::now(),
@@ -187,7 +199,13 @@ impl Link {
     }
 
     /// Reads what the transport has for us into `inbuf`. Ok(false): end of stream.
-    pub fn fill(&mut self, me: u32, own: Option<&Segment>, from: u32) -> io::Result<bool> {
+    pub fn fill(
+        &mut self,
+        me: u32,
+        own: Option<&Segment>,
+        from: u32,
+        pool: &mut BufPool,
+    ) -> io::Result<bool> {
         let _ = me;
         match &mut self.io {
             Io::Tcp(s) => {
@@ -241,19 +259,8 @@ impl Link {
                 }
             }
             _ => {
-                if self.in_start > 0 && self.in_start * 2 >= self.inbuf.len() {
-                    self.inbuf.drain(..self.in_start);
-                    self.in_start = 0;
-                }
                 let Some(own) = own else { return Ok(true) };
-                let pending = own.pending(from) as usize;
-                if pending == 0 {
-                    return Ok(true);
-                }
-                let len = self.inbuf.len();
-                self.inbuf.resize(len + pending, 0);
-                let (n, producer_waits) = own.read(from, &mut self.inbuf[len..]);
-                self.inbuf.truncate(len + n);
+                let producer_waits = self.take_ring_frames(own, from, pool);
                 if producer_waits {
                     if let Io::Shm { peer, .. } = &self.io {
                         peer.ring_doorbell_force();
@@ -264,8 +271,61 @@ impl Link {
         }
     }
 
+    /// Shared memory: moves the frames in `from`'s ring of our segment into `frames`, each
+    /// payload copied once, straight into its own (pooled) buffer; a frame cut at the ring's
+    /// fill level stays in `partial` (header bytes in `inbuf`) until the rest comes. Returns
+    /// whether the producer waits for space.
+    fn take_ring_frames(&mut self, own: &Segment, from: u32, pool: &mut BufPool) -> bool {
+        let mut producer_waits = false;
+        while self.bad.is_none() {
+            if let Some((h, v)) = &mut self.partial {
+                let need = h.len as usize - v.len();
+                let (_, waits) = own.read_into_vec(from, v, need);
+                producer_waits |= waits;
+                if v.len() < h.len as usize {
+                    break;
+                }
+                let frame = self.partial.take().expect("just seen");
+                self.frames.push_back(frame);
+                continue;
+            }
+            if own.pending(from) == 0 {
+                break;
+            }
+            if self.inbuf.capacity() < HEADER_LEN {
+                self.inbuf.reserve(HEADER_LEN);
+            }
+            let need = HEADER_LEN - self.inbuf.len();
+            let (_, waits) = own.read_into_vec(from, &mut self.inbuf, need);
+            producer_waits |= waits;
+            if self.inbuf.len() < HEADER_LEN {
+                break;
+            }
+            let raw: &[u8; HEADER_LEN] = self.inbuf[..HEADER_LEN].try_into().expect("a header");
+            let decoded = Header::decode(raw);
+            self.inbuf.clear();
+            match decoded {
+                Ok(h) => self.partial = Some((h, pool.take(h.len as usize))),
+                Err(e) => self.bad = Some(e),
+            }
+        }
+        producer_waits
+    }
+
     /// The next complete frame in `inbuf`, if any.
-    pub fn next_frame(&mut self) -> Result<Option<(Header, Vec<u8>)>, FrameError> {
+    pub fn next_frame(
+        &mut self,
+        pool: &mut BufPool,
+    ) -> Result<Option<(Header, Vec<u8>)>, FrameError> {
+        if let Some(f) = self.frames.pop_front() {
+            return Ok(Some(f));
+        }
+        if let Some(e) = self.bad.take() {
+            return Err(e);
+        }
+        if !matches!(self.io, Io::Tcp(_)) {
+            return Ok(None);
+        }
         let avail = self.inbuf.len() - self.in_start;
         if avail < HEADER_LEN {
             return Ok(None);
@@ -279,7 +339,8 @@ impl Link {
             return Ok(None);
         }
         let p0 = self.in_start + HEADER_LEN;
-        let payload = self.inbuf[p0..p0 + h.len as usize].to_vec();
+        let mut payload = pool.take(h.len as usize);
+        payload.extend_from_slice(&self.inbuf[p0..p0 + h.len as usize]);
         self.in_start += total;
         if self.in_start == self.inbuf.len() {
             self.inbuf.clear();
@@ -297,6 +358,9 @@ impl Link {
         self.out_off = 0;
         self.inbuf.clear();
         self.in_start = 0;
+        self.frames.clear();
+        self.partial = None;
+        self.bad = None;
         self.accepted = false;
         self.inbound = false;
         self.readable = false;
@@ -311,12 +375,12 @@ fn send_vectored(fd: i32, bufs: &[&[u8]]) -> io::Result<usize> {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
     };
-    let mut iov = [empty; 3];
+    let mut iov = [empty; MAX_SLICES + 2];
     let mut n_iov = 0;
     for b in bufs.iter().filter(|b| !b.is_empty()) {
         assert!(
             n_iov < iov.len(),
-            "deferred control frames, a header and a payload"
+            "deferred control frames, a header and at most MAX_SLICES payload slices"
         );
         iov[n_iov] = libc::iovec {
             iov_base: b.as_ptr() as *mut libc::c_void,

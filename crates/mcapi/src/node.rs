@@ -448,7 +448,36 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<RequestId> {
+        self.with_lazy(|e| e.msg_send_i(from, to, &[data], priority))
+    }
+
+    /// `msg_send_i` of the concatenation of `data`'s slices (at most [`crate::MAX_SLICES`]),
+    /// sent as one message without gathering them into one buffer first: one write into the
+    /// peer's ring, one `sendmsg` on a socket. The slices are copied only if the send has to
+    /// wait for the receiver's queue.
+    pub fn msg_send_vectored_i(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[&[u8]],
+        priority: u32,
+    ) -> Result<RequestId> {
         self.with_lazy(|e| e.msg_send_i(from, to, data, priority))
+    }
+
+    /// `msg_send` of the concatenation of `data`'s slices (see `msg_send_vectored_i`).
+    pub fn msg_send_vectored(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[&[u8]],
+        priority: u32,
+    ) -> Result<()> {
+        let (r, t) = self.with_lazy(|e| {
+            let t = e.endpoint_timeout(from);
+            Ok((e.msg_send_i(from, to, data, priority)?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
     }
 
     /// Sends a message; waits while the receiver's queue is full (up to `from`'s timeout).
@@ -461,7 +490,7 @@ impl Node {
     ) -> Result<()> {
         let (r, t) = self.with_lazy(|e| {
             let t = e.endpoint_timeout(from);
-            Ok((e.msg_send_i(from, to, data, priority)?, t))
+            Ok((e.msg_send_i(from, to, &[data], priority)?, t))
         })?;
         self.wait_or_cancel(r, t).map(|_| ())
     }
@@ -477,6 +506,28 @@ impl Node {
             Ok((e.msg_recv_i(ep)?, t))
         })?;
         Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
+    }
+
+    /// Receives the next message (highest priority first) into `buf`, waiting up to `ep`'s
+    /// timeout; returns its length. A message longer than `buf` is `Truncated` (status
+    /// `MCAPI_ERR_MSG_TRUNCATED`) and stays queued, whole, for a receive with a larger
+    /// buffer. Receive requests made before (`msg_recv_i`) are served first.
+    pub fn msg_recv_into(&self, ep: EndpointId, buf: &mut [u8]) -> Result<usize> {
+        let t = self.with_lazy(|e| {
+            e.check_local(ep)?;
+            Ok(e.endpoint_timeout(ep))
+        })?;
+        let port = ep.port;
+        self.wait_until(t, |e| e.recv_into(port, buf))
+    }
+
+    /// Gives back a buffer that `msg_recv`, `pktchan_recv` or a completed receive request
+    /// handed out, once its bytes are used: later large messages and packets are read into it
+    /// instead of into freshly allocated (and page-faulted) memory.
+    pub fn recycle(&self, buf: Vec<u8>) {
+        if let Ok(mut g) = self.lock() {
+            g.recycle(buf);
+        }
     }
 
     pub fn msg_available(&self, ep: EndpointId) -> Result<usize> {
@@ -514,7 +565,25 @@ impl Node {
     }
 
     pub fn pktchan_send_i(&self, h: ChannelHandle, data: &[u8]) -> Result<RequestId> {
+        self.with_lazy(|e| e.pkt_send_i(h, &[data]))
+    }
+
+    /// `pktchan_send_i` of the concatenation of `data`'s slices as one packet (see
+    /// `msg_send_vectored_i`).
+    pub fn pktchan_send_vectored_i(&self, h: ChannelHandle, data: &[&[u8]]) -> Result<RequestId> {
         self.with_lazy(|e| e.pkt_send_i(h, data))
+    }
+
+    /// `pktchan_send` of the concatenation of `data`'s slices as one packet.
+    pub fn pktchan_send_vectored(&self, h: ChannelHandle, data: &[&[u8]]) -> Result<()> {
+        let (r, t) = self.with_lazy(|e| {
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
+            Ok((e.pkt_send_i(h, data)?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
     }
 
     pub fn pktchan_send(&self, h: ChannelHandle, data: &[u8]) -> Result<()> {
@@ -523,7 +592,7 @@ impl Node {
                 .handle_endpoint(h)
                 .ok()
                 .and_then(|ep| e.endpoint_timeout(ep));
-            Ok((e.pkt_send_i(h, data)?, t))
+            Ok((e.pkt_send_i(h, &[data])?, t))
         })?;
         self.wait_or_cancel(r, t).map(|_| ())
     }
@@ -541,6 +610,22 @@ impl Node {
             Ok((e.chan_recv_i(h, None)?, t))
         })?;
         Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
+    }
+
+    /// Receives the next packet into `buf`, waiting up to the endpoint's timeout; returns its
+    /// length. A packet longer than `buf` is `Truncated` and stays queued, whole.
+    pub fn pktchan_recv_into(&self, h: ChannelHandle, buf: &mut [u8]) -> Result<usize> {
+        let (port, t) = self.with_lazy(|e| {
+            let ep = e.handle_endpoint(h)?;
+            if h.kind != ChanKind::Packet {
+                return Err(McapiError::ChanType(ep));
+            }
+            Ok((ep.port, e.endpoint_timeout(ep)))
+        })?;
+        self.wait_until(t, |e| match e.handle_endpoint(h) {
+            Err(err) => Some(Err(err)),
+            Ok(_) => e.recv_into(port, buf),
+        })
     }
 
     pub fn chan_available(&self, h: ChannelHandle) -> Result<usize> {
