@@ -42,37 +42,67 @@ impl Server {
         Server { child, addr }
     }
 
-    /// The real memcached on a free port, if installed.
+    /// The real memcached on a free port; None if it is not installed.
+    ///
+    /// The port is found by binding port 0 and letting it go, so another process (a
+    /// `kioku-cache -p 0` of a test running beside this one) may take it first: then memcached
+    /// exits and the probe would reach the other server. So the server that answers must be
+    /// this memcached (alive, and its `version` is not kioku's); otherwise try another port.
     pub fn memcached(args: &[&str]) -> Option<Server> {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
-            l.local_addr().ok()?.port()
-        };
-        let child = Command::new("memcached")
-            .args([
-                "-U",
-                "0",
-                "-l",
-                "127.0.0.1",
-                "-u",
-                "root",
-                "-p",
-                &port.to_string(),
-            ])
-            .args(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let start = Instant::now();
-        while TcpStream::connect(addr).is_err() {
-            if start.elapsed() > Duration::from_secs(5) {
-                return None;
+        for _ in 0..5 {
+            let port = {
+                let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+                l.local_addr().ok()?.port()
+            };
+            let mut child = match Command::new("memcached")
+                .args([
+                    "-U",
+                    "0",
+                    "-l",
+                    "127.0.0.1",
+                    "-u",
+                    "root",
+                    "-p",
+                    &port.to_string(),
+                ])
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+            {
+                Ok(c) => c,
+                Err(_) => return None,
+            };
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let start = Instant::now();
+            let ours = loop {
+                if child.try_wait().ok().flatten().is_some() {
+                    break false;
+                }
+                if let Ok(mut stream) = TcpStream::connect(addr) {
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut reply = [0u8; 128];
+                    let n = stream
+                        .write_all(b"version\r\n")
+                        .and_then(|_| stream.read(&mut reply))
+                        .unwrap_or(0);
+                    let v = String::from_utf8_lossy(&reply[..n]);
+                    break v.starts_with("VERSION ")
+                        && !v.contains("kioku")
+                        && child.try_wait().ok().flatten().is_none();
+                }
+                if start.elapsed() > Duration::from_secs(5) {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            if ours {
+                return Some(Server { child, addr });
             }
-            std::thread::sleep(Duration::from_millis(20));
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        Some(Server { child, addr })
+        panic!("memcached is installed but did not start on any of 5 free ports");
     }
 
     pub fn client(&self) -> Client {
