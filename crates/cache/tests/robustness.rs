@@ -217,6 +217,21 @@ fn ten_thousand_idle_connections_and_the_connection_limit() {
     let mut c = server.client();
     assert_eq!(c.set("k", 0, 0, b"v"), "STORED");
     assert_eq!(c.get("k"), Some((b"v".to_vec(), 0)));
+    // Wait until the server has accepted them all: 10,000 connections made at once overflow
+    // the listen backlog on a loaded machine, and a connection whose handshake the server
+    // dropped is accepted only after the kernel's SYN-ACK retries (seconds, doubling).
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let current = curr_connections(&mut c);
+        if current >= 10_001 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server accepted only {current} of 10,001 connections in 120 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // Over the limit: an error line, then closed.
     let extra: Vec<TcpStream> = (0..60)
         .map(|_| TcpStream::connect(server.addr).unwrap())
@@ -230,4 +245,20 @@ fn ten_thousand_idle_connections_and_the_connection_limit() {
     drop(idle);
     let mut again = Client::connect(server.addr);
     assert_eq!(again.get("k"), Some((b"v".to_vec(), 0)));
+}
+
+/// The server's `curr_connections` statistic.
+fn curr_connections(c: &mut Client) -> u64 {
+    c.send(b"stats\r\n");
+    let mut current = None;
+    loop {
+        let line = c.line();
+        if line == "END" {
+            break;
+        }
+        if let Some(v) = line.strip_prefix("STAT curr_connections ") {
+            current = v.trim().parse().ok();
+        }
+    }
+    current.expect("stats has curr_connections")
 }
