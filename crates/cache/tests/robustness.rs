@@ -227,7 +227,7 @@ fn ten_thousand_idle_connections_and_the_connection_limit() {
     // dropped is accepted only after the kernel's SYN-ACK retries (seconds, doubling).
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
-        let current = curr_connections(&mut c);
+        let current = c.stat("curr_connections");
         if current >= 10_001 {
             break;
         }
@@ -250,20 +250,4 @@ fn ten_thousand_idle_connections_and_the_connection_limit() {
     drop(idle);
     let mut again = Client::connect(server.addr);
     assert_eq!(again.get("k"), Some((b"v".to_vec(), 0)));
-}
-
-/// The server's `curr_connections` statistic.
-fn curr_connections(c: &mut Client) -> u64 {
-    c.send(b"stats\r\n");
-    let mut current = None;
-    loop {
-        let line = c.line();
-        if line == "END" {
-            break;
-        }
-        if let Some(v) = line.strip_prefix("STAT curr_connections ") {
-            current = v.trim().parse().ok();
-        }
-    }
-    current.expect("stats has curr_connections")
 }

@@ -12,21 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::{Client, Server};
 
-fn stat(c: &mut Client, name: &str) -> u64 {
-    c.send(b"stats\r\n");
-    let mut v = None;
-    loop {
-        let l = c.line();
-        if l == "END" {
-            break;
-        }
-        if let Some(x) = l.strip_prefix(&format!("STAT {name} ")) {
-            v = x.parse().ok();
-        }
-    }
-    v.unwrap_or_else(|| panic!("no stat {name}"))
-}
-
 fn start(pool: &Path) -> Server {
     Server::start(&[
         "-m",
@@ -106,14 +91,14 @@ fn sigkill_under_load_restarts_with_the_last_checkpoint() {
         .collect();
     std::thread::sleep(Duration::from_millis(300));
     let t0 = Instant::now();
-    let epoch = stat(&mut c, "checkpoint_epoch");
+    let epoch = c.stat("checkpoint_epoch");
     signal(&server, libc::SIGUSR1);
-    while stat(&mut c, "checkpoint_epoch") == epoch {
+    while c.stat("checkpoint_epoch") == epoch {
         std::thread::sleep(Duration::from_millis(5));
     }
     let t1 = Instant::now();
     assert_eq!(
-        stat(&mut c, "evictions"),
+        c.stat("evictions"),
         0,
         "the load fits in -m: every item must survive"
     );
@@ -205,7 +190,7 @@ fn sigkill_under_load_restarts_with_the_last_checkpoint() {
     assert_eq!(c.line(), "STORED");
     c.send(format!("cas long 8 100 3 {unique}\r\nold\r\n").as_bytes());
     assert_eq!(c.line(), "EXISTS");
-    assert!(stat(&mut c, "restored_items") as usize >= checked);
+    assert!(c.stat("restored_items") as usize >= checked);
 }
 
 #[test]
@@ -280,7 +265,7 @@ fn kioku_checkpoint_requests_by_pool_and_by_pid_are_answered_once_durable() {
         .expect("a checkpoint by --pool");
     let v: serde_json::Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(v["epoch"], 1, "{answer}");
-    assert_eq!(stat(&mut c, "checkpoint_epoch"), 1);
+    assert_eq!(c.stat("checkpoint_epoch"), 1);
     assert_eq!(c.set("k2", 0, 0, b"later"), "STORED");
     let answer = request_checkpoint(
         Target::Pid(server.child.id() as i32),

@@ -140,6 +140,22 @@ impl Client {
         self.stream.write_all(bytes).expect("send");
     }
 
+    /// The numeric statistic `name` of `stats`.
+    pub fn stat(&mut self, name: &str) -> u64 {
+        self.send(b"stats\r\n");
+        let mut v = None;
+        loop {
+            let l = self.line();
+            if l == "END" {
+                break;
+            }
+            if let Some(x) = l.strip_prefix(&format!("STAT {name} ")) {
+                v = x.trim().parse().ok();
+            }
+        }
+        v.unwrap_or_else(|| panic!("no stat {name}"))
+    }
+
     /// One line, without its `\r\n`.
     pub fn line(&mut self) -> String {
         loop {
