@@ -63,6 +63,14 @@ pub struct EngineOptions {
     /// can rebuild it from elsewhere (the group library, from its parity). Without this,
     /// recovery fails with [`CkptError::ContextDamaged`] naming the page.
     pub keep_damaged_pages: bool,
+    /// Recover without reading the pages: the regions are mapped on the other context (not
+    /// yet equal to the valid one) and [`Engine::committed`] gives the valid context's bytes,
+    /// unverified — the caller verifies each page it uses against [`Engine::page_checksums`].
+    /// Verifying every page, making the other context equal and committing happen in
+    /// [`Engine::finish_recovery`], which must run before the regions are read or written
+    /// through their mapping (the next checkpoint runs it first). Until then the pool is as it
+    /// was: a crash recovers the same checkpoint again.
+    pub lazy_recovery: bool,
 }
 
 /// A pool's last commit, read without changing the pool ([`commit_state`]).
@@ -319,6 +327,17 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// checkpoint, so that it can be rolled back).
     committed_meta: (u64, u32),
     prepared: Option<Prepared>,
+    /// A recovery whose verification, sync of the other context and commit wait for
+    /// [`Engine::finish_recovery`] (`EngineOptions::lazy_recovery`).
+    lazy: Option<LazyRecovery>,
+}
+
+/// What [`Engine::finish_recovery`] needs of a lazy recovery.
+struct LazyRecovery {
+    meta_bytes: Vec<u8>,
+    meta_crc: u32,
+    meta_damaged: [bool; 2],
+    keep_damaged_pages: bool,
 }
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
@@ -448,6 +467,7 @@ impl<S: AddressSpace> Engine<S> {
             adaptive: true,
             committed_meta: (0, 0),
             prepared: None,
+            lazy: None,
         })
     }
 
@@ -538,65 +558,29 @@ impl<S: AddressSpace> Engine<S> {
                 ),
             });
         }
-        // The pages: the valid context's, each that fails its checksum repaired from the other
-        // context when that holds the same page intact (right after a checkpoint it is a
-        // complete copy; later, every page the program did not write since).
         let source = valid;
-        let mut repaired_pages = 0u64;
-        let mut damaged = Vec::new();
-        for bad in bad_pages(&pool, &meta, valid, usize::MAX) {
-            let name = meta.regions[bad.region].name.clone();
-            if !bad.copy_ok {
-                if !opts.keep_damaged_pages {
-                    return Err(CkptError::ContextDamaged {
-                        epoch,
-                        region: name,
-                        page: bad.page,
-                    });
-                }
-                damaged.push((name, bad.page));
-                continue;
-            }
-            let id = meta.regions[bad.region].id;
-            let (Some(src), Some(dst)) = (
-                pool.section(&section_name(id, 1 - valid)).map(|s| s.offset),
-                pool.section(&section_name(id, valid)).map(|s| s.offset),
-            ) else {
-                return Err(CkptError::ContextDamaged {
-                    epoch,
-                    region: name,
-                    page: bad.page,
-                });
-            };
-            let at = bad.page * page;
-            let copy = pool.bytes(src + at, page).to_vec();
-            pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
-            pool.flush(dst + at, page)?;
-            repaired_pages += 1;
-        }
-        if repaired_pages > 0 {
-            tracing::warn!(
-                epoch,
-                pages = repaired_pages,
-                "valid context damaged; pages repaired from the other context"
-            );
-        }
-        let used_copy = repaired_pages > 0;
         let target = 1 - source;
-        let pages_synced = sync_context(&mut pool, &meta.regions, page, source, target, None)?;
-        for ctx in [source, target] {
-            if ctx == target || meta_damaged[ctx] {
-                write_meta(&mut pool, ctx, &meta_bytes)?;
-            }
-        }
-        drop_foreign_sections(&mut pool, &meta)?;
-        pool.commit(&roots(
-            source,
-            target,
-            epoch,
-            &meta_bytes,
-            r[root::META_CRC] as u32,
-        ))?;
+        let meta_crc = r[root::META_CRC] as u32;
+        let (repaired_pages, damaged, pages_synced) = if opts.lazy_recovery {
+            // The other context gets its sections (copying nothing) so that it can be mapped;
+            // verifying, syncing and committing wait for `finish_recovery`. Until then the pool
+            // holds what it held: a crash recovers the same checkpoint again.
+            sync_context(&mut pool, &meta.regions, page, source, target, Some(&[]))?;
+            (0, vec![], 0)
+        } else {
+            let (repaired, damaged) = settle_valid_context(&mut pool, &meta, source, epoch, opts)?;
+            let synced = sync_and_commit(
+                &mut pool,
+                &meta,
+                &meta_bytes,
+                (source, target),
+                epoch,
+                meta_crc,
+                meta_damaged,
+            )?;
+            (repaired, damaged, synced)
+        };
+        let used_copy = repaired_pages > 0;
 
         let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
         if !space.relocatable() {
@@ -611,6 +595,14 @@ impl<S: AddressSpace> Engine<S> {
         }
         let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
         engine.committed_meta = (meta_bytes.len() as u64, r[root::META_CRC] as u32);
+        if opts.lazy_recovery {
+            engine.lazy = Some(LazyRecovery {
+                meta_bytes: meta_bytes.clone(),
+                meta_crc,
+                meta_damaged,
+                keep_damaged_pages: opts.keep_damaged_pages,
+            });
+        }
         for (mut rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
             let want = (!engine.space.relocatable()).then_some(rec.addr);
             rec.addr = engine
@@ -630,6 +622,55 @@ impl<S: AddressSpace> Engine<S> {
             pages_synced,
         };
         Ok((engine, recovered))
+    }
+
+    /// Completes a recovery made with `EngineOptions::lazy_recovery`: verifies every page of
+    /// the valid context (repairing from the other one as a full recovery does), makes the
+    /// other context — the regions' mapping — equal to it, and commits. Nothing to do after a
+    /// full recovery. Returns the pages copied into the other context.
+    pub fn finish_recovery(&mut self) -> Result<u64> {
+        let Some(lazy) = self.lazy.take() else {
+            return Ok(0);
+        };
+        let meta = ContextMeta::decode(&lazy.meta_bytes)
+            .map_err(|detail| CkptError::NotACheckpoint { detail })?;
+        let target = self.running;
+        let source = 1 - target;
+        let opts = EngineOptions {
+            keep_damaged_pages: lazy.keep_damaged_pages,
+            ..Default::default()
+        };
+        let (repaired, _) = settle_valid_context(&mut self.pool, &meta, source, self.epoch, &opts)?;
+        let synced = sync_and_commit(
+            &mut self.pool,
+            &meta,
+            &lazy.meta_bytes,
+            (source, target),
+            self.epoch,
+            lazy.meta_crc,
+            lazy.meta_damaged,
+        )?;
+        tracing::debug!(repaired, synced, "lazy recovery finished");
+        Ok(synced)
+    }
+
+    /// Where region `name`'s pages lie in the pool: the offsets of its section in the valid
+    /// context and in the other (running) one — for a caller that maps them itself (a lazy
+    /// restore's filler). `None` for an unknown region, or while a checkpoint is prepared.
+    pub fn context_offsets(&self, name: &str) -> Option<(u64, u64)> {
+        let i = self.regions.iter().position(|r| r.rec.name == name)?;
+        if self.prepared.is_some() {
+            return None;
+        }
+        let id = self.regions[i].rec.id;
+        let valid = self.pool.section(&section_name(id, 1 - self.running))?;
+        let other = self.pool.section(&section_name(id, self.running))?;
+        Some((valid.offset, other.offset))
+    }
+
+    /// Whether a lazy recovery awaits [`Engine::finish_recovery`].
+    pub fn recovery_pending(&self) -> bool {
+        self.lazy.is_some()
     }
 
     /// Allows (default) or forbids switching regions written nearly whole in every epoch to
@@ -1028,6 +1069,8 @@ impl<S: AddressSpace> Engine<S> {
     /// recovery with [`EngineOptions::rollback_prepared`] can still return to it. A group of
     /// processes prepares everywhere, agrees, then finishes.
     pub fn prepare(&mut self, metadata: &[u8]) -> Result<()> {
+        // A lazy recovery's other context becomes the running one's copy first.
+        self.finish_recovery()?;
         if self.prepared.is_some() {
             return Err(CkptError::OutOfOrder {
                 detail: "a prepared checkpoint is not finished",
@@ -1270,6 +1313,84 @@ fn read_meta(pool: &Pool, ctx: usize, len: u64, crc: u64) -> Option<Vec<u8>> {
     }
     let b = pool.bytes(sec.offset, len);
     (crc32c::crc32c(b) as u64 == crc).then(|| b.to_vec())
+}
+
+/// Verifies every page of the valid context `valid` against the metadata's checksums, repairing
+/// each that fails from the other context when that holds the same page intact (right after a
+/// checkpoint it is a complete copy; later, every page the program did not write since).
+/// Returns the pages repaired and (with `keep_damaged_pages`) those left damaged.
+fn settle_valid_context(
+    pool: &mut Pool,
+    meta: &ContextMeta,
+    valid: usize,
+    epoch: u64,
+    opts: &EngineOptions,
+) -> Result<(u64, Vec<(String, u64)>)> {
+    let page = meta.page_size as u64;
+    let mut repaired_pages = 0u64;
+    let mut damaged = Vec::new();
+    for bad in bad_pages(pool, meta, valid, usize::MAX) {
+        let name = meta.regions[bad.region].name.clone();
+        if !bad.copy_ok {
+            if !opts.keep_damaged_pages {
+                return Err(CkptError::ContextDamaged {
+                    epoch,
+                    region: name,
+                    page: bad.page,
+                });
+            }
+            damaged.push((name, bad.page));
+            continue;
+        }
+        let id = meta.regions[bad.region].id;
+        let (Some(src), Some(dst)) = (
+            pool.section(&section_name(id, 1 - valid)).map(|s| s.offset),
+            pool.section(&section_name(id, valid)).map(|s| s.offset),
+        ) else {
+            return Err(CkptError::ContextDamaged {
+                epoch,
+                region: name,
+                page: bad.page,
+            });
+        };
+        let at = bad.page * page;
+        let copy = pool.bytes(src + at, page).to_vec();
+        pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
+        pool.flush(dst + at, page)?;
+        repaired_pages += 1;
+    }
+    if repaired_pages > 0 {
+        tracing::warn!(
+            epoch,
+            pages = repaired_pages,
+            "valid context damaged; pages repaired from the other context"
+        );
+    }
+    Ok((repaired_pages, damaged))
+}
+
+/// The end of a recovery: the other context made equal to the valid one (`ctxs`: valid,
+/// other), the metadata written where it is missing or damaged, stale sections dropped, and
+/// the roots committed. Returns the pages copied.
+fn sync_and_commit(
+    pool: &mut Pool,
+    meta: &ContextMeta,
+    meta_bytes: &[u8],
+    (source, target): (usize, usize),
+    epoch: u64,
+    meta_crc: u32,
+    meta_damaged: [bool; 2],
+) -> Result<u64> {
+    let page = meta.page_size as u64;
+    let pages_synced = sync_context(pool, &meta.regions, page, source, target, None)?;
+    for ctx in [source, target] {
+        if ctx == target || meta_damaged[ctx] {
+            write_meta(pool, ctx, meta_bytes)?;
+        }
+    }
+    drop_foreign_sections(pool, meta)?;
+    pool.commit(&roots(source, target, epoch, meta_bytes, meta_crc))?;
+    Ok(pages_synced)
 }
 
 /// A page of the valid context that fails its checksum.

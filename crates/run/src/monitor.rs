@@ -165,6 +165,8 @@ impl Monitor {
         let Some(cap) = self.capturer.as_mut() else {
             return Ok(Outcome::None);
         };
+        // A restore by mapping completes while the tree runs, not in its stop.
+        cap.finish_restore()?;
         let mut t0 = Instant::now();
         self.tree.stop_all()?;
         let pids: Vec<i32> = self.tree.processes().iter().map(|p| p.pid()).collect();

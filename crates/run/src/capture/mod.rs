@@ -109,6 +109,9 @@ pub struct Capturer {
     escalated: std::collections::HashSet<i32>,
     last: Option<TreeImage>,
     recent: Vec<EpochStat>,
+    /// A restore by mapping still filling (or serving events): the next checkpoint waits for
+    /// it first ([`Capturer::finish_restore`]).
+    lazy: Option<crate::restore::lazy::LazyFill>,
 }
 
 /// What the capture of descriptors asks of the rest: the journal's stash, shared memory.
@@ -163,6 +166,7 @@ impl Capturer {
             escalated: Default::default(),
             last: None,
             recent: vec![],
+            lazy: None,
         };
         c.sync_processes(tree)?;
         Ok(c)
@@ -178,6 +182,7 @@ impl Capturer {
         journal: Option<Journal>,
         escalated: std::collections::HashSet<i32>,
         image: &TreeImage,
+        lazy: Option<crate::restore::lazy::LazyFill>,
     ) -> Capturer {
         Capturer {
             engine,
@@ -193,7 +198,24 @@ impl Capturer {
             escalated,
             last: Some(image.clone()),
             recent: image.recent.clone(),
+            lazy,
         }
+    }
+
+    /// After a restore by mapping: waits until every page is in, tells each process's capture
+    /// what the program dropped meanwhile, and completes the engine's recovery (verifying the
+    /// pool, syncing its other context). Call while the tree runs, before a checkpoint stops
+    /// it; checkpoints call it too. Fails when a damaged page killed the tree.
+    pub fn finish_restore(&mut self) -> Result<()> {
+        if let Some(lazy) = self.lazy.as_mut().filter(|l| !l.filled()) {
+            for (pid, dropped) in lazy.wait_filled()? {
+                if let Some(pc) = self.procs.get_mut(&pid) {
+                    pc.restored_populated(&dropped)?;
+                }
+            }
+        }
+        self.engine.finish_recovery()?;
+        Ok(())
     }
 
     /// Whether the tree's file changes are journaled.
@@ -379,6 +401,7 @@ impl Capturer {
     /// it to be copied by [`Capturer::precopy`] while the tree runs (pages written meanwhile
     /// are found written at the capture). `None`: nothing worth it.
     pub fn prepare(&mut self, tree: &Tree) -> Result<Option<Precopies>> {
+        self.finish_restore()?;
         self.survey(tree)?;
         let mut st = Store {
             engine: &mut self.engine,
@@ -575,6 +598,7 @@ impl Capturer {
             return Ok(());
         };
         image.finished = Some(how);
+        self.finish_restore()?;
         self.engine.checkpoint(&image.encode())?;
         Ok(())
     }

@@ -148,8 +148,32 @@ impl ProcessCapture {
     /// Starts checkpointing stopped process `tracee` (`image_pid`: its id in the namespace),
     /// whose captured areas are `areas` (empty for a process new to the pool).
     pub fn new(tracee: &Tracee, image_pid: i32, areas: Vec<AreaState>) -> Result<ProcessCapture> {
-        let pid = tracee.pid();
         let tracker = kioku_proc::tracker_for(tracee)?;
+        Self::with_tracker(tracee, image_pid, areas, tracker)
+    }
+
+    /// [`ProcessCapture::new`] tracking through `uffd`, a userfaultfd of the process set up
+    /// already (a restore by mapping's, which must be the one tracking writes: a range is
+    /// registered with one userfaultfd only).
+    pub(crate) fn with_uffd(
+        tracee: &Tracee,
+        image_pid: i32,
+        areas: Vec<AreaState>,
+        uffd: std::os::fd::OwnedFd,
+    ) -> Result<ProcessCapture> {
+        let tracker = kioku_track::Tracker::builder()
+            .process(tracee.pid(), uffd)
+            .build()?;
+        Self::with_tracker(tracee, image_pid, areas, tracker)
+    }
+
+    fn with_tracker(
+        tracee: &Tracee,
+        image_pid: i32,
+        areas: Vec<AreaState>,
+        tracker: kioku_track::Tracker,
+    ) -> Result<ProcessCapture> {
+        let pid = tracee.pid();
         if tracker.backend() != kioku_track::BackendKind::UffdPagemapScan {
             return Err(RunError::Unsupported {
                 what: "the kernel lacks userfaultfd async write-protect or PAGEMAP_SCAN (Linux ≥ 6.7); no way to find the pages another process wrote".into(),
@@ -198,6 +222,20 @@ impl ProcessCapture {
         }
         self.shared_vmas = shared;
         let mut pop = Vec::new();
+        for a in &self.areas {
+            self.query
+                .scan(PageRange::new(a.start, a.end), Query::populated(), &mut pop)?;
+        }
+        normalize(&mut pop);
+        self.populated = pop;
+        Ok(())
+    }
+
+    /// After a restore by mapping filled every page: the pages populated as of the checkpoint
+    /// are those present now plus `dropped`, which the program dropped before they were filled
+    /// (so the next capture finds those zero, as the program reads them).
+    pub fn restored_populated(&mut self, dropped: &[PageRange]) -> Result<()> {
+        let mut pop = dropped.to_vec();
         for a in &self.areas {
             self.query
                 .scan(PageRange::new(a.start, a.end), Query::populated(), &mut pop)?;

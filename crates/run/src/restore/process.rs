@@ -7,11 +7,12 @@
 //! all by system calls injected into it.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
 use kioku_ckpt::Engine;
 use kioku_proc::{MapKind, Namespace, ThreadState, Tracee};
+use kioku_track::PageRange;
 
 use crate::capture::vdso_crc;
 use crate::error::{Result, RunError};
@@ -20,6 +21,8 @@ use crate::image::{unhex, Backing, ProcessImage, Vma};
 use crate::remote::{Remote, TracedRemote};
 use crate::shadow::ShadowSpace;
 use crate::sys;
+
+use super::lazy::{self, LazyFill, ProcSetup, Source};
 
 const ERESTARTSYS: i64 = 512;
 const ERESTARTNOINTR: i64 = 513;
@@ -40,22 +43,51 @@ pub(crate) struct Rebuild<'a> {
     pub fds: &'a FdTable,
     /// The threads as created (monitor's ids, in image order).
     pub tids: Vec<i32>,
+    /// Restore private anonymous memory by mapping (filled on first touch and in the
+    /// background by this fill) rather than writing it in.
+    pub lazy: Option<&'a LazyFill>,
+    /// Once handed to the fill: a duplicate of the process's userfaultfd and its lazy ranges.
+    pub lazy_ranges: Option<(OwnedFd, Vec<PageRange>)>,
 }
 
 /// Rebuilds the process's memory and what comes before its descriptors (left stopped, its
-/// inherited descriptors closed); the bytes written into it.
-pub(crate) fn rebuild_memory(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Result<u64> {
+/// inherited descriptors closed); the bytes written into it and the bytes left to the lazy
+/// fill.
+pub(crate) fn rebuild_memory(
+    r: &mut Rebuild<'_>,
+    engine: &Engine<ShadowSpace>,
+) -> Result<(u64, u64)> {
     let t0 = std::time::Instant::now();
     r.move_channel()?;
     r.specials()?;
     r.mappings()?;
+    if let Some(fill) = r.lazy {
+        if let Some(setup) = r.setup_lazy(engine)? {
+            // Handed over at once: from here on the monitor's own accesses (an injected call's
+            // bytes on the stack) may touch memory not filled yet.
+            let fd = setup
+                .uffd
+                .try_clone()
+                .map_err(|e| RunError::io("duplicating a userfaultfd", e))?;
+            let ranges = setup.ranges.iter().map(|(r, _)| *r).collect();
+            fill.add(setup);
+            r.lazy_ranges = Some((fd, ranges));
+        }
+    }
     let t_map = t0.elapsed();
     let written = r.contents(engine)?;
+    let lazy: u64 = r
+        .lazy_ranges
+        .iter()
+        .flat_map(|(_, v)| v)
+        .map(|range| range.len() as u64)
+        .sum();
     tracing::debug!(
         pid = r.image.pid,
         layout_ms = t_map.as_secs_f64() * 1e3,
         contents_ms = (t0.elapsed() - t_map).as_secs_f64() * 1e3,
         written,
+        lazy,
         "memory rebuilt"
     );
     r.protections()?;
@@ -64,7 +96,7 @@ pub(crate) fn rebuild_memory(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) 
     let keep: Vec<i32> = r.channel.map(|(c, _)| c).into_iter().collect();
     crate::fds::close_unlisted(r.fds, r.image.pid, &r.remote(), &keep)?;
     r.sigactions()?;
-    Ok(written)
+    Ok((written, lazy))
 }
 
 /// After the tree's descriptors are in place: the threads (with their ids), their kernel state
@@ -316,7 +348,141 @@ impl Rebuild<'_> {
         Ok(())
     }
 
-    /// Writes the captured pages that differ from what the fresh mapping shows.
+    /// Registers the captured private anonymous mappings with a userfaultfd of the process for
+    /// the lazy fill (`None`: the kernel or the process's rights do not allow it — such as a
+    /// userfaultfd that handles faults in the kernel's own accesses — so pages are written in).
+    fn setup_lazy(&mut self, engine: &Engine<ShadowSpace>) -> Result<Option<ProcSetup>> {
+        let (t, tid) = (self.t, self.tid);
+        let ps = kioku_track::page_size();
+        let remote = match t.userfaultfd(tid, libc::O_CLOEXEC | libc::O_NONBLOCK) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::info!(
+                    "restoring by writing pages in: no userfaultfd for process {} ({e})",
+                    self.image.pid
+                );
+                return Ok(None);
+            }
+        };
+        let taken = kioku_track::take_uffd_from(t.pid(), remote);
+        t.close(tid, remote)?;
+        let uffd = match taken {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::info!("restoring by writing pages in: {e}");
+                return Ok(None);
+            }
+        };
+        if let Err(e) = lazy::handshake(uffd.as_raw_fd()) {
+            tracing::info!("restoring by writing pages in: userfaultfd features refused ({e})");
+            return Ok(None);
+        }
+        let mut ranges = Vec::new();
+        for a in &self.image.areas {
+            let (Some(crcs), Some((valid_off, other_off))) = (
+                engine.page_checksums(&a.region),
+                engine.context_offsets(&a.region),
+            ) else {
+                continue;
+            };
+            let len = (crcs.len() * ps) as u64;
+            if len == 0 {
+                continue;
+            }
+            let medium = engine.pool().medium();
+            let map = |off| {
+                medium
+                    .map_range(std::ptr::null_mut(), off, len, false)
+                    .map_err(kioku_pool::PoolError::from)
+            };
+            let keep = std::sync::Arc::new([map(valid_off)?, map(other_off)?]);
+            let crcs: std::sync::Arc<[u32]> = crcs.into();
+            for v in self.image.vmas.iter().filter(|v| {
+                v.captured
+                    && matches!(v.backing, Backing::Anonymous)
+                    && v.start < a.end
+                    && a.start < v.end
+            }) {
+                let lo = v.start.max(a.start);
+                let hi = v.end.min(a.end).min(a.start + crcs.len() * ps);
+                if lo >= hi {
+                    continue;
+                }
+                let range = PageRange::new(lo, hi);
+                if let Err(e) = lazy::register(uffd.as_raw_fd(), range) {
+                    // (Dropping the descriptor unregisters what was registered.)
+                    tracing::info!(?range, "restoring by writing pages in: registering for missing-page faults failed ({e})");
+                    return Ok(None);
+                }
+                let first = (lo - a.start) / ps;
+                ranges.push((
+                    range,
+                    Source {
+                        region: a.region.clone(),
+                        first_page: first,
+                        valid: keep[0].as_ptr() as usize + first * ps,
+                        other: keep[1].as_ptr() as usize + first * ps,
+                        crcs: crcs[first..].into(),
+                        _maps: keep.clone(),
+                    },
+                ));
+            }
+        }
+        Ok(Some(ProcSetup {
+            pid: t.pid(),
+            uffd,
+            ranges,
+        }))
+    }
+
+    /// Whether `page` is left to the lazy fill.
+    fn is_lazy(&self, page: usize) -> bool {
+        self.lazy_ranges
+            .as_ref()
+            .is_some_and(|(_, v)| v.iter().any(|r| r.start <= page && page < r.end))
+    }
+}
+
+/// The checkpoint's bytes of page `index` of region `name` (`mapped`: its address in the
+/// engine's mapping): the running context's after a full recovery; after a lazy one the valid
+/// context's, checked against its checksum (the other context's when intact instead).
+pub(crate) fn checkpoint_page<'e>(
+    engine: &'e Engine<ShadowSpace>,
+    name: &str,
+    index: usize,
+    mapped: usize,
+) -> Result<&'e [u8]> {
+    let ps = kioku_track::page_size();
+    // SAFETY: `mapped` is the region's page `index` in the engine's mapping of its running
+    // context, readable for the engine's lifetime (length checked by the caller).
+    let running = unsafe { std::slice::from_raw_parts(mapped as *const u8, ps) };
+    if !engine.recovery_pending() {
+        return Ok(running);
+    }
+    let crcs = engine.page_checksums(name).unwrap_or(&[]);
+    let valid = engine
+        .committed(name)
+        .and_then(|b| b.get(index * ps..(index + 1) * ps));
+    let Some(&want) = crcs.get(index) else {
+        return Err(RunError::NotAProcessCheckpoint {
+            detail: format!("region {name} lacks the checksum of page {index}"),
+        });
+    };
+    for b in valid.into_iter().chain([running]) {
+        if crc32c::crc32c(b) == want {
+            return Ok(b);
+        }
+    }
+    Err(RunError::DamagedCheckpoint {
+        what: format!(
+            "page {index} of region {name} fails its checksum in both contexts of the pool"
+        ),
+    })
+}
+
+impl Rebuild<'_> {
+    /// Writes the captured pages that differ from what the fresh mapping shows (except those
+    /// left to the lazy fill).
     fn contents(&mut self, engine: &Engine<ShadowSpace>) -> Result<u64> {
         let ps = kioku_track::page_size();
         let mut chunks: Vec<(usize, usize, usize)> = Vec::new();
@@ -343,10 +509,12 @@ impl Rebuild<'_> {
                 let lo = v.start.max(a.start);
                 let hi = v.end.min(a.end);
                 for page in (lo..hi).step_by(ps) {
+                    if self.is_lazy(page) {
+                        continue;
+                    }
                     let local = region.addr + (page - a.start);
-                    // SAFETY: `local` is a page inside the engine's region mapping (checked
-                    // length above), readable for the engine's lifetime.
-                    let bytes = unsafe { std::slice::from_raw_parts(local as *const u8, ps) };
+                    let bytes = checkpoint_page(engine, &a.region, (page - a.start) / ps, local)?;
+                    let local = bytes.as_ptr() as usize;
                     let differs = match v.backing {
                         Backing::File { index, offset } => {
                             let f = match open.get(&index) {

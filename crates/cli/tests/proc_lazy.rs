@@ -1,0 +1,275 @@
+//! Restore by mapping: `kioku restore` maps a process's private anonymous memory and fills it on
+//! first touch and in the background (examples/proc/lazymem.c). The program must see exactly
+//! its checkpoint, anonymous memory must stay anonymous (MADV_DONTNEED reads zeros, a fork
+//! copies), the next checkpoint must be exact (KIOKU_VERIFY_CAPTURE=1, set by `spawn_kioku`),
+//! a damaged page must kill the program with a clear message, and a monitor killed while it
+//! fills must leave a pool that restores the same checkpoint.
+
+#[path = "common/programs.rs"]
+mod programs;
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use programs::*;
+
+/// Waits until `dir/stdout.txt` holds `line` (or the monitor ends: then fails).
+fn wait_line(dir: &RunDir, child: &mut Child, line: &str) {
+    let t0 = Instant::now();
+    loop {
+        let out = String::from_utf8_lossy(&dir.read("stdout.txt")).into_owned();
+        assert!(
+            !out.contains("BAD"),
+            "the program saw wrong memory: {out}\n{}",
+            stderr_of(dir)
+        );
+        if out.lines().any(|l| l == line) {
+            return;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!(
+                "kioku ended ({st}) before the program printed {line:?}; stdout:\n{out}\nstderr:\n{}",
+                stderr_of(dir)
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "no {line:?} after 120 s; stdout:\n{out}\nstderr:\n{}",
+            stderr_of(dir)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn checkpoint(dir: &RunDir) {
+    let pool = dir.pool();
+    let o = kioku_in(dir, &["checkpoint", "--pool", pool.to_str().unwrap()]);
+    assert!(
+        o.status.success(),
+        "kioku checkpoint failed: {}",
+        stderr(&o)
+    );
+}
+
+/// Kills the program of monitor `child` and waits for the monitor to end.
+fn kill(child: &mut Child) {
+    kill_program(child, None);
+    let _ = child.wait();
+}
+
+fn restore(dir: &RunDir) -> Child {
+    let pool = dir.pool();
+    spawn_kioku(
+        &[
+            "restore",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--interval",
+            "0",
+            "--summary",
+        ],
+        dir,
+    )
+}
+
+/// `lazymem MIB` run, checkpointed once it is ready, killed.
+fn checkpointed(mib: &str) -> RunDir {
+    let dir = RunDir::new();
+    let prog = program("lazymem", false);
+    let pool = dir.pool();
+    let mut run = spawn_kioku(
+        &[
+            "run",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--interval",
+            "0",
+            "--",
+            prog.to_str().unwrap(),
+            mib,
+        ],
+        &dir,
+    );
+    wait_line(&dir, &mut run, "ready");
+    checkpoint(&dir);
+    kill(&mut run);
+    dir
+}
+
+fn no_errors(dir: &RunDir) {
+    let log = stderr_of(dir);
+    assert!(
+        !log.contains("ERROR"),
+        "an inconsistency was logged:\n{log}"
+    );
+}
+
+#[test]
+fn a_lazily_restored_program_sees_its_checkpoint_and_anonymous_memory_semantics() {
+    let dir = checkpointed("48");
+    let mut r = restore(&dir);
+    // A checkpoint at once, before the fill can have finished: it waits for it, and must
+    // capture exactly the checkpoint's memory (KIOKU_VERIFY_CAPTURE compares).
+    wait_restored(&dir, &mut r);
+    checkpoint(&dir);
+    std::fs::write(dir.path("go"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase1 ok");
+    // What the program did since — pages dropped (zero now), pages rewritten — must be in the
+    // next checkpoint exactly.
+    checkpoint(&dir);
+    kill(&mut r);
+    let mut r = restore(&dir);
+    wait_restored(&dir, &mut r);
+    std::fs::write(dir.path("go2"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase2 ok");
+    let st = r.wait().unwrap();
+    assert!(st.success(), "kioku restore: {st}\n{}", stderr_of(&dir));
+    let log = stderr_of(&dir);
+    assert!(
+        log.contains("MiB mapped to fill on first touch") && !log.contains(", 0.0 MiB mapped"),
+        "the restore did not map memory lazily:\n{log}"
+    );
+    no_errors(&dir);
+}
+
+/// Waits for `kioku restore --summary`'s line saying the tree is back.
+fn wait_restored(dir: &RunDir, child: &mut Child) {
+    let t0 = Instant::now();
+    while !stderr_of(dir).contains("kioku: restored") {
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("kioku restore ended ({st}):\n{}", stderr_of(dir));
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "no restore after 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn the_eager_restore_stays_available_as_a_baseline() {
+    let dir = checkpointed("8");
+    let pool = dir.pool();
+    let mut r = std::process::Command::new(kioku())
+        .args([
+            "restore",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--interval",
+            "0",
+            "--summary",
+        ])
+        .current_dir(dir.dir.path())
+        .env("KIOKU_EAGER_RESTORE", "1")
+        .env("KIOKU_VERIFY_CAPTURE", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.path("stdout.txt"))
+                .unwrap(),
+        )
+        .stderr(
+            std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.path("stderr.txt"))
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap();
+    wait_restored(&dir, &mut r);
+    std::fs::write(dir.path("go"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase1 ok");
+    std::fs::write(dir.path("go2"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase2 ok");
+    assert!(r.wait().unwrap().success());
+    assert!(
+        stderr_of(&dir).contains(", 0.0 MiB mapped to fill on first touch"),
+        "KIOKU_EAGER_RESTORE=1 still mapped lazily:\n{}",
+        stderr_of(&dir)
+    );
+    no_errors(&dir);
+}
+
+/// Page `p`'s bytes as lazymem writes them (pattern phase 1).
+fn page_pattern(p: u64) -> Vec<u8> {
+    (0..512u64)
+        .flat_map(|w| {
+            ((p.wrapping_mul(0x9E3779B97F4A7C15)) ^ (w.wrapping_mul(0x100000001B3)) ^ 1)
+                .to_le_bytes()
+        })
+        .collect()
+}
+
+#[test]
+fn a_page_damaged_in_both_contexts_kills_the_program_with_a_clear_message() {
+    let dir = checkpointed("8");
+    // Damage one page of the program's memory in both contexts of the pool (it appears once
+    // in each). The restore reads no page before the program runs: only the lazy fill's check
+    // can find it.
+    let pool = dir.pool();
+    let mut bytes = std::fs::read(&pool).unwrap();
+    let want = page_pattern(1234);
+    let mut hits = 0;
+    let mut at = 0;
+    while let Some(i) = bytes[at..]
+        .windows(want.len())
+        .position(|w| w == want.as_slice())
+    {
+        let i = at + i;
+        bytes[i + 100] ^= 0x5a;
+        hits += 1;
+        at = i + want.len();
+    }
+    assert_eq!(
+        hits, 2,
+        "page 1234 should be in both contexts of the pool once"
+    );
+    std::fs::write(&pool, &bytes).unwrap();
+    let mut r = restore(&dir);
+    let t0 = Instant::now();
+    let st = loop {
+        if let Some(st) = r.try_wait().unwrap() {
+            break st;
+        }
+        // (If the program waits for "go", it may still be filling: let it run on.)
+        std::fs::write(dir.path("go"), b"").unwrap();
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the restore never ended"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let log = stderr_of(&dir);
+    let out = String::from_utf8_lossy(&dir.read("stdout.txt")).into_owned();
+    assert!(!st.success(), "a damaged restore succeeded:\n{log}");
+    assert!(
+        log.contains("the checkpoint is damaged") && log.contains("rather than run on wrong data"),
+        "no clear message:\n{log}"
+    );
+    assert!(
+        !out.contains("phase1 ok") && !out.contains("BAD"),
+        "the program ran on: {out}"
+    );
+}
+
+#[test]
+fn a_monitor_killed_while_filling_leaves_the_same_checkpoint() {
+    let dir = checkpointed("256");
+    for _ in 0..2 {
+        let mut r = restore(&dir);
+        wait_restored(&dir, &mut r);
+        // The fill of 256 MiB is under way: kill the monitor itself.
+        sigkill(r.id() as i32);
+        let _ = r.wait();
+    }
+    let mut r = restore(&dir);
+    wait_restored(&dir, &mut r);
+    std::fs::write(dir.path("go"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase1 ok");
+    std::fs::write(dir.path("go2"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase2 ok");
+    assert!(r.wait().unwrap().success(), "{}", stderr_of(&dir));
+    no_errors(&dir);
+}
