@@ -256,11 +256,11 @@ fn a_page_damaged_in_both_contexts_kills_the_program_with_a_clear_message() {
 
 #[test]
 fn a_monitor_killed_while_filling_leaves_the_same_checkpoint() {
-    let dir = checkpointed("256");
+    let dir = checkpointed("128");
     for _ in 0..2 {
         let mut r = restore(&dir);
         wait_restored(&dir, &mut r);
-        // The fill of 256 MiB is under way: kill the monitor itself.
+        // The fill of 128 MiB is under way: kill the monitor itself.
         sigkill(r.id() as i32);
         let _ = r.wait();
     }
