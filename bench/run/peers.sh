@@ -65,7 +65,7 @@ port=$((7780 + RANDOM % 200))
 bin="$prefix/dmtcp/bin"
 img="$work/dmtcp-img"
 mkdir -p "$img"
-"$bin/dmtcp_coordinator" --exit-on-last -p "$port" </dev/null >"$work/coord1.log" 2>&1 &
+"$bin/dmtcp_coordinator" --exit-on-last -p "$port" --ckptdir "$img" </dev/null >"$work/coord1.log" 2>&1 &
 sleep 0.3
 "$bin/dmtcp_launch" -p "$port" --ckptdir "$img" --no-gzip "$work/count.sh" "$work/dmtcp-count" \
   </dev/null >/dev/null 2>&1 &
@@ -77,7 +77,7 @@ for _ in $(seq 100); do
 done
 "$bin/dmtcp_command" -p "$port" --kill
 wait
-"$bin/dmtcp_coordinator" --exit-on-last -p "$port" </dev/null >"$work/coord2.log" 2>&1 &
+"$bin/dmtcp_coordinator" --exit-on-last -p "$port" --ckptdir "$img" </dev/null >"$work/coord2.log" 2>&1 &
 sleep 0.3
 "$bin/dmtcp_restart" -p "$port" "$img"/ckpt_*.dmtcp </dev/null >/dev/null 2>&1 &
 sleep 1

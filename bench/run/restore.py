@@ -138,8 +138,8 @@ def dmtcp(mib):
     port = str(7700 + os.getpid() % 200)
 
     def coordinator(name):
-        return subprocess.Popen([f"{bindir}/dmtcp_coordinator", "--exit-on-last", "-p", port],
-                                stdin=DEVNULL, stdout=open(f"{d}/{name}", "w"), stderr=subprocess.STDOUT)
+        return subprocess.Popen([f"{bindir}/dmtcp_coordinator", "--exit-on-last", "-p", port, "--ckptdir", f"{d}/img"],
+                                stdin=DEVNULL, stdout=open(f"{d}/{name}", "w"), stderr=subprocess.STDOUT, cwd=d)
 
     c1 = coordinator("coord1")
     time.sleep(0.3)

@@ -288,6 +288,7 @@ impl LazyFill {
             zero: vec![0u8; page()],
             zero_crc: crc32c::crc32c(&vec![0u8; page()]),
             failed: AtomicBool::new(false),
+            retry: Vec::new(),
         };
         let thread = std::thread::Builder::new()
             .name("kioku-lazy-fill".into())
@@ -372,6 +373,8 @@ struct Filler {
     zero: Vec<u8>,
     zero_crc: u32,
     failed: AtomicBool,
+    /// Faults to serve again once the events before them are read: (process, address).
+    retry: Vec<(usize, usize)>,
 }
 
 /// What a page's source turned out to be.
@@ -401,7 +404,8 @@ impl Filler {
                     cv.notify_all();
                 }
             }
-            let work = !self.failed.load(Ordering::Relaxed) && self.procs.iter().any(|p| !p.done);
+            let work = !self.failed.load(Ordering::Relaxed)
+                && (self.procs.iter().any(|p| !p.done) || !self.retry.is_empty());
             let mut fds: Vec<libc::pollfd> = self
                 .procs
                 .iter()
@@ -438,10 +442,16 @@ impl Filler {
                     self.drain(i);
                 }
             }
+            for (i, addr) in std::mem::take(&mut self.retry) {
+                self.fault(i, addr);
+            }
             if work {
                 self.fill_some();
             }
-            self.close_finished();
+            if self.retry.is_empty() {
+                // (Indices in `retry` name processes: none may move meanwhile.)
+                self.close_finished();
+            }
             let done = self.procs.iter().all(|p| p.done);
             let (m, cv) = &*self.shared;
             let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
@@ -684,10 +694,11 @@ impl Filler {
                         }
                     }
                     Some(libc::EEXIST) => s.state[a..b].fill(FILLED),
-                    // The mappings are changing (an event is on its way): later.
+                    // The mappings are changing (an event is on its way, and must be read
+                    // first): the faulting thread keeps waiting, the fault is retried after it.
                     Some(libc::EAGAIN) => {
                         if let Some(f) = faulting {
-                            wake(fd, f, ps);
+                            self.retry.push((i, f));
                         }
                         return;
                     }
