@@ -7,7 +7,8 @@
 # Usage: bench/run/restore.sh     (about 10 minutes on a 2-core machine with the peers)
 # Env: SIZES (MiB, default "64 256 512 1024"), REPS (default 3), NO_WRITE=1 (print only),
 #      CRIU=…/criu, DMTCP_LAUNCH=…/dmtcp_launch (built by bench/run/peers.sh; a missing peer is
-#      skipped, saying so). Needs root (CRIU).
+#      skipped, saying so), KIOKU_BIN (a kioku binary to use instead of building one). Needs
+#      root (CRIU).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -22,7 +23,8 @@ shm=$(mktemp -d /dev/shm/kioku-restore-bench.XXXXXX)
 trap 'rm -rf "$work" "$shm"' EXIT
 
 echo "== build" >&2
-cargo build --release -q -p kioku-cli
+# KIOKU_BIN: a kioku built already (else target/release/kioku, built here).
+[ -n "${KIOKU_BIN:-}" ] || cargo build --release -q -p kioku-cli
 "${CC:-cc}" -O2 -o "$work/resume" bench/run/resume.c
 mkdir -p docs/perf
 plot=$root/docs/perf/run-restore.png
