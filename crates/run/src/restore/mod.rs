@@ -241,6 +241,9 @@ fn cut_back_standard_streams(image: &TreeImage) -> Result<()> {
     Ok(())
 }
 
+/// A rebuilt tree, its capturer, and the bytes written in and left to the lazy fill.
+type Built = (Tree, Capturer, (u64, u64));
+
 /// Everything after the engine recovered. On failure: the error, and whether a process of the
 /// tree died meanwhile (killed while being rebuilt).
 fn build(
@@ -248,7 +251,7 @@ fn build(
     engine: Engine<ShadowSpace>,
     marks: Marks,
     journal: Option<Journal>,
-) -> std::result::Result<(Tree, Capturer, (u64, u64)), (RunError, bool)> {
+) -> std::result::Result<Built, (RunError, bool)> {
     // The channel first: its remote end, inheritable, reaches the namespace's init and from
     // there every placeholder.
     let (chan_mon, chan_remote) = socketpair().map_err(|e| (e, false))?;
@@ -266,7 +269,7 @@ fn build(
     };
     let mut made: BTreeMap<i32, Tracee> = BTreeMap::new();
     let filter = journal.as_ref().map(|_| Journal::filter());
-    let result = (|| -> Result<(Tree, Capturer, (u64, u64))> {
+    let result = (|| -> Result<Built> {
         let escalated = create_processes(image, ns.as_ref(), filter, &mut made)?;
         drop(chan_remote);
         let shared = shared_objects(image, &engine)?;
