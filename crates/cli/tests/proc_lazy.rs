@@ -2,8 +2,8 @@
 //! first touch and in the background (examples/proc/lazymem.c). The program must see exactly
 //! its checkpoint, anonymous memory must stay anonymous (MADV_DONTNEED reads zeros, a fork
 //! copies), the next checkpoint must be exact (KIOKU_VERIFY_CAPTURE=1, set by `spawn_kioku`),
-//! a damaged page must kill the program with a clear message, and a monitor killed while it
-//! fills must leave a pool that restores the same checkpoint.
+//! a damaged page must kill the program with a clear message, and a monitor or program killed
+//! while it fills must leave a pool that restores the same checkpoint.
 
 #[path = "common/programs.rs"]
 mod programs;
@@ -255,13 +255,17 @@ fn a_page_damaged_in_both_contexts_kills_the_program_with_a_clear_message() {
 }
 
 #[test]
-fn a_monitor_killed_while_filling_leaves_the_same_checkpoint() {
+fn a_monitor_or_program_killed_while_filling_leaves_the_same_checkpoint() {
     let dir = checkpointed("128");
-    for _ in 0..2 {
+    for round in 0..3 {
         let mut r = restore(&dir);
         wait_restored(&dir, &mut r);
-        // The fill of 128 MiB is under way: kill the monitor itself.
-        sigkill(r.id() as i32);
+        // The fill of 128 MiB is under way: kill the monitor itself, or the program.
+        if round == 1 {
+            kill_program(&mut r, None);
+        } else {
+            sigkill(r.id() as i32);
+        }
         let _ = r.wait();
     }
     let mut r = restore(&dir);
