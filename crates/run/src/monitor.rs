@@ -130,7 +130,8 @@ impl Monitor {
 
     fn checkpoint_once(&mut self) -> Result<Outcome> {
         match self.try_checkpoint() {
-            Err(RunError::Proc(ProcError::Busy { .. })) => {
+            Err(RunError::Proc(ProcError::Busy { what })) => {
+                tracing::debug!("checkpoint postponed: busy: {what}");
                 let _ = self.tree.resume_all();
                 Ok(Outcome::Postponed(RETRY))
             }
@@ -311,7 +312,10 @@ impl Monitor {
                             continue;
                         }
                         Ok(Outcome::Taken(r)) => Ok(Some(*r)),
-                        Ok(Outcome::None) => Ok(None),
+                        Ok(Outcome::None) => {
+                            tracing::debug!("no checkpoint taken");
+                            Ok(None)
+                        }
                         Err(e) => Err(e),
                     }
                 } else {

@@ -329,12 +329,19 @@ impl LazyFill {
         if let Some(f) = &s.failure {
             return Err(RunError::DamagedCheckpoint { what: f.clone() });
         }
+        // Two passes begun after this point: the second started after a poke, whatever the
+        // first was doing. (Poked again while waiting: an idle pass sleeps in poll otherwise.)
         let want = s.passes + 2;
-        drop(s);
-        self.poke();
-        let mut s = m.lock().unwrap_or_else(|e| e.into_inner());
         while s.passes < want && s.failure.is_none() {
-            s = cv.wait(s).unwrap_or_else(|e| e.into_inner());
+            drop(s);
+            self.poke();
+            s = m.lock().unwrap_or_else(|e| e.into_inner());
+            if s.passes < want {
+                s = cv
+                    .wait_timeout(s, std::time::Duration::from_millis(5))
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         self.waited = true;
         Ok(std::mem::take(&mut s.finished))
