@@ -41,6 +41,13 @@ fn wait_line(dir: &RunDir, child: &mut Child, line: &str) {
     }
 }
 
+/// The test program, compiled once for all tests (in parallel, each compiling it would replace
+/// the file another test's program runs from).
+fn lazymem() -> std::path::PathBuf {
+    static P: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| program("lazymem", false)).clone()
+}
+
 fn checkpoint(dir: &RunDir) {
     let pool = dir.pool();
     let o = kioku_in(dir, &["checkpoint", "--pool", pool.to_str().unwrap()]);
@@ -75,7 +82,7 @@ fn restore(dir: &RunDir) -> Child {
 /// `lazymem MIB` run, checkpointed once it is ready, killed.
 fn checkpointed(mib: &str) -> RunDir {
     let dir = RunDir::new();
-    let prog = program("lazymem", false);
+    let prog = lazymem();
     let pool = dir.pool();
     let mut run = spawn_kioku(
         &[
