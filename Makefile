@@ -2,7 +2,7 @@
 CARGO ?= cargo
 export CARGO_TERM_COLOR ?= never
 
-.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group fuzz fuzz-java bench clean
+.PHONY: all build demo test deps lint unit java soak soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capture fuzz fuzz-java bench clean
 
 all: build
 
@@ -36,7 +36,7 @@ java: deps
 test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
-soak: soak-rust soak-java soak-hugepage soak-group
+soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capture
 
 # Kill-and-restore soak: the real programs of crates/cli/tests/proc_programs.rs (sqlite3, a JVM,
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
@@ -52,8 +52,20 @@ soak-rust: deps
 # Group checkpoints at length: the property test over 24 random sequences of levels, sizes
 # and group shapes (KIOKU_SEED replays one), a rank killed at every step of a background
 # encoding (make test: 3 of the 7), the 10-rank case, inline and background memory checks.
+# The capture side of process checkpoints (crates/cli/tests/proc_capture.rs): memory rewritten
+# whole every interval, killed (program or monitor) and restored SOAK_KILLS cycles.
+soak-capture: deps
+	KIOKU_PROC_KILLS=$(SOAK_KILLS) $(CARGO) test -p kioku-cli --test proc_capture -- --nocapture
+
 soak-group: deps
 	KIOKU_GROUP_SOAK=1 $(CARGO) test -p kioku-group --test mpi_jobs -- --nocapture
+
+# The DSM's failure recovery at length: SOAK_DSM_RUNS jobs, each SIGKILLing a random node at a
+# random fault-injection point (some a second node during the recovery), over shm and TCP; each
+# result must equal the serial run. A failure prints the seed (KIOKU_DSM_SOAK_SEED replays it).
+SOAK_DSM_RUNS ?= 200
+soak-dsm: deps
+	KIOKU_DSM_SOAK=$(SOAK_DSM_RUNS) $(CARGO) test -p kioku-dsm --test recovery soak -- --nocapture
 
 # The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
 # 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the
@@ -72,6 +84,14 @@ soak-hugepage: deps
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
 	  $(CARGO) test -q -p kioku-hugepage --test placement && \
 	  $(CARGO) test -q -p kioku-capi --test c_hot || exit 1; \
+	done
+
+# kioku-cache: power cuts at every ordering point of 32 more traffic seeds (random crash images
+# included), and the hot-item placement test ten times over.
+soak-cache: deps
+	KIOKU_CACHE_POWER_CUT_SEEDS=32 $(CARGO) test -p kioku-cache --test power_cut -- --nocapture
+	for i in 1 2 3 4 5 6 7 8 9 10; do \
+	  $(CARGO) test -q -p kioku-cache --test hot_placement || exit 1; \
 	done
 
 # Coverage-guided fuzzing (libFuzzer, stable toolchain) of every parser of untrusted bytes,

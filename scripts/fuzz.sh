@@ -8,7 +8,7 @@ set -eu
 cd "$(dirname "$0")/../fuzz"
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-"pool_image ckpt_meta process_image journal control_request mcapi_wire ec_shards"}
+targets=${*:-"pool_image ckpt_meta process_image journal control_request mcapi_wire ec_shards cache_protocol"}
 if ! command -v c++ >/dev/null; then
     echo "fuzz: a C++ compiler is needed to build libFuzzer (apt-get install g++)" >&2
     exit 1

@@ -1131,6 +1131,26 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
+    /// What the prepared (durable, not yet finished) checkpoint cost so far: `sync` is zero and
+    /// `total` is the time until it was durable. `None` when no checkpoint is prepared.
+    pub fn prepared_stats(&self) -> Option<CheckpointStats> {
+        let p = self.prepared.as_ref()?;
+        Some(CheckpointStats {
+            epoch: self.epoch,
+            dirty_pages: p.dirty_pages,
+            dirty_bytes: p.dirty_pages * self.page,
+            scan: p.t_scan,
+            persist: p.t_durable - p.t_scan,
+            sync: Duration::ZERO,
+            total: p.t_durable,
+        })
+    }
+
+    /// Whether a checkpoint is prepared and not finished.
+    pub fn is_prepared(&self) -> bool {
+        self.prepared.is_some()
+    }
+
     /// The second half of [`Engine::checkpoint`]: syncs the other context with the prepared
     /// checkpoint and makes it the valid one; the checkpoint before is gone from here on.
     pub fn finish(&mut self) -> Result<CheckpointStats> {

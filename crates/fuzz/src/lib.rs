@@ -1,19 +1,23 @@
 //! Fuzz harnesses of every parser kioku runs on bytes others can write: pool files (header,
 //! commit slots, section tables, checkpoint metadata), process images, the file journal's
-//! records, `kioku ec`'s shard files, the control socket's request line, and MCAPI's handshake messages and frame headers. Each harness takes arbitrary bytes, must
-//! never panic, hang or allocate without bound, and checks what it can of the result.
+//! records, `kioku ec`'s shard files, the control socket's request line, MCAPI's handshake
+//! messages and frame headers, and kioku-cache's memcached protocol (text and meta commands).
+//! Each harness takes arbitrary bytes, must never panic, hang or allocate without bound, and
+//! checks what it can of the result.
 //!
 //! The same functions run under libFuzzer (`fuzz/`, `make fuzz`) and replay the committed
 //! corpora and regressions in `make test` (tests/corpus.rs). Where a format carries checksums,
 //! the harness can set them right after mutating (structure-aware), so the fuzzer gets past
 //! them to the parsing behind them.
 
+mod cache;
 mod control;
 mod ec;
 mod journal;
 mod mcapi;
 mod pool;
 
+pub use cache::cache_protocol;
 pub use control::control_request;
 pub use ec::ec_shards;
 pub use journal::journal;
@@ -32,4 +36,5 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("control_request", control_request),
     ("mcapi_wire", mcapi_wire),
     ("ec_shards", ec_shards),
+    ("cache_protocol", cache_protocol),
 ];

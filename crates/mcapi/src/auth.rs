@@ -7,15 +7,20 @@
 //! 2. A→C `Challenge`: A's incarnation, nonce_a, a refusal code (0 = go on), and
 //!    mac_a = HMAC(secret, "acceptor" | both hellos' fields).
 //! 3. C→A `Proof`: mac_c = HMAC(secret, "connector" | the same fields), sent only if mac_a verified.
-//! 4. A→C `Verdict`: accepted. Each node sends on the connection it dialled and receives on
-//!    the one its peer dialled, so two nodes dialling each other at once need no tie-break.
+//! 4. A→C `Verdict`: accepted (the connection then carries frames both ways), or refused.
+//!    Two nodes that dial each other at once keep the connection the lower id dialled: the
+//!    lower one refuses the other with `CROSSING` while its own dial is in progress, and the
+//!    higher one drops its own dial when it accepts the lower one's. Nothing is written on a
+//!    connection before its verdict, so no frame is lost with the connection that loses.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 type HmacSha256 = Hmac<Sha256>;
 
-pub const MAGIC: [u8; 8] = *b"KMCAPI\x01\x00";
+/// Version 2: one connection both ways (version 1 used one connection per direction; the two
+/// do not interoperate, so they refuse each other's hello).
+pub const MAGIC: [u8; 8] = *b"KMCAPI\x02\x00";
 pub const HELLO_LEN: usize = 88;
 pub const CHALLENGE_LEN: usize = 96;
 pub const PROOF_LEN: usize = 40;
@@ -26,6 +31,9 @@ pub mod code {
     pub const OK: u32 = 0;
     /// The hello named another node, or another topology (job, nodes, addresses, limits).
     pub const WRONG_TOPOLOGY: u32 = 3;
+    /// The two nodes already share a connection, or the acceptor (the lower id) is dialling
+    /// the connector at the same time: the connector uses that connection instead.
+    pub const CROSSING: u32 = 4;
 }
 
 pub fn random_bytes<const N: usize>() -> [u8; N] {

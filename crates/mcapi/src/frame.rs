@@ -8,6 +8,9 @@ pub const HEADER_LEN: usize = 24;
 /// Largest message and packet payload (MCAPI_MAX_MSG_SIZE, MCAPI_MAX_PKT_SIZE).
 pub const MAX_PAYLOAD: usize = 1 << 20;
 
+/// Most slices a vectored send gathers into one message or packet.
+pub const MAX_SLICES: usize = 16;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {

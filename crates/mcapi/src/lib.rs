@@ -9,12 +9,14 @@
 
 pub(crate) mod auth;
 pub mod capi;
+mod clock;
 mod engine;
 mod error;
 mod frame;
 mod ids;
 mod link;
 mod node;
+mod pool;
 mod shm;
 mod status;
 mod tcp;
@@ -22,7 +24,7 @@ mod topology;
 
 pub use engine::Completion;
 pub use error::{McapiError, PeerLoss, Result};
-pub use frame::{MAX_PAYLOAD, MIN_PRIORITY};
+pub use frame::{MAX_PAYLOAD, MAX_SLICES, MIN_PRIORITY};
 pub use ids::{
     ChanKind, ChannelHandle, Direction, EndpointId, RequestId, MAX_NODE, MAX_PORT, PORT_ANY,
 };

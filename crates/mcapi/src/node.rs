@@ -3,7 +3,9 @@
 //! waiting thread sleeps in the kernel (a futex on the node's shared-memory doorbell, or
 //! poll(2) on its sockets) while the others wait on a condition variable it signals.
 
-use crate::engine::{Completion, Engine, SleepPlan, Transport};
+use crate::engine::{
+    Completion, Engine, SleepPlan, Transport, DIRECT_READ, EVENTS_PER_WAIT, TOKEN_WAKE,
+};
 use crate::error::{McapiError, PeerLoss, Result};
 use crate::ids::{ChanKind, ChannelHandle, Direction, EndpointId, RequestId};
 use crate::link::LinkState;
@@ -24,6 +26,19 @@ struct Shared {
     eventfd: Option<OwnedFd>,
     own: Option<Arc<Segment>>,
     finalized: AtomicBool,
+}
+
+/// What a sleeping thread saw, handed to the engine once it holds the lock again.
+enum Woke {
+    /// epoll_wait reported this many events (their tokens are in the waiter's buffer).
+    Events(usize),
+    /// A direct read of link `node` (see `SleepPlan::Read`).
+    Read {
+        node: u32,
+        buf: Vec<u8>,
+        conn: u64,
+        result: std::io::Result<usize>,
+    },
 }
 
 /// An initialized MCAPI node (cheap to clone; all clones are the same node).
@@ -88,16 +103,11 @@ impl Node {
                 if fd < 0 {
                     return Err(McapiError::io("eventfd", std::io::Error::last_os_error()));
                 }
-                (
-                    Transport::Tcp {
-                        listener,
-                        handshakes: Vec::new(),
-                        accept_at: Instant::now(),
-                    },
-                    // SAFETY: fd is a fresh descriptor we own.
-                    Some(unsafe { OwnedFd::from_raw_fd(fd) }),
-                    None,
-                )
+                // SAFETY: fd is a fresh descriptor we own.
+                let wake = unsafe { OwnedFd::from_raw_fd(fd) };
+                let transport =
+                    Transport::tcp(listener, &wake).map_err(|e| McapiError::io("epoll", e))?;
+                (transport, Some(wake), None)
             }
         };
         let engine = Engine::new(node, incarnation, topo.clone(), transport);
@@ -141,8 +151,19 @@ impl Node {
 
     /// Runs `f` on the engine after making progress, then wakes waiters if anything completed.
     fn with<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        self.with_progress(true, f)
+    }
+
+    /// `with` for the calls of the data path (sends, the start of a receive): over TCP their
+    /// progress pass asks epoll only if nobody did for a while (see `LAZY_POLL`); a call that
+    /// then has to wait asks at once.
+    fn with_lazy<T>(&self, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
+        self.with_progress(false, f)
+    }
+
+    fn with_progress<T>(&self, eager: bool, f: impl FnOnce(&mut Engine) -> Result<T>) -> Result<T> {
         let mut g = self.lock()?;
-        g.progress();
+        g.progress(eager);
         let r = f(&mut g);
         self.notify(&mut g);
         r
@@ -171,30 +192,50 @@ impl Node {
         }
     }
 
-    /// Waits until `check` yields, making progress, spinning, then sleeping.
+    /// Waits until `check` yields (up to `timeout`), making progress, spinning, then sleeping.
     fn wait_until<T>(
         &self,
-        deadline: Option<Instant>,
+        timeout: Option<Duration>,
         mut check: impl FnMut(&mut Engine) -> Option<Result<T>>,
     ) -> Result<T> {
         // Spinning pays over shared memory (the ring is read without a system call); over TCP
-        // every look is a read(2), and a loop of them was measured slower than poll(2) at once.
+        // every look is a system call, and a loop of them was measured slower than sleeping
+        // in the kernel at once.
         let spin = if self.shared.own.is_some() {
             self.shared.topo.spin
         } else {
             Duration::ZERO
         };
-        let spin_until = Instant::now() + spin;
+        // The deadline and the end of the spin count from the first time the call finds it
+        // must wait (a few hundred nanoseconds after the call began): a call that completes
+        // at its first look reads no clock, which costs about 80 ns on a virtual machine.
+        let mut started: Option<Instant> = None;
         let mut g = self.lock()?;
         // The calls that wait made progress just before (`with`); a first look without another
         // pass saves a system call per operation. Nothing is missed: what arrived meanwhile
-        // makes the sleep return at once (poll(2) is level-triggered; a shared-memory sleeper
-        // looks at its rings first).
+        // makes the sleep return at once (epoll is level-triggered for links; a shared-memory
+        // sleeper looks at its rings first).
         // (A wait whose deadline has passed gets its pass: it would not sleep.)
+        // After its own epoll_wait a sleeper hands the engine what it saw: no second look.
         let mut first = true;
+        let mut woke: Option<Woke> = None;
+        let mut tokens = [0u64; EVENTS_PER_WAIT];
+        // One direct read per wait: if it times out, the rest of the wait sleeps in epoll.
+        let mut direct_read_spent = false;
         loop {
-            if !first || deadline.is_some_and(|d| Instant::now() >= d) {
-                g.progress();
+            if let Some(w) = woke.take() {
+                match w {
+                    Woke::Events(n) => g.note_events(&tokens[..n]),
+                    Woke::Read {
+                        node,
+                        buf,
+                        conn,
+                        result,
+                    } => g.direct_read_done(node, buf, conn, result),
+                }
+                g.progress(false);
+            } else if !first || timeout == Some(Duration::ZERO) {
+                g.progress(true);
             }
             first = false;
             let r = check(&mut g);
@@ -205,39 +246,51 @@ impl Node {
             if g.finalized {
                 return Err(McapiError::NotInitialized);
             }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            // A wait without a deadline that does not spin needs no clock at all.
+            let now = (timeout.is_some() || !spin.is_zero()).then(Instant::now);
+            let since = match (now, started) {
+                (Some(now), Some(t0)) => now.saturating_duration_since(t0),
+                (Some(now), None) => {
+                    started = Some(now);
+                    Duration::ZERO
+                }
+                (None, _) => Duration::ZERO,
+            };
+            if timeout.is_some_and(|t| since >= t) {
                 return Err(McapiError::Timeout);
             }
-            if now < spin_until {
+            if since < spin {
                 drop(g);
                 let own = self.shared.own.as_deref();
+                let mut input = false;
                 for _ in 0..200 {
                     std::hint::spin_loop();
                     if own.is_some_and(|s| s.has_input(self.shared.id)) {
+                        input = true;
                         break;
                     }
                 }
                 // The peer may be waiting for this very CPU (more runnable threads than cores):
-                // without a yield the spin only delays its reply.
-                std::thread::yield_now();
+                // without a yield the spin only delays its reply. With input there, the yield
+                // (a system call) would only delay taking it.
+                if !input {
+                    std::thread::yield_now();
+                }
                 g = self.lock()?;
                 continue;
             }
-            let slice = deadline
-                .map(|d| d.saturating_duration_since(now))
+            let slice = timeout
+                .map(|t| t.saturating_sub(since))
                 .unwrap_or(Duration::MAX)
                 .min(Duration::from_millis(10));
             if !self.shared.poller.swap(true, Ordering::AcqRel) {
-                let efd = self
-                    .shared
-                    .eventfd
-                    .as_ref()
-                    .map(|f| f.as_raw_fd())
-                    .unwrap_or(-1);
-                let plan = g.sleep_plan(efd);
+                let alone = !direct_read_spent
+                    && slice >= DIRECT_READ
+                    && self.shared.cv_waiters.load(Ordering::Acquire) == 0;
+                let plan = g.sleep_plan(alone);
+                direct_read_spent |= matches!(plan, SleepPlan::Read { .. });
                 drop(g);
-                self.sleep(plan, slice);
+                woke = self.sleep(plan, slice, &mut tokens);
                 self.shared.poller.store(false, Ordering::Release);
                 g = self.lock()?;
                 g.check_liveness();
@@ -257,7 +310,13 @@ impl Node {
         }
     }
 
-    fn sleep(&self, plan: SleepPlan, slice: Duration) {
+    /// Sleeps up to `slice`; over TCP, returns what it saw (epoll's tokens in `tokens`).
+    fn sleep(
+        &self,
+        plan: SleepPlan,
+        slice: Duration,
+        tokens: &mut [u64; EVENTS_PER_WAIT],
+    ) -> Option<Woke> {
         match plan {
             SleepPlan::Shm { own, seq } => {
                 if own.has_input(self.shared.id) {
@@ -265,17 +324,63 @@ impl Node {
                 } else {
                     own.sleep(seq, slice);
                 }
+                None
             }
-            SleepPlan::Tcp { mut fds } => {
-                let ms = slice.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: a valid array of pollfds for the duration of the call.
-                unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-                // fds[0] is the eventfd: drain it only when it fired.
-                if let Some(fd) = self.shared.eventfd.as_ref().filter(|_| fds[0].revents != 0) {
-                    let mut v: u64 = 0;
-                    // SAFETY: reading 8 bytes from our non-blocking eventfd.
-                    unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            SleepPlan::Tcp { epoll } => {
+                use rustix::event::{epoll as ep, Timespec};
+                let timeout = Timespec {
+                    tv_sec: slice.as_secs().min(i64::MAX as u64) as i64,
+                    tv_nsec: i64::from(slice.subsec_nanos()),
+                };
+                let mut buf = [std::mem::MaybeUninit::<ep::Event>::uninit(); EVENTS_PER_WAIT];
+                let mut n = 0;
+                if let Ok((events, _)) = ep::wait(&*epoll, &mut buf, Some(&timeout)) {
+                    for ev in events.iter() {
+                        let t = ev.data.u64();
+                        if t == TOKEN_WAKE {
+                            if let Some(fd) = &self.shared.eventfd {
+                                let mut v: u64 = 0;
+                                // SAFETY: reading 8 bytes from our non-blocking eventfd.
+                                unsafe {
+                                    libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8)
+                                };
+                            }
+                        } else {
+                            tokens[n] = t;
+                            n += 1;
+                        }
+                    }
                 }
+                Some(Woke::Events(n))
+            }
+            SleepPlan::Read {
+                node,
+                stream,
+                mut buf,
+                conn,
+            } => {
+                let spare = buf.spare_capacity_mut();
+                // SAFETY: recv(2) into `spare`, writable for its whole length; the socket is
+                // blocking with a receive timeout of DIRECT_READ (the slice is at least that).
+                let n = unsafe {
+                    libc::recv(
+                        stream.as_raw_fd(),
+                        spare.as_mut_ptr().cast(),
+                        spare.len(),
+                        0,
+                    )
+                };
+                let result = if n >= 0 {
+                    Ok(n as usize)
+                } else {
+                    Err(std::io::Error::last_os_error())
+                };
+                Some(Woke::Read {
+                    node,
+                    buf,
+                    conn,
+                    result,
+                })
             }
         }
     }
@@ -343,7 +448,36 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<RequestId> {
-        self.with(|e| e.msg_send_i(from, to, data, priority))
+        self.with_lazy(|e| e.msg_send_i(from, to, &[data], priority))
+    }
+
+    /// `msg_send_i` of the concatenation of `data`'s slices (at most [`crate::MAX_SLICES`]),
+    /// sent as one message without gathering them into one buffer first: one write into the
+    /// peer's ring, one `sendmsg` on a socket. The slices are copied only if the send has to
+    /// wait for the receiver's queue.
+    pub fn msg_send_vectored_i(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[&[u8]],
+        priority: u32,
+    ) -> Result<RequestId> {
+        self.with_lazy(|e| e.msg_send_i(from, to, data, priority))
+    }
+
+    /// `msg_send` of the concatenation of `data`'s slices (see `msg_send_vectored_i`).
+    pub fn msg_send_vectored(
+        &self,
+        from: EndpointId,
+        to: EndpointId,
+        data: &[&[u8]],
+        priority: u32,
+    ) -> Result<()> {
+        let (r, t) = self.with_lazy(|e| {
+            let t = e.endpoint_timeout(from);
+            Ok((e.msg_send_i(from, to, data, priority)?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
     }
 
     /// Sends a message; waits while the receiver's queue is full (up to `from`'s timeout).
@@ -354,24 +488,46 @@ impl Node {
         data: &[u8],
         priority: u32,
     ) -> Result<()> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e.endpoint_timeout(from);
-            Ok((e.msg_send_i(from, to, data, priority)?, t))
+            Ok((e.msg_send_i(from, to, &[data], priority)?, t))
         })?;
         self.wait_or_cancel(r, t).map(|_| ())
     }
 
     pub fn msg_recv_i(&self, ep: EndpointId) -> Result<RequestId> {
-        self.with(|e| e.msg_recv_i(ep))
+        self.with_lazy(|e| e.msg_recv_i(ep))
     }
 
     /// Receives the next message (highest priority first), waiting up to `ep`'s timeout.
     pub fn msg_recv(&self, ep: EndpointId) -> Result<Vec<u8>> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e.endpoint_timeout(ep);
             Ok((e.msg_recv_i(ep)?, t))
         })?;
         Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
+    }
+
+    /// Receives the next message (highest priority first) into `buf`, waiting up to `ep`'s
+    /// timeout; returns its length. A message longer than `buf` is `Truncated` (status
+    /// `MCAPI_ERR_MSG_TRUNCATED`) and stays queued, whole, for a receive with a larger
+    /// buffer. Receive requests made before (`msg_recv_i`) are served first.
+    pub fn msg_recv_into(&self, ep: EndpointId, buf: &mut [u8]) -> Result<usize> {
+        let t = self.with_lazy(|e| {
+            e.check_local(ep)?;
+            Ok(e.endpoint_timeout(ep))
+        })?;
+        let port = ep.port;
+        self.wait_until(t, |e| e.recv_into(port, buf))
+    }
+
+    /// Gives back a buffer that `msg_recv`, `pktchan_recv` or a completed receive request
+    /// handed out, once its bytes are used: later large messages and packets are read into it
+    /// instead of into freshly allocated (and page-faulted) memory.
+    pub fn recycle(&self, buf: Vec<u8>) {
+        if let Ok(mut g) = self.lock() {
+            g.recycle(buf);
+        }
     }
 
     pub fn msg_available(&self, ep: EndpointId) -> Result<usize> {
@@ -409,11 +565,18 @@ impl Node {
     }
 
     pub fn pktchan_send_i(&self, h: ChannelHandle, data: &[u8]) -> Result<RequestId> {
-        self.with(|e| e.pkt_send_i(h, data))
+        self.with_lazy(|e| e.pkt_send_i(h, &[data]))
     }
 
-    pub fn pktchan_send(&self, h: ChannelHandle, data: &[u8]) -> Result<()> {
-        let (r, t) = self.with(|e| {
+    /// `pktchan_send_i` of the concatenation of `data`'s slices as one packet (see
+    /// `msg_send_vectored_i`).
+    pub fn pktchan_send_vectored_i(&self, h: ChannelHandle, data: &[&[u8]]) -> Result<RequestId> {
+        self.with_lazy(|e| e.pkt_send_i(h, data))
+    }
+
+    /// `pktchan_send` of the concatenation of `data`'s slices as one packet.
+    pub fn pktchan_send_vectored(&self, h: ChannelHandle, data: &[&[u8]]) -> Result<()> {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -423,12 +586,23 @@ impl Node {
         self.wait_or_cancel(r, t).map(|_| ())
     }
 
+    pub fn pktchan_send(&self, h: ChannelHandle, data: &[u8]) -> Result<()> {
+        let (r, t) = self.with_lazy(|e| {
+            let t = e
+                .handle_endpoint(h)
+                .ok()
+                .and_then(|ep| e.endpoint_timeout(ep));
+            Ok((e.pkt_send_i(h, &[data])?, t))
+        })?;
+        self.wait_or_cancel(r, t).map(|_| ())
+    }
+
     pub fn pktchan_recv_i(&self, h: ChannelHandle) -> Result<RequestId> {
-        self.with(|e| e.chan_recv_i(h, None))
+        self.with_lazy(|e| e.chan_recv_i(h, None))
     }
 
     pub fn pktchan_recv(&self, h: ChannelHandle) -> Result<Vec<u8>> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -438,13 +612,29 @@ impl Node {
         Ok(self.wait_or_cancel(r, t)?.data.unwrap_or_default())
     }
 
+    /// Receives the next packet into `buf`, waiting up to the endpoint's timeout; returns its
+    /// length. A packet longer than `buf` is `Truncated` and stays queued, whole.
+    pub fn pktchan_recv_into(&self, h: ChannelHandle, buf: &mut [u8]) -> Result<usize> {
+        let (port, t) = self.with_lazy(|e| {
+            let ep = e.handle_endpoint(h)?;
+            if h.kind != ChanKind::Packet {
+                return Err(McapiError::ChanType(ep));
+            }
+            Ok((ep.port, e.endpoint_timeout(ep)))
+        })?;
+        self.wait_until(t, |e| match e.handle_endpoint(h) {
+            Err(err) => Some(Err(err)),
+            Ok(_) => e.recv_into(port, buf),
+        })
+    }
+
     pub fn chan_available(&self, h: ChannelHandle) -> Result<usize> {
         self.with(|e| e.chan_available(h))
     }
 
     /// Sends a scalar of `width` bytes (1, 2, 4 or 8).
     pub fn sclchan_send(&self, h: ChannelHandle, width: u8, value: u64) -> Result<()> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -456,7 +646,7 @@ impl Node {
 
     /// Receives a scalar that was sent with the same `width`.
     pub fn sclchan_recv(&self, h: ChannelHandle, width: u8) -> Result<u64> {
-        let (r, t) = self.with(|e| {
+        let (r, t) = self.with_lazy(|e| {
             let t = e
                 .handle_endpoint(h)
                 .ok()
@@ -482,8 +672,7 @@ impl Node {
 
     /// Waits for `r` (`None`: forever). A timeout leaves the request pending.
     pub fn wait(&self, r: RequestId, timeout: Option<Duration>) -> Result<Completion> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        self.wait_until(deadline, |e| match e.take(r) {
+        self.wait_until(timeout, |e| match e.take(r) {
             Err(err) => Some(Err(err)),
             Ok(None) => None,
             Ok(Some(res)) => Some(res),
@@ -519,8 +708,7 @@ impl Node {
         if rs.is_empty() {
             return Err(McapiError::Parameter("wait_any needs at least one request"));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
-        self.wait_until(deadline, |e| {
+        self.wait_until(timeout, |e| {
             for (i, &r) in rs.iter().enumerate() {
                 match e.is_pending(r) {
                     Err(err) => return Some(Err(err)),
@@ -570,7 +758,7 @@ impl Node {
         let deadline = Instant::now() + linger;
         let mut g = self.lock()?;
         loop {
-            g.progress();
+            g.progress(true);
             if g.flushed() || Instant::now() >= deadline {
                 break;
             }

@@ -403,18 +403,23 @@ impl Segment {
         r.accepted_inc.store(inc, Ordering::Release);
     }
 
-    /// Copies what ring `p` holds (up to `buf.len()`) into `buf`; returns the bytes read and
-    /// whether the producer waits for space.
-    pub fn read(&self, p: u32, buf: &mut [u8]) -> (usize, bool) {
+    /// Appends up to `max` bytes of what ring `p` holds to `v` (within its spare capacity, which
+    /// is not zeroed first); returns the bytes read and whether the producer waits for space.
+    pub fn read_into_vec(&self, p: u32, v: &mut Vec<u8>, max: usize) -> (usize, bool) {
         let ring = self.ring(p);
         let size = self.ring_bytes;
         let head = ring.head.load(Ordering::Relaxed);
         let tail = ring.tail.load(Ordering::Acquire);
-        let n = ((tail - head) as usize).min(buf.len());
+        let n = ((tail - head) as usize)
+            .min(max)
+            .min(v.capacity() - v.len());
         if n == 0 {
             return (0, false);
         }
-        copy_out(self.ring_data(p), size, head, &mut buf[..n]);
+        let dst = v.spare_capacity_mut()[..n].as_mut_ptr().cast::<u8>();
+        copy_out_raw(self.ring_data(p), size, head, dst, n);
+        // SAFETY: the n bytes after len were just written.
+        unsafe { v.set_len(v.len() + n) };
         ring.head.store(head + n as u64, Ordering::Release);
         fence(Ordering::SeqCst);
         let waiting = ring.producer_waiting.load(Ordering::Relaxed) != 0;
@@ -486,14 +491,16 @@ fn copy_in(data: *mut u8, size: u64, pos: u64, src: &[u8]) {
     }
 }
 
-fn copy_out(data: *const u8, size: u64, pos: u64, dst: &mut [u8]) {
+/// Copies `n` bytes from the ring at `pos` into `dst` (writable, possibly uninitialized).
+fn copy_out_raw(data: *const u8, size: u64, pos: u64, dst: *mut u8, n: usize) {
     let off = (pos & (size - 1)) as usize;
-    let first = dst.len().min(size as usize - off);
+    let first = n.min(size as usize - off);
     // SAFETY: as in copy_in: the consumer owns [head, tail), published by the producer's
-    // Release store of tail that our Acquire load saw.
+    // Release store of tail that our Acquire load saw; the callers pass `dst` writable for
+    // `n` bytes, and `n` is at most what the ring holds (at most its size).
     unsafe {
-        std::ptr::copy_nonoverlapping(data.add(off), dst.as_mut_ptr(), first);
-        std::ptr::copy_nonoverlapping(data, dst.as_mut_ptr().add(first), dst.len() - first);
+        std::ptr::copy_nonoverlapping(data.add(off), dst, first);
+        std::ptr::copy_nonoverlapping(data, dst.add(first), n - first);
     }
 }
 
@@ -563,7 +570,7 @@ mod tests {
         own.accept(1, 5);
         assert!(peer.accepted(1, 5));
         let mut got = Vec::new();
-        let mut buf = vec![0u8; 3000];
+        let mut buf = Vec::with_capacity(3000);
         let mut next = 0u8;
         for _ in 0..10 {
             let chunk: Vec<u8> = (0..2500)
@@ -574,8 +581,12 @@ mod tests {
                 .collect();
             assert_eq!(peer.write(1, &[&chunk[..1000], &chunk[1000..]]), 2500);
             assert!(own.has_input(0));
-            let (n, _) = own.read(1, &mut buf);
-            got.extend_from_slice(&buf[..n]);
+            buf.clear();
+            let (n, _) = own.read_into_vec(1, &mut buf, 2000);
+            assert_eq!(n, 2000, "at most what was asked");
+            let (m, _) = own.read_into_vec(1, &mut buf, usize::MAX);
+            assert_eq!(m, 500);
+            got.extend_from_slice(&buf);
         }
         let want: Vec<u8> = (1..=25000u32).map(|i| (i % 256) as u8).collect();
         assert_eq!(got, want);

@@ -162,12 +162,8 @@ enum Step {
 pub enum Outcome {
     /// Nothing new.
     Pending,
-    /// The link is up.
-    Established {
-        peer: u32,
-        incarnation: u64,
-        stream: TcpStream,
-    },
+    /// The link is up: the caller takes the stream with [`Handshake::into_stream`].
+    Established { peer: u32, incarnation: u64 },
     /// The handshake failed (the reason is logged and, for a connector, reported).
     Failed {
         peer: Option<u32>,
@@ -196,6 +192,10 @@ pub struct HsContext<'a> {
     pub nodes: u32,
     pub fingerprint: &'a [u8; 32],
     pub secret: &'a [u8],
+    /// Acceptor, once the peer proved it holds the secret: whether to refuse a connection
+    /// from (node, incarnation) because the two already share one or one is being dialled
+    /// the other way (`auth::code::CROSSING`).
+    pub crossing: &'a dyn Fn(u32, u64) -> bool,
 }
 
 impl Handshake {
@@ -240,12 +240,10 @@ impl Handshake {
         self.deadline
     }
 
-    pub fn fd(&self) -> i32 {
-        self.stream.as_raw_fd()
-    }
-
-    pub fn wants_write(&self) -> bool {
-        matches!(self.step, Step::Connecting) || self.out_off < self.out.len()
+    /// The established connection (the same socket: no duplicate descriptor, so epoll's
+    /// registration of it stays the only one).
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
     }
 
     /// The acceptor's verdict.
@@ -362,7 +360,6 @@ impl Handshake {
                     return Ok(Outcome::Established {
                         peer: self.target.expect("connector"),
                         incarnation: self.challenge.expect("received").incarnation,
-                        stream: self.stream.try_clone()?,
                     });
                 }
                 Step::WaitHello => {
@@ -416,7 +413,12 @@ impl Handshake {
                         );
                     }
                     self.inbuf.clear();
-                    self.set_verdict(auth::code::OK);
+                    let code = if (cx.crossing)(hello.from, hello.incarnation) {
+                        auth::code::CROSSING
+                    } else {
+                        auth::code::OK
+                    };
+                    self.set_verdict(code);
                 }
                 Step::SendVerdict(code) => {
                     if !self.flush()? {
@@ -429,7 +431,6 @@ impl Handshake {
                     return Ok(Outcome::Established {
                         peer: hello.from,
                         incarnation: hello.incarnation,
-                        stream: self.stream.try_clone()?,
                     });
                 }
             }

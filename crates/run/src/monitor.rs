@@ -36,8 +36,12 @@ pub struct Summary {
     pub last_epoch: u64,
     /// Stop times (ms) of every checkpoint.
     pub stop_ms: Vec<f64>,
-    /// Durable (engine) times (ms), overlapping the program's run.
+    /// Times (ms) from the end of the stop until each checkpoint was durable (the engine's
+    /// write-back and commit), overlapping the program's run.
     pub durable_ms: Vec<f64>,
+    /// Times (ms) the monitor then spent syncing the other context (after answering a
+    /// `kioku checkpoint`), overlapping the program's run.
+    pub sync_ms: Vec<f64>,
     pub copied_bytes: u64,
     pub captured_bytes: u64,
     /// Most processes in one checkpoint.
@@ -62,10 +66,15 @@ pub struct Monitor {
     control: Option<Control>,
     opts: MonitorOptions,
     summary: Summary,
+    /// The checkpoint being taken is the early first one of a fresh run: what it cannot take
+    /// does not stop checkpoints (the regular first checkpoint, one interval in, decides).
+    tentative: bool,
 }
 
 /// The slice the tree runs between looks at the control socket.
 const POLL: Duration = Duration::from_millis(20);
+/// When a fresh run's first checkpoint is due (or after one interval, when shorter).
+const FIRST_CHECKPOINT: Duration = Duration::from_millis(5);
 /// Retry delay of a checkpoint postponed because the tree could not be stopped.
 const RETRY: Duration = Duration::from_millis(2);
 /// Retry delay of a checkpoint postponed because data was in flight (unread inotify events…).
@@ -89,6 +98,7 @@ impl Monitor {
             control,
             opts,
             summary: Summary::default(),
+            tentative: false,
         })
     }
 
@@ -105,9 +115,38 @@ impl Monitor {
         &self.summary
     }
 
-    /// Takes a checkpoint now (waiting while the tree cannot be stopped). `None` when none was
-    /// taken: the tree ended meanwhile, or checkpoints stopped.
+    /// Takes a checkpoint now (waiting while the tree cannot be stopped), durable and with the
+    /// other context synced when this returns. `None` when none was taken: the tree ended
+    /// meanwhile, or checkpoints stopped.
     pub fn checkpoint(&mut self) -> Result<Option<CheckpointReport>> {
+        let r = self.checkpoint_durable();
+        self.sync_pending()?;
+        r
+    }
+
+    /// Syncs the other context with the last checkpoint if that is still to do (it is durable
+    /// already). A failing medium stops checkpoints; the tree runs on.
+    fn sync_pending(&mut self) -> Result<()> {
+        let Some(cap) = self.capturer.as_mut() else {
+            return Ok(());
+        };
+        match cap.sync() {
+            Ok(Some(d)) => {
+                self.summary.sync_ms.push(d.as_secs_f64() * 1e3);
+                Ok(())
+            }
+            Ok(None) => Ok(()),
+            Err(e) if medium_failure(&e) => {
+                self.stop_checkpoints(format!("the pool's medium failed: {e}"));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Monitor::checkpoint`] returning once the checkpoint is durable, before the other
+    /// context is synced (the caller syncs with [`Monitor::sync_pending`]).
+    fn checkpoint_durable(&mut self) -> Result<Option<CheckpointReport>> {
         let t0 = Instant::now();
         loop {
             match self.checkpoint_once()? {
@@ -160,6 +199,11 @@ impl Monitor {
     }
 
     fn try_checkpoint(&mut self) -> Result<Outcome> {
+        if self.summary.stopped_because.is_some() {
+            return Ok(Outcome::None);
+        }
+        // The last checkpoint's other context is synced before the tree stops, not during.
+        self.sync_pending()?;
         if self.summary.stopped_because.is_some() {
             return Ok(Outcome::None);
         }
@@ -226,6 +270,13 @@ impl Monitor {
         let captured = match captured {
             Ok(c) => c,
             Err(e @ RunError::Unsettled { .. }) => return Err(e),
+            Err(RunError::Unsupported { what }) if self.tentative => {
+                // The early first checkpoint met something it cannot take (a program setting
+                // itself up: a memfd made and not mapped yet): not a verdict yet, the regular
+                // first checkpoint decides.
+                tracing::debug!("early first checkpoint not taken: {what}");
+                return Ok(Outcome::None);
+            }
             Err(RunError::Unsupported { what }) => {
                 self.stop_checkpoints(what);
                 return Ok(Outcome::None);
@@ -284,7 +335,19 @@ impl Monitor {
 
     /// Runs the tree to its end, checkpointing; returns how its root ended.
     pub fn run(&mut self) -> Result<Exit> {
-        let mut next = self.opts.interval.map(|i| Instant::now() + i);
+        // A fresh run's first checkpoint is taken at once (after the program's first
+        // instructions), while its memory is small: the pool is restorable from the start,
+        // whatever the program grows to, and later checkpoints copy only what it adds.
+        let fresh = self
+            .capturer
+            .as_ref()
+            .is_some_and(|c| c.engine().epoch() == 0);
+        let started = Instant::now();
+        let mut early = fresh && self.opts.interval.is_some_and(|i| i > FIRST_CHECKPOINT);
+        let mut next = self
+            .opts
+            .interval
+            .map(|i| started + if early { FIRST_CHECKPOINT } else { i });
         loop {
             let slice = match next {
                 Some(n) => n.saturating_duration_since(Instant::now()).min(POLL),
@@ -304,7 +367,44 @@ impl Monitor {
                 self.control.as_mut().map(|c| c.poll()).unwrap_or_default();
             let due = next.is_some_and(|n| Instant::now() >= n);
             if due || !requests.is_empty() {
-                let r = if requests.is_empty() {
+                let r = if requests.is_empty() && early {
+                    // The early first checkpoint: taken if it can be now, else the regular
+                    // first one (one interval after the start) is.
+                    self.tentative = true;
+                    let r = self.checkpoint_once();
+                    self.tentative = false;
+                    tracing::debug!(
+                        ms = started.elapsed().as_secs_f64() * 1e3,
+                        outcome = match &r {
+                            Ok(Outcome::Taken(_)) => "taken",
+                            Ok(Outcome::Postponed(_)) => "postponed",
+                            Ok(Outcome::None) => "not taken",
+                            Err(_) => "failed",
+                        },
+                        "early first checkpoint"
+                    );
+                    let regular = self.opts.interval.map(|i| started + i);
+                    match r {
+                        Ok(Outcome::Taken(r)) => {
+                            early = false;
+                            Ok(Some(*r))
+                        }
+                        // Not now (a process still starting up, data in flight): soon again,
+                        // while the memory is still small, until the regular first one.
+                        Ok(Outcome::Postponed(after))
+                            if regular.is_some_and(|t| Instant::now() + after < t) =>
+                        {
+                            next = Some(Instant::now() + after.max(FIRST_CHECKPOINT));
+                            continue;
+                        }
+                        Ok(_) => {
+                            early = false;
+                            next = regular;
+                            continue;
+                        }
+                        Err(e) => Err(e),
+                    }
+                } else if requests.is_empty() {
                     // An interval checkpoint that cannot be taken now is retried shortly.
                     match self.checkpoint_once() {
                         Ok(Outcome::Postponed(after)) => {
@@ -319,7 +419,7 @@ impl Monitor {
                         Err(e) => Err(e),
                     }
                 } else {
-                    self.checkpoint()
+                    self.checkpoint_durable()
                 };
                 let answer = match &r {
                     Ok(Some(rep)) => serde_json::to_string(rep).unwrap_or_default(),
@@ -329,10 +429,12 @@ impl Monitor {
                     },
                     Err(e) => format!("error: {e}"),
                 };
+                // Answered once durable; the other context is synced afterwards.
                 for q in requests {
                     q.answer(&answer);
                 }
                 r?;
+                self.sync_pending()?;
                 if let (Some(i), true) = (self.opts.interval, due) {
                     next = Some(Instant::now() + i);
                 }

@@ -6,6 +6,7 @@
 
 mod process;
 pub(crate) mod shared;
+pub(crate) mod staging;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -112,6 +113,9 @@ pub struct Capturer {
     /// A restore by mapping still filling (or serving events): the next checkpoint waits for
     /// it first ([`Capturer::finish_restore`]).
     lazy: Option<crate::restore::lazy::LazyFill>,
+    /// Pages copied out of the stopped tree for a pool on a disk file, written into the pool
+    /// file after the tree resumes (`None`: copied straight into the running context).
+    staging: Option<staging::Staging>,
 }
 
 /// What the capture of descriptors asks of the rest: the journal's stash, shared memory.
@@ -167,7 +171,9 @@ impl Capturer {
             last: None,
             recent: vec![],
             lazy: None,
+            staging: None,
         };
+        c.staging = c.new_staging();
         c.sync_processes(tree)?;
         Ok(c)
     }
@@ -199,6 +205,32 @@ impl Capturer {
             last: Some(image.clone()),
             recent: image.recent.clone(),
             lazy,
+            staging: None,
+        }
+        .with_staging()
+    }
+
+    fn with_staging(mut self) -> Capturer {
+        self.staging = self.new_staging();
+        self
+    }
+
+    /// Staging when the pool is a file on a disk file system (and not turned off with
+    /// `KIOKU_NO_STAGING=1`).
+    fn new_staging(&self) -> Option<staging::Staging> {
+        if std::env::var_os("KIOKU_NO_STAGING").is_some_and(|v| v == "1") {
+            return None;
+        }
+        let medium = self.engine.pool().medium();
+        (medium.kind() == kioku_pool::MediumKind::File).then(|| staging::Staging::new(medium.fd()))
+    }
+
+    /// Writes staged pages into the pool file (after the tree resumed; before anything reads
+    /// or changes the running context). Returns the bytes written.
+    pub fn write_staged(&mut self) -> Result<u64> {
+        match self.staging.as_mut() {
+            Some(s) if !s.is_empty() => s.write_out(self.engine.space().pool_mappings()),
+            _ => Ok(0),
         }
     }
 
@@ -363,6 +395,7 @@ impl Capturer {
             marks: &self.marks,
             shared: &mut self.shared,
             file_ids: &mut self.file_ids,
+            staging: &mut self.staging,
         };
         for (pid, pc) in self.procs.iter_mut() {
             let t = tree.process(*pid).expect("synced with the tree");
@@ -401,13 +434,18 @@ impl Capturer {
     /// it to be copied by [`Capturer::precopy`] while the tree runs (pages written meanwhile
     /// are found written at the capture). `None`: nothing worth it.
     pub fn prepare(&mut self, tree: &Tree) -> Result<Option<Precopies>> {
+        // A restore by mapping completes, and the running context is never copied into while
+        // it is the valid checkpoint (the monitor does both before it stops the tree; this is
+        // the safety net).
         self.finish_restore()?;
+        self.sync()?;
         self.survey(tree)?;
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
             shared: &mut self.shared,
             file_ids: &mut self.file_ids,
+            staging: &mut self.staging,
         };
         let mut all = Vec::new();
         for pc in self.procs.values_mut() {
@@ -428,7 +466,9 @@ impl Capturer {
         let mut copied = 0;
         for pre in p.0 {
             if let Some(pc) = self.procs.get_mut(&pre.pid) {
-                copied += pc.precopy(pre, &self.marks);
+                let maps = self.engine.space().pool_mappings();
+                let staging = self.staging.as_mut().map(|s| (s, maps));
+                copied += pc.precopy(pre, &self.marks, staging);
             }
         }
         copied
@@ -447,6 +487,7 @@ impl Capturer {
                 exit: tree.root_exit().unwrap_or(kioku_proc::Exit::Code(0)),
             }));
         }
+        self.sync()?;
         if !self.surveyed {
             self.survey(tree)?;
         }
@@ -457,6 +498,7 @@ impl Capturer {
             marks: &self.marks,
             shared: &mut self.shared,
             file_ids: &mut self.file_ids,
+            staging: &mut self.staging,
         };
         let mut stats = CaptureStats::default();
         let mut processes = Vec::with_capacity(self.procs.len());
@@ -569,21 +611,22 @@ impl Capturer {
         Ok(out)
     }
 
-    /// Makes a capture durable (the tree may run meanwhile: the copy is the monitor's).
+    /// Makes a capture durable (the tree may run meanwhile: the copy is the monitor's) and
+    /// returns as soon as it is: the engine's first half (`prepare`). The other context is
+    /// synced by [`Capturer::sync`], which must run before the next capture copies anything
+    /// (until then the running context is the valid checkpoint); the next checkpoint, the end
+    /// of the run and [`Capturer::finish`] call it when it was not.
     pub fn commit(&mut self, c: Captured) -> Result<CheckpointReport> {
+        self.sync()?;
         if let Some(j) = self.journal.as_mut() {
             // Files as they were at the capture must survive a power cut with it.
             j.sync_files()?;
         }
-        let engine = self.engine.checkpoint(&c.image.encode())?;
-        if let Some(j) = self.journal.as_mut() {
-            j.committed(&mut self.engine, engine.epoch)?;
-        }
-        if verify_enabled() {
-            for (region, page) in self.engine.contexts_differ() {
-                tracing::error!(region, page, "the two contexts differ after a checkpoint");
-            }
-        }
+        self.engine.prepare(&c.image.encode())?;
+        let engine = self
+            .engine
+            .prepared_stats()
+            .expect("a checkpoint was just prepared");
         self.last = Some(c.image);
         Ok(CheckpointReport {
             epoch: engine.epoch,
@@ -592,8 +635,28 @@ impl Capturer {
         })
     }
 
+    /// Syncs the other context with a checkpoint [`Capturer::commit`] made durable, if one
+    /// waits: the checkpoint before it is gone from here on. Returns how long that took.
+    pub fn sync(&mut self) -> Result<Option<std::time::Duration>> {
+        self.write_staged()?;
+        if !self.engine.is_prepared() {
+            return Ok(None);
+        }
+        let stats = self.engine.finish()?;
+        if let Some(j) = self.journal.as_mut() {
+            j.committed(&mut self.engine, stats.epoch)?;
+        }
+        if verify_enabled() {
+            for (region, page) in self.engine.contexts_differ() {
+                tracing::error!(region, page, "the two contexts differ after a checkpoint");
+            }
+        }
+        Ok(Some(stats.sync))
+    }
+
     /// Records that the tree ended: `kioku restore` then refuses, saying so.
     pub fn finish(&mut self, how: String) -> Result<()> {
+        self.sync()?;
         let Some(mut image) = self.last.clone() else {
             return Ok(());
         };

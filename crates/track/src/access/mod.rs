@@ -432,7 +432,7 @@ impl AccessTracker {
     }
 
     /// Adapts the sample size to the CPU budget from what the scan just made cost: its own
-    /// work and the faults the program took on the pages it observed, against the budget's share
+    /// CPU time and the faults the program took on the pages it observed, against the budget's share
     /// of the time since the previous scan. Changes are damped (square root of the ratio, at most
     /// ×2 or ÷2 per scan).
     fn adapt(&mut self, cost: Duration, since_last: Option<Duration>) {
@@ -463,6 +463,7 @@ impl AccessTracker {
         rearm: bool,
     ) -> Result<ScanStats, TrackError> {
         let t0 = Instant::now();
+        let cpu0 = sys::thread_cpu_time();
         let ps = crate::page_size();
         out.clear();
         let mut stats = AccessScan::default();
@@ -514,7 +515,8 @@ impl AccessTracker {
         // (3) Choose the next sample: a new rotation when this one is done.
         let faults = self.fault_cost(stats.accessed);
         let since = self.last_scan_at.map(|t| t0.duration_since(t));
-        self.adapt(t0.elapsed() + faults, since);
+        // The scan's own cost is its thread's CPU time (the budget is a share of a CPU).
+        self.adapt(sys::thread_cpu_time().saturating_sub(cpu0) + faults, since);
         if self.rotation.finished() {
             let cands = self.candidates()?;
             let cut = self.cut();

@@ -80,6 +80,7 @@ public final class RecoveryMain {
   }
 
   static void build(Path pool, String shape, long target) {
+    long c0 = processCpuNanos();
     long t0 = System.nanoTime();
     KiokuPersist.open(pool, "shm");
     RecoveryRoots.chunks = new Object[MAX_CHUNKS];
@@ -91,17 +92,20 @@ public final class RecoveryMain {
       n++;
     }
     double seconds = (System.nanoTime() - t0) / 1e9;
+    double cpuSeconds = (processCpuNanos() - c0) / 1e9;
     long[] c = check(chunks);
     var s = KiokuPersist.stats();
     System.out.println(
         "RESULT step=build shape=" + shape + " chunks=" + n + " usedBytes=" + s.usedBytes()
             + " capacityBytes=" + s.capacityBytes() + " persistentObjects=" + s.persistentObjects()
-            + " graphObjects=" + c[1] + " checksum=" + c[0] + " seconds=" + seconds);
+            + " graphObjects=" + c[1] + " checksum=" + c[0] + " seconds=" + seconds
+            + " cpuSeconds=" + cpuSeconds + " gcRuns=" + s.gcRuns());
     KiokuPersist.close();
   }
 
   static void recover(Path pool, String shape) throws Exception {
     if (!Files.exists(pool)) throw new IllegalStateException(pool + " is missing");
+    long c0 = processCpuNanos();
     long t0 = System.nanoTime();
     boolean data = KiokuPersist.open(pool, "shm");
     long t1 = System.nanoTime();
@@ -109,6 +113,7 @@ public final class RecoveryMain {
     Class.forName("kioku.bench.persist.RecoveryRoots", true, RecoveryMain.class.getClassLoader());
     Object[] chunks = RecoveryRoots.chunks;
     long t2 = System.nanoTime();
+    long c2 = processCpuNanos();
     if (!data || chunks == null) throw new IllegalStateException("nothing recovered");
     long[] c = check(chunks);
     long t3 = System.nanoTime();
@@ -117,20 +122,32 @@ public final class RecoveryMain {
         "RESULT step=recover shape=" + shape + " usedBytes=" + s.usedBytes() + " persistentObjects="
             + s.persistentObjects() + " graphObjects=" + c[1] + " checksum=" + c[0]
             + " openSeconds=" + (t1 - t0) / 1e9 + " rootSeconds=" + (t2 - t1) / 1e9
-            + " seconds=" + (t2 - t0) / 1e9 + " traverseSeconds=" + (t3 - t2) / 1e9
+            + " seconds=" + (t2 - t0) / 1e9 + " cpuSeconds=" + (c2 - c0) / 1e9 + " traverseSeconds=" + (t3 - t2) / 1e9
             + " peakRssKiB=" + peakRssKiB());
     KiokuPersist.close();
   }
 
   static void plain(String shape, int n) throws java.io.IOException {
+    long c0 = processCpuNanos();
     long t0 = System.nanoTime();
     Object[] chunks = new Object[MAX_CHUNKS];
     for (int i = 0; i < n; i++) chunks[i] = chunk(shape, i);
     long t1 = System.nanoTime();
+    long c1 = processCpuNanos();
     long[] c = check(chunks);
     System.out.println(
         "RESULT step=plain shape=" + shape + " chunks=" + n + " graphObjects=" + c[1] + " checksum="
-            + c[0] + " seconds=" + (t1 - t0) / 1e9 + " peakRssKiB=" + peakRssKiB());
+            + c[0] + " seconds=" + (t1 - t0) / 1e9 + " cpuSeconds=" + (c1 - c0) / 1e9 + " peakRssKiB=" + peakRssKiB());
+  }
+
+  /**
+   * CPU time of the whole process (every thread: the GC's too), which a loaded machine does not
+   * stretch as it stretches wall time.
+   */
+  static long processCpuNanos() {
+    return ((com.sun.management.OperatingSystemMXBean)
+            java.lang.management.ManagementFactory.getOperatingSystemMXBean())
+        .getProcessCpuTime();
   }
 
   /**

@@ -16,10 +16,36 @@ final class HeapMarking {
   private final ClassTable classes;
   private long repaired;
 
+  /** At open: the allocator, rebuilt as replicas are marked (one pass instead of two). */
+  private final Allocator rebuild;
+
   HeapMarking(PersistentHeap heap) {
+    this(heap, null);
+  }
+
+  HeapMarking(PersistentHeap heap, Allocator rebuild) {
     this.heap = heap;
     this.space = heap.space();
     this.classes = heap.classes();
+    this.rebuild = rebuild;
+  }
+
+  /**
+   * Replicas of up to this many words are read whole into {@link #words} once (one bulk read
+   * instead of a bounds-checked read per word, and once for the checks and the scan).
+   */
+  private static final int BUFFERED = 4096;
+
+  /** The replica {@link #checkedSize} read, if {@link #loaded}. */
+  private long[] words = new long[64];
+
+  private boolean loaded;
+
+  /** The class table by id, read once per marking (millions of lookups). */
+  private ClassTable.Descriptor[] byId;
+
+  private ClassTable.Descriptor descriptor(int cid) {
+    return cid >= 1 && cid < byId.length ? byId[cid] : null;
   }
 
   /** Replicas this marking repaired. */
@@ -33,6 +59,8 @@ final class HeapMarking {
    */
   Marks mark(long[] touched) throws HeapException {
     Marks live = new Marks(space);
+    byId = new ClassTable.Descriptor[classes.size() + 1];
+    for (int i = 1; i < byId.length; i++) byId[i] = classes.get(i);
     long[] stack = new long[1024];
     int sp = 0;
     List<Long> starts = new ArrayList<>(heap.roots().values());
@@ -48,11 +76,16 @@ final class HeapMarking {
       if (!space.valid(addr, HeapFormat.HEADER)) throw PersistentHeap.damagedAt(addr, "points outside the heap");
       if (live.contains(addr)) continue;
       long size = checkedSize(addr, touched);
-      long header = space.getLong(addr);
+      boolean inWords = loaded;
+      long[] w = words;
+      long header = inWords ? w[0] : space.getLong(addr);
       int cid = (int) header;
       long count = header >>> 32;
-      ClassTable.Descriptor d = classes.get(cid);
+      ClassTable.Descriptor d = descriptor(cid);
       live.mark(addr);
+      if (rebuild != null && !rebuild.markUsed(addr, size)) {
+        throw PersistentHeap.damagedAt(addr, "overlaps another replica");
+      }
       long body = addr + HeapFormat.HEADER;
       boolean scan = d.kind() == Layout.Kind.OBJECT || d.kind() == Layout.Kind.ENUM;
       if (scan) {
@@ -61,14 +94,14 @@ final class HeapMarking {
         if (refs.length != count) throw PersistentHeap.damagedAt(addr, "has " + count + " words, its class " + refs.length);
         for (int i = 0; i < count; i++) {
           if (!refs[i]) continue;
-          long v = space.getLong(body + 8L * i);
+          long v = inWords ? w[3 + i] : space.getLong(body + 8L * i);
           if (v == 0) continue;
           if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
           stack[sp++] = v;
         }
       } else if (d.kind() == Layout.Kind.ARRAY && d.elementCode() == 'L') {
         for (long i = 0; i < count; i++) {
-          long v = space.getLong(body + 8L * i);
+          long v = inWords ? w[3 + (int) i] : space.getLong(body + 8L * i);
           if (v == 0) continue;
           if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
           stack[sp++] = v;
@@ -85,18 +118,20 @@ final class HeapMarking {
    * and one wrong word (a store a crash tore, or a flipped bit) repaired.
    */
   private long checkedSize(long addr, long[] touched) throws HeapException {
+    loaded = false;
     for (int attempt = 0; ; attempt++) {
       long header = space.getLong(addr);
       int cid = (int) header;
       long count = header >>> 32;
-      ClassTable.Descriptor d = classes.get(cid);
+      ClassTable.Descriptor d = descriptor(cid);
       long size = d == null ? -1 : d.replicaSize(count);
       boolean fits = d != null && space.valid(addr, size)
           && (d.bodyWords() < 0 || d.bodyWords() == count);
       if (touched == null) {
         if (d == null) throw PersistentHeap.damagedAt(addr, "names class " + cid + " which the class table lacks");
         if (!fits) throw PersistentHeap.damagedAt(addr, "runs past its heap space");
-        return size;
+        return size; // the GC reads the medium word by word, as the program may be storing
+
       }
       if (!fits) {
         // The header itself may be the one wrong word: the checks over the smallest replica
@@ -110,6 +145,10 @@ final class HeapMarking {
         space.flush(addr + ReplicaCheck.S1, 16);
         return size;
       }
+      if (load(addr, size) && words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))) {
+        return size;
+      }
+      loaded = false; // a repair below may change words: the caller reads the medium
       switch (ReplicaCheck.verify(space, addr, size)) {
         case INTACT:
           return size;
@@ -128,6 +167,15 @@ final class HeapMarking {
           throw PersistentHeap.damagedAt(addr, "fails its check words (more than one word differs)");
       }
     }
+  }
+
+  /** Reads a replica that fits in {@link #words} (size checked against the space already). */
+  private boolean load(long addr, long size) {
+    if (size > 8L * BUFFERED) return loaded = false;
+    int n = (int) (size >>> 3);
+    if (words.length < n) words = new long[Math.max(n, 2 * words.length)];
+    space.medium.getLongs(space.off(addr), words, 0, n);
+    return loaded = true;
   }
 
   /**
@@ -160,6 +208,7 @@ final class HeapMarking {
   }
 
   private static boolean touchedIn(long[] touched, long addr, long size) {
+    if (touched.length == 0) return false;
     int i = java.util.Arrays.binarySearch(touched, addr);
     if (i < 0) i = -i - 1;
     return i < touched.length && touched[i] < addr + size;

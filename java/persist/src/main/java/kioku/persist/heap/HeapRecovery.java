@@ -35,7 +35,8 @@ final class HeapRecovery {
       int[] slotMap,
       Object[] constants,
       boolean stale,
-      List<Layout.Slot> added) {}
+      List<Layout.Slot> added,
+      boolean table) {}
 
   HeapRecovery(PersistentHeap heap, ClassLoader first, Marks live) {
     this.heap = heap;
@@ -46,34 +47,60 @@ final class HeapRecovery {
     this.progress = new Progress("recovering");
   }
 
-  /** Rebuilds every replica the marks found, in address order; returns each root's graph. */
+  /**
+   * Rebuilds every replica the marks found, in address order; returns each root's graph. Two
+   * passes over the replicas: create (and adopt: a fresh object takes its replica word as it
+   * is made), then fill; shared instances and objects of changed classes are adopted or
+   * moved after the fill.
+   */
   Map<String, Object> run() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
-    live.forEach(
-        (i, addr) -> {
-          long header = space.getLong(addr);
-          objects[i] = create(addr, header, resolve((int) header));
-          progress.tick(i, 2L * total);
-        });
-    live.forEach(
-        (i, addr) -> {
-          fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
-          progress.tick(total + (long) i, 2L * total);
-        });
+    // Hash tables, whose buckets may need rebuilding (identity hashes differ in this JVM):
+    // listed as they are created instead of a pass over every object afterwards.
+    List<Object> tables = new java.util.ArrayList<>();
     heap.beginAdoption(total);
-    java.util.IdentityHashMap<Object, Boolean> stale = new java.util.IdentityHashMap<>();
-    live.forEach(
-        (i, addr) -> {
-          Resolved r = resolved[(int) space.getLong(addr)];
-          if (r.stale) {
-            stale.put(objects[i], Boolean.TRUE);
-            // An enum constant is the running one: its added fields are initialized already.
-            if (!r.type.isEnum()) FieldInitializers.run(objects[i], r.type, r.added);
-          } else {
-            heap.adopt(objects[i], addr);
-          }
-        });
+    java.util.IdentityHashMap<Object, Boolean> stale;
+    try {
+      Later later = new Later();
+      live.forEach(
+          (i, addr) -> {
+            long header = space.getLong(addr);
+            Resolved r = resolve((int) header);
+            Object o = create(addr, header, r);
+            objects[i] = o;
+            if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
+            Layout.Kind k = r.d.kind();
+            if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
+              later.add(i, addr);
+            } else {
+              heap.adopt(o, addr); // a new object: nothing else can see it yet
+            }
+            progress.tick(i, 2L * total);
+          });
+      live.forEach(
+          (i, addr) -> {
+            fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
+            progress.tick(total + (long) i, 2L * total);
+          });
+      stale = new java.util.IdentityHashMap<>();
+      for (int j = 0; j < later.count; j++) {
+        long addr = later.addrs[j];
+        Object o = objects[later.indexes[j]];
+        Resolved r = resolved[(int) space.getLong(addr)];
+        if (r.stale) {
+          stale.put(o, Boolean.TRUE);
+          // An enum constant is the running one: its added fields are initialized already.
+          if (!r.type.isEnum()) FieldInitializers.run(o, r.type, r.added);
+        } else {
+          heap.adopt(o, addr);
+        }
+      }
+    } catch (HeapException | RuntimeException e) {
+      heap.abandonAdoption(); // a class that cannot be recovered: keep nothing of the attempt
+      throw e;
+    }
+    heap.endAdoption();
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
@@ -81,10 +108,27 @@ final class HeapRecovery {
       roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
     }
     if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
-    List<Object> tables = Rehash.needing(objects);
-    List<Object> concurrentMaps = ConcurrentMaps.needing(objects);
-    if (!tables.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(tables, concurrentMaps);
+    Object[] candidates = tables.toArray();
+    List<Object> rehash = Rehash.needing(candidates);
+    List<Object> concurrentMaps = ConcurrentMaps.needing(candidates);
+    if (!rehash.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(rehash, concurrentMaps);
     return roots;
+  }
+
+  /** Replicas adopted after the fill: shared instances, objects of changed classes. */
+  private static final class Later {
+    int[] indexes = new int[16];
+    long[] addrs = new long[16];
+    int count;
+
+    void add(int index, long addr) {
+      if (count == indexes.length) {
+        indexes = java.util.Arrays.copyOf(indexes, count * 2);
+        addrs = java.util.Arrays.copyOf(addrs, count * 2);
+      }
+      indexes[count] = index;
+      addrs[count++] = addr;
+    }
   }
 
   private Resolved resolve(int classId) throws HeapException {
@@ -93,7 +137,7 @@ final class HeapRecovery {
     if (r != null) return r;
     ClassTable.Descriptor d = heap.classes().get(classId);
     if (d.kind() == Layout.Kind.CANONICAL) {
-      r = new Resolved(d, null, null, null, null, false, List.of());
+      r = new Resolved(d, null, null, null, null, false, List.of(), false);
       resolved[classId] = r;
       return r;
     }
@@ -151,7 +195,7 @@ final class HeapRecovery {
       for (int i = 0; i < kept.length; i++) if (!kept[i]) added.add(layout.slots[i]);
       stale |= !added.isEmpty();
     }
-    r = new Resolved(d, c, layout, slotMap, constants, stale, List.copyOf(added));
+    r = new Resolved(d, c, layout, slotMap, constants, stale, List.copyOf(added), Rehash.mayNeed(c));
     resolved[classId] = r;
     return r;
   }
@@ -239,6 +283,9 @@ final class HeapRecovery {
 
   private static final int BATCH = 8192;
 
+  /** The fields' words of the object {@link #fill} is filling. */
+  private long[] words = new long[64];
+
   /** Arrays up to this many bytes are read element by element (no temporary buffer). */
   private static final int SMALL_ARRAY = 256;
 
@@ -249,9 +296,12 @@ final class HeapRecovery {
         Layout.Slot[] slots = r.layout.slots;
         int[] map = r.slotMap;
         long at = space.off(body) + (r.d.kind() == Layout.Kind.ENUM ? 8 : 0);
+        long[] w = words;
+        if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
+        medium.getLongs(at, w, 0, map.length); // one bulk read of the fields' words
         for (int j = 0; j < map.length; j++) {
           Layout.Slot s = slots[map[j]];
-          long v = medium.getLong(at + 8L * j);
+          long v = w[j];
           if (s.code() == 'L') {
             Unsafes.U.putObject(o, s.offset(), v == 0 ? null : objects[live.index(v)]);
           } else {

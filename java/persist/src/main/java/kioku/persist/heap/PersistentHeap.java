@@ -102,6 +102,14 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private Map<String, Object> recoveredRoots = Map.of();
   private long gcRuns;
   private long liveAtLastGc;
+  /**
+   * Replicas may have died since the last GC: a reference in the pool (a replica's word or a
+   * root) that pointed somewhere was overwritten, or replicas were abandoned (objects moved to
+   * new replicas). Without it, making things persistent only adds live replicas, and a GC would
+   * mark the whole heap to find nothing.
+   */
+  private volatile boolean mayHoldGarbage;
+  private int rollbacksAtLastGc;
   private long repairedAtOpen;
   private boolean closed;
 
@@ -235,8 +243,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       Marks live = h.markLive(undone.touched());
       Sections.endAtOpen(h.logSpace, h.space, undone);
       h.rootNames.apply(h);
-      if (h.rootNames.changedRoots()) live = h.markLive();
-      h.rebuildAllocator(live);
+      if (h.rootNames.changedRoots()) {
+        live = h.markLive();
+        h.rebuildAllocator(live);
+      }
       // Recovery needs the program's classes, so it waits for the first use of the heap;
       // nothing changes the heap before it (see ensureRecovered).
       h.marksAtOpen = h.hasData() ? live : null;
@@ -634,6 +644,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    */
   private boolean store(long replica, long at, long bits, long mask, boolean isRef, Object target,
       Object oldRef) {
+    if (isRef && !mayHoldGarbage) {
+      long before = space.getLong(at);
+      if (before != 0 && before != bits) mayHoldGarbage = true;
+    }
     Sections.Section s = sections.open();
     boolean implicit = false;
     if (s == null && sections.mayBeOwned() && sections.ownedByOther(at)) {
@@ -1387,6 +1401,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     try {
       sections.log(s, valueAt, true, field, -1, old);
       sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
+      if (medium.getLong(entry + HeapFormat.ROOT_VALUE) != 0) mayHoldGarbage = true;
       medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
       medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
       medium.flush(entry, 16);
@@ -1423,6 +1438,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           sections.log(s, at, true, null, -1, null);
           sections.log(s, at + HeapFormat.ROOT_CHECK, false, null, -1, null);
         }
+        mayHoldGarbage = true;
         for (int i = 0; i < names.length; i++) {
           medium.putLong(entries[i] + HeapFormat.ROOT_VALUE, values[i]);
           medium.putLong(entries[i] + HeapFormat.ROOT_CHECK, roots.check(names[i], values[i]));
@@ -1675,19 +1691,36 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   void beginAdoption(int n) {
     activate();
     Barrier.hooks = this;
-    side.reserve(n);
+    adopted = new Object[n];
+    adoptedCount = 0;
   }
+
+  /** Recovered objects with their own replica word, listed at {@link #endAdoption}. */
+  private Object[] adopted;
+
+  private int adoptedCount;
 
   /** Called by recovery for every rebuilt object: it is persistent, with this replica. */
   void adopt(Object o, long addr) {
     if (o instanceof Persistent p && !(o instanceof Enum<?>)) {
       p.$kioku$r(addr); // a new object: nothing else can see it yet
-      side.register(o);
+      adopted[adoptedCount++] = o;
     } else if (o instanceof Enum<?> || Canonicals.nameOf(o) != null) {
       if (word(o) == 0) setWord(o, addr); // a shared instance, not a new object
     } else {
       side.add(o).word = addr;
     }
+  }
+
+  /** Called by recovery once every object is adopted. */
+  void endAdoption() {
+    side.listRecovered(adopted, adoptedCount);
+    adopted = null;
+  }
+
+  /** Called by a recovery that failed: the objects it made are garbage, not listed. */
+  void abandonAdoption() {
+    adopted = null;
   }
 
   // ---------------------------------------------------------------- marking and GC
@@ -1700,11 +1733,14 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   /**
    * At open: marks, and checks every replica it reaches (repairing one wrong word); replicas
    * holding an address of {@code touched} (rolled back just now) get their checks recomputed
-   * instead.
+   * instead. Rebuilds the allocator from the replicas as it marks them.
    */
   private Marks markLive(long[] touched) throws HeapException {
-    HeapMarking m = new HeapMarking(this);
+    HeapMarking m = new HeapMarking(this, alloc);
+    alloc.beginRebuild();
     Marks live = m.mark(touched);
+    alloc.finishRebuild();
+    liveAtLastGc = alloc.usedBytes();
     repairedAtOpen += m.repaired();
     return live;
   }
@@ -1735,6 +1771,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   /** GC when the heap is mostly full and has grown since the last one. Lock held. */
   private void maybeCollect() {
     if (recovering) return; // objects being moved are reachable only from memory meanwhile
+    if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return;
     long cap = alloc.capacityBytes();
     long used = alloc.usedBytes();
     if (used > cap * 0.9 && used > liveAtLastGc * 1.25) {
@@ -1754,12 +1791,16 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   public void collect() throws HeapException {
     lock.lock();
     try {
+      // Cleared before marking: a reference overwritten from here on sets it again.
+      mayHoldGarbage = false;
+      rollbacksAtLastGc = sections.rollbackCount();
       Marks live = markLive();
       side.forEachLive(
           o -> {
             long w = word(o);
             if (w != 0 && !live.contains(addressOf(w))) clearWord(o);
           });
+      side.dropWhite(this::word);
       VarHandle.fullFence();
       epochs.awaitGracePeriod();
       rebuildAllocator(live);
@@ -1824,6 +1865,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       side.forEachLive(o -> {
         if (o instanceof Persistent) clearWord(o);
       });
+      side.clearRecovered();
       pool.close();
     } finally {
       lock.unlock();

@@ -34,6 +34,16 @@ final class Rehash {
   private Rehash() {}
 
   /** The objects among {@code objects} whose tables must be rebuilt. */
+  /**
+   * Whether objects of this class may be tables {@link #needing} or {@link ConcurrentMaps}
+   * would rebuild (recovery lists only these).
+   */
+  static boolean mayNeed(Class<?> c) {
+    return HashMap.class.isAssignableFrom(c)
+        || java.util.concurrent.ConcurrentHashMap.class.isAssignableFrom(c)
+        || IMMUTABLE_TABLES.contains(c.getName());
+  }
+
   static List<Object> needing(Object[] objects) {
     List<Object> out = new ArrayList<>();
     for (Object o : objects) {

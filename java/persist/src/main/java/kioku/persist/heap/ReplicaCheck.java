@@ -55,6 +55,21 @@ final class ReplicaCheck {
     return new long[] {s1, s2};
   }
 
+  /**
+   * Whether the check words of a replica already read into {@code w[0..words)} hold: the
+   * fast path of {@link #verify}, which a replica that fails it must still go through.
+   */
+  static boolean holds(long[] w, int words) {
+    long s1 = w[0];
+    long s2 = w[0]; // weight(0) = 1
+    for (int p = 3; p < words; p++) {
+      long x = w[p];
+      s1 ^= x;
+      s2 += weight(p) * x;
+    }
+    return s1 == w[1] && s2 == w[2];
+  }
+
   /** Writes freshly computed checks (not flushed). */
   static void recompute(HeapSpace space, long addr, long bytes) {
     long[] s = compute(space, addr, bytes);

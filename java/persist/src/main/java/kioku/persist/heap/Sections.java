@@ -249,6 +249,11 @@ final class Sections {
     return rollbacks.get() != 0;
   }
 
+  /** Rollbacks so far (a rollback abandons the replicas its undone stores pointed to). */
+  int rollbackCount() {
+    return rollbacks.get();
+  }
+
   /**
    * Called with {@code s.lock} held, before a store to the word at {@code at} (of the replica
    * at {@code replica}, or -1 for a word of persist.meta): logs its old value on the section's

@@ -9,9 +9,10 @@ import kioku.persist.rt.IdentityHashes;
 /**
  * The replica words of persistent objects, by identity, held weakly: the only place a JDK
  * object or an array can keep one, and the registry of every persistent object (application
- * objects too) that the persistent-heap GC walks to turn objects white when their replicas
- * die. Lookups are lock-free (open addressing on identityHashCode over an immutable-size
- * table); insertions and resizes take the table's lock.
+ * objects too: weakly those made persistent in this run, strongly those recovery rebuilt) that
+ * the persistent-heap GC walks to turn objects white when their replicas die. Lookups are
+ * lock-free (open addressing on identityHashCode over an immutable-size table); insertions and
+ * resizes take the table's lock.
  */
 final class SideTable {
   /** An entry: the object (weakly), its identity hash and its replica word. */
@@ -150,17 +151,59 @@ final class SideTable {
     registered[registeredCount++] = new WeakReference<>(o);
   }
 
-  /** Makes room for {@code n} more entries at once (recovery adopts millions). */
-  synchronized void reserve(int n) {
-    if ((used + n) * 2 > slots.hashes.length) {
-      rebuildTo(Integer.highestOneBit(Math.max(1024, (used + n) * 4 + 4)));
+  /**
+   * Recovered objects that keep their own replica word, held strongly: 4 bytes each instead of
+   * a weak reference (32 bytes, and work for every collection of the Java heap that finds it).
+   * Holding them costs no memory the program would otherwise get back: a recovered object
+   * whose replica is live is reachable from a root in the pool, hence (the objects mirror
+   * their replicas) from the root's static field. One whose replica dies is dropped by the
+   * next persistent GC ({@link #dropWhite}), which also turns it white; until then it stays
+   * in memory as its replica stays in the pool.
+   */
+  private Object[] recovered = new Object[0];
+
+  private int recoveredCount;
+
+  /**
+   * Lists recovered objects that keep their own replica word (see {@link #recovered}): {@code
+   * objects[0..n)}, nulls after. Takes the array itself when nothing is listed yet (a recovery:
+   * one array of millions fewer), so the caller must not use it again.
+   */
+  synchronized void listRecovered(Object[] objects, int n) {
+    if (recoveredCount == 0) {
+      recovered = objects;
+      recoveredCount = n;
+      return;
     }
-    if (registeredCount + n > registered.length) {
-      registered = java.util.Arrays.copyOf(registered, Integer.highestOneBit(registeredCount + n) * 2);
+    if (recoveredCount + n > recovered.length) {
+      recovered = java.util.Arrays.copyOf(recovered, recoveredCount + n);
     }
+    System.arraycopy(objects, 0, recovered, recoveredCount, n);
+    recoveredCount += n;
   }
 
-  /** Every listed object still alive: those of the table, then the registered ones. */
+  /** Drops the recovered objects that are white now (after a GC turned them white). */
+  synchronized void dropWhite(java.util.function.ToLongFunction<Object> word) {
+    int n = 0;
+    for (int i = 0; i < recoveredCount; i++) {
+      Object o = recovered[i];
+      if (word.applyAsLong(o) != 0) recovered[n++] = o;
+    }
+    if (n < recovered.length / 2) {
+      recovered = java.util.Arrays.copyOf(recovered, n);
+    } else {
+      java.util.Arrays.fill(recovered, n, recoveredCount, null);
+    }
+    recoveredCount = n;
+  }
+
+  /** Forgets every listed recovered object (the heap is closed). */
+  synchronized void clearRecovered() {
+    recovered = new Object[0];
+    recoveredCount = 0;
+  }
+
+  /** Every listed object still alive: the table's, the registered ones, the recovered ones. */
   void forEachLive(Consumer<Object> action) {
     for (Entry e : slots.entries) {
       Object o = e == null ? null : e.get();
@@ -176,11 +219,17 @@ final class SideTable {
       Object o = r[i].get();
       if (o != null) action.accept(o);
     }
+    Object[] rec;
+    synchronized (this) {
+      rec = recovered;
+      n = recoveredCount;
+    }
+    for (int i = 0; i < n; i++) action.accept(rec[i]);
   }
 
   /** Objects listed, including some that died since the last rebuild (for statistics). */
   synchronized int size() {
-    return used + registeredCount;
+    return used + registeredCount + recoveredCount;
   }
 
   private void rebuild() {

@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.lang.invoke.VarHandle;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.LongBuffer;
 import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
@@ -36,6 +37,11 @@ abstract class MappedMedium implements Medium {
   private final long mask;
   /** Replaced (never mutated) on grow and close, so a reader sees a consistent array. */
   volatile MappedByteBuffer[] windows;
+  /**
+   * The same windows as little-endian long views, for bulk reads of whole replicas; replaced
+   * with {@link #windows} (a reader that finds it shorter reads word by word).
+   */
+  private volatile LongBuffer[] longViews = new LongBuffer[0];
   private volatile long length;
   private boolean dirSynced;
 
@@ -55,7 +61,7 @@ abstract class MappedMedium implements Medium {
     this.mask = windowSize - 1;
     try {
       this.length = channel.size();
-      this.windows = remap(new MappedByteBuffer[0], 0, length);
+      setWindows(remap(new MappedByteBuffer[0], 0, length));
     } catch (PoolException e) {
       Media.closeQuietly(channel);
       throw e;
@@ -63,6 +69,18 @@ abstract class MappedMedium implements Medium {
       Media.closeQuietly(channel);
       throw PoolException.io("fstat", shown, e);
     }
+  }
+
+  /**
+   * Publishes new windows and their long views; a reader may see views fewer than the
+   * windows (it then reads word by word), never views of windows already dropped.
+   */
+  private void setWindows(MappedByteBuffer[] w) {
+    LongBuffer[] v = new LongBuffer[w.length];
+    for (int i = 0; i < w.length; i++) v[i] = w[i].asLongBuffer(); // little-endian, as w[i]
+    if (v.length < longViews.length) longViews = v; // close: drop the views first
+    windows = w;
+    longViews = v;
   }
 
   /** Windows for {@code [0, newLen)}: full old windows are kept, the rest is mapped anew. */
@@ -119,6 +137,20 @@ abstract class MappedMedium implements Medium {
   @Override
   public final long getLong(long off) {
     return windows[(int) (off >>> shift)].getLong((int) (off & mask));
+  }
+
+  @Override
+  public final void getLongs(long off, long[] dst, int dstOff, int n) {
+    LongBuffer[] v = longViews;
+    int w = (int) (off >>> shift);
+    long at = off & mask;
+    // Aligned, inside one window (replicas never straddle one unless the window is tiny):
+    // one bounds check and one copy; anything else word by word.
+    if ((at & 7) == 0 && w < v.length && at + 8L * n <= windowSize) {
+      v[w].get((int) (at >>> 3), dst, dstOff, n);
+      return;
+    }
+    for (int i = 0; i < n; i++) dst[dstOff + i] = getLong(off + 8L * i);
   }
 
   @Override
@@ -223,14 +255,14 @@ abstract class MappedMedium implements Medium {
         dirSynced = true;
       }
     }
-    windows = remap(windows, old, newLength);
+    setWindows(remap(windows, old, newLength));
     VarHandle.fullFence();
     length = newLength;
   }
 
   @Override
   public final synchronized void close() {
-    windows = new MappedByteBuffer[0];
+    setWindows(new MappedByteBuffer[0]);
     length = 0;
     try {
       channel.close();

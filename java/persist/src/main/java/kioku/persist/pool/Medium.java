@@ -17,6 +17,15 @@ public interface Medium extends AutoCloseable {
 
   long getLong(long off);
 
+  /**
+   * {@code n} consecutive 8-byte words from {@code off} into {@code dst[dstOff..]}: what a loop
+   * of {@link #getLong} gives, in one range check and one copy where the medium can (recovery
+   * reads every replica this way).
+   */
+  default void getLongs(long off, long[] dst, int dstOff, int n) {
+    for (int i = 0; i < n; i++) dst[dstOff + i] = getLong(off + 8L * i);
+  }
+
   void putLong(long off, long value);
 
   int getInt(long off);

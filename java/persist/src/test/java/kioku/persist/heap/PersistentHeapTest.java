@@ -155,6 +155,74 @@ class PersistentHeapTest {
   }
 
   @Test
+  void recoveredObjectsWhoseReplicasDieTurnWhiteAtTheNextGc() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    HeapHarness.setRoot(HeapHarness.create(m), graph());
+    SimMedium m2 = reopen(m);
+    PersistentHeap h = HeapHarness.open(m2);
+    Node a = (Node) HeapHarness.recoveredRoot(h);
+    Node b = a.next;
+    long objects = h.stats().persistentObjects();
+    // Recovered objects are listed without a weak reference each; a GC that finds their
+    // replicas alive keeps them persistent.
+    h.collect();
+    assertTrue(h.word(a) != 0 && h.word(b) != 0);
+    assertEquals(objects, h.stats().persistentObjects());
+    // b is reachable from a.next and a.things[3]: detach it from both, keep it in a local.
+    a.next = null;
+    h.putReference(a, null, b, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    Object[] things = a.things;
+    a.things = null;
+    h.putReference(a, null, things, HeapHarness.field("things", "[Ljava/lang/Object;"));
+    h.collect();
+    assertEquals(0, h.word(b), "a recovered object whose replica died turns white");
+    assertTrue(h.word(a) != 0, "a recovered object still reachable stays persistent");
+    assertTrue(h.stats().persistentObjects() < objects, "the GC stops listing white objects");
+    // A white object is an ordinary one: storing into it does not touch the pool, and
+    // making it reachable again gives it a new replica.
+    b.value = 99;
+    h.putPrimitive(b, 99, HeapHarness.field("value", "I"));
+    a.next = b;
+    h.putReference(a, b, null, HeapHarness.field("next", "Lkioku/persist/heap/Node;"));
+    assertTrue(h.word(b) != 0);
+    assertTrue(h.verify(a).isEmpty(), h.verify(a).toString());
+    Node a2 = (Node) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m2)));
+    assertEquals(99, a2.next.value);
+    assertNull(a2.things);
+  }
+
+  @Test
+  void makingThingsPersistentRunsNoGcUntilAReferenceIsOverwritten() throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m); // 1 MiB chunks
+    Object[] slots = new Object[64];
+    HeapHarness.setRoot(h, slots);
+    // Only new replicas, each stored where null was: nothing can die, so no GC marks the heap
+    // however often it fills up and grows.
+    for (int i = 0; i < slots.length; i++) {
+      long[] a = new long[16_384]; // 128 KiB
+      slots[i] = a;
+      h.storeReference(slots, i, a, null);
+    }
+    assertTrue(h.stats().capacityBytes() >= 8L << 20, "the heap grew past several chunks");
+    assertEquals(0, h.stats().gcRuns());
+    // Replacing them makes garbage: the heap collects it instead of growing without end.
+    long capacity = h.stats().capacityBytes();
+    for (int round = 0; round < 4; round++) {
+      for (int i = 0; i < slots.length; i++) {
+        long[] a = new long[16_384];
+        Object old = slots[i];
+        slots[i] = a;
+        h.storeReference(slots, i, a, old);
+      }
+    }
+    assertTrue(h.stats().gcRuns() > 0, "replaced replicas are collected");
+    assertTrue(h.stats().capacityBytes() < capacity * 3, "the heap stopped growing with its garbage");
+    Object[] again = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertEquals(16_384, ((long[]) again[63]).length);
+  }
+
+  @Test
   void theHeapGrowsPastOneChunk() throws Exception {
     SimMedium m = SimMedium.create(0);
     PersistentHeap h = HeapHarness.create(m);

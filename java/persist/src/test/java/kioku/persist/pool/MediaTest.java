@@ -205,6 +205,35 @@ class MediaTest {
     assertEquals((byte) (1000 * 31), file[1500], "little-endian, at the same offsets");
   }
 
+  @Test
+  void bulkWordReadsGiveWhatWordByWordReadsGive() throws Exception {
+    Path f = file(dir, "l.bin", 10_000); // windows of 4096: 4096 + 4096 + 1808
+    try (FileMedium m = new FileMedium(f, 4096)) {
+      for (long off = 0; off + 8 <= 10_000; off += 8) m.putLong(off, off * 0x9E3779B97F4A7C15L);
+      // Inside a window, across a boundary, in the partial last window, unaligned.
+      long[][] cases = {{64, 7}, {4072, 5}, {8192, 226}, {9984, 2}, {4, 3}};
+      for (long[] c : cases) {
+        int n = (int) c[1];
+        long[] got = new long[n + 2];
+        m.getLongs(c[0], got, 1, n);
+        for (int i = 0; i < n; i++) {
+          assertEquals(m.getLong(c[0] + 8L * i), got[1 + i], "word " + i + " from " + c[0]);
+        }
+        assertEquals(0, got[0], "nothing before dstOff");
+        assertEquals(0, got[n + 1], "nothing after n words");
+      }
+      assertThrows(IndexOutOfBoundsException.class, () -> m.getLongs(9992, new long[2], 0, 2));
+      // Growing remaps the partial last window: bulk reads see the new length.
+      m.grow(20_000);
+      m.putLong(12_280, 42);
+      long[] got = new long[3];
+      m.getLongs(12_272, got, 0, 3);
+      assertEquals(m.getLong(12_272), got[0]);
+      assertEquals(42, got[1]);
+      assertEquals(0, got[2]);
+    }
+  }
+
   private static byte[] readBack(Medium m, long off, int len) {
     byte[] b = new byte[len];
     m.get(off, b, 0, len);

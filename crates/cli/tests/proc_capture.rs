@@ -1,0 +1,211 @@
+//! The capture side of `kioku run`: `kioku checkpoint` answers once the checkpoint is durable
+//! (before the other context is synced) and a SIGKILL right after the answer loses nothing;
+//! memory rewritten whole between checkpoints is taken whole (not write-tracked) and comes back
+//! exactly after kills at random moments; a fresh run is restorable at once.
+
+#[path = "common/programs.rs"]
+mod programs;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use programs::*;
+use rand::Rng;
+
+/// `kioku ARGS` as [`spawn_kioku`] runs it (captures verified), with the capture's debug lines
+/// in its stderr.
+fn spawn_kioku_debug(args: &[&str], dir: &RunDir) -> Child {
+    let open = |n: &str| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path(n))
+            .unwrap()
+    };
+    Command::new(kioku())
+        .args(args)
+        .current_dir(dir.dir.path())
+        .env("KIOKU_VERIFY_CAPTURE", "1")
+        .env("KIOKU_LOG", "warn,kioku_run::capture=debug")
+        .stdin(Stdio::null())
+        .stdout(open("stdout.txt"))
+        .stderr(open("stderr.txt"))
+        .spawn()
+        .expect("spawning kioku")
+}
+
+fn epoch_of(dir: &RunDir, pool: &str) -> u64 {
+    let i = kioku_in(dir, &["inspect", "--pool", pool, "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap_or_default();
+    v["epoch"].as_u64().unwrap_or(0)
+}
+
+/// The answer comes when the checkpoint is durable, before the other context is synced: the
+/// monitor SIGKILLed right after it (possibly mid-sync) leaves a pool that restores that
+/// checkpoint, and the restored program finds every word it wrote.
+#[test]
+fn checkpoint_answers_when_durable_and_a_kill_after_the_answer_loses_nothing() {
+    let p = program("rewrite", false);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    // 64 MiB: syncing the other context takes long enough to be cut by the kill.
+    let child = spawn_kioku_debug(
+        &[
+            "run",
+            "--pool",
+            pool,
+            "--interval",
+            "0",
+            "--",
+            p.to_str().unwrap(),
+            "64",
+            "1000000",
+            "1",
+        ],
+        &dir,
+    );
+    let prog = program_of(child.id()).expect("the program starts");
+    wait_for_control_socket(prog);
+    // Let it write its memory a few rounds first.
+    std::thread::sleep(Duration::from_millis(300));
+    let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
+    sigkill(child.id() as i32);
+    assert!(o.status.success(), "kioku checkpoint: {}", stderr(&o));
+    let mut child = child;
+    child.wait().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["epoch"], 1, "{v}");
+    // Answered before the sync: the report's engine times end at the commit.
+    let secs =
+        |d: &serde_json::Value| d["secs"].as_f64().unwrap() + d["nanos"].as_f64().unwrap() / 1e9;
+    assert_eq!(secs(&v["engine"]["sync"]), 0.0, "{v}");
+    assert!(secs(&v["engine"]["total"]) > 0.0, "{v}");
+    assert_eq!(epoch_of(&dir, pool), 1);
+    // The restored program checks all 64 MiB every round; it runs a while, then is killed.
+    let rounds_before = dir.read("stdout.txt").len();
+    let r = spawn_kioku_debug(&["restore", "--pool", pool, "--interval", "0"], &dir);
+    assert_eq!(
+        kill_after(r, Duration::from_millis(1500), false),
+        Outcome::Killed
+    );
+    let log = stderr_of(&dir);
+    assert!(
+        !log.contains("ERROR") && !log.contains("rewrite: round"),
+        "the restored program found wrong memory:\n{log}"
+    );
+    assert!(
+        dir.read("stdout.txt").len() > rounds_before,
+        "the restored program made no round:\n{log}"
+    );
+}
+
+/// Memory rewritten whole every interval is taken whole (no write-protect faults for the
+/// program); kills at random moments, program or monitor, restore it exactly.
+#[test]
+fn memory_rewritten_whole_is_taken_whole_and_restored_exactly() {
+    let p = program("rewrite", false);
+    let cmd = [p.to_str().unwrap(), "24", "150", "2"];
+    let plain = RunDir::new();
+    reference(&cmd.map(String::from), &plain);
+    // Uninterrupted: the area goes whole after three checkpoints, every capture verified.
+    {
+        let dir = RunDir::new();
+        let pool = dir.pool();
+        let pool = pool.to_str().unwrap();
+        let mut args = vec!["run", "--pool", pool, "--interval", "15ms", "--"];
+        args.extend(cmd);
+        let mut child = spawn_kioku_debug(&args, &dir);
+        assert!(child.wait().unwrap().success(), "{}", stderr_of(&dir));
+        let log = stderr_of(&dir);
+        assert!(!log.contains("ERROR"), "inconsistent capture:\n{log}");
+        assert!(
+            log.contains("taken whole, not write-tracked"),
+            "the rewritten area was never taken whole:\n{log}"
+        );
+        assert!(plain.read("stdout.txt") == dir.read("stdout.txt"));
+    }
+    let mut rng = rng("rewrite");
+    // KIOKU_PROC_KILLS: kill-and-restore cycles (1 in `make test`; `make soak-capture` more).
+    let cycles: usize = std::env::var("KIOKU_PROC_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    for cycle in 0..cycles {
+        let dir = RunDir::new();
+        let pool = dir.pool();
+        let pool = pool.to_str().unwrap();
+        let mut args = vec!["run", "--pool", pool, "--interval", "15ms", "--"];
+        args.extend(cmd);
+        let mut child = spawn_kioku_debug(&args, &dir);
+        let mut kills = 0;
+        loop {
+            let after = Duration::from_millis(rng.gen_range(300..1500));
+            match kill_after(child, after, kills % 2 == 1) {
+                Outcome::Finished(0) => break,
+                // Killed before the first checkpoint (a slow start on a loaded machine): start
+                // again, as a user would.
+                Outcome::Finished(1) if stderr_of(&dir).contains("no checkpoint yet") => {
+                    std::fs::write(dir.path("stderr.txt"), b"").unwrap();
+                    std::fs::write(dir.path("stdout.txt"), b"").unwrap();
+                    child = spawn_kioku_debug(&args, &dir);
+                    continue;
+                }
+                Outcome::Finished(c) => panic!(
+                    "cycle {cycle}: kioku exited with {c} after {kills} kills: {}",
+                    stderr_of(&dir)
+                ),
+                Outcome::Killed => kills += 1,
+            }
+            assert!(kills < 100, "never finishes");
+            child = spawn_kioku_debug(&["restore", "--pool", pool, "--interval", "15ms"], &dir);
+        }
+        let log = stderr_of(&dir);
+        assert!(
+            !log.contains("ERROR"),
+            "cycle {cycle}: the capture or the checkpoint was inconsistent:\n{log}"
+        );
+        assert!(
+            plain.read("stdout.txt") == dir.read("stdout.txt"),
+            "cycle {cycle} ({kills} kills): output differs from the uninterrupted run\n{log}"
+        );
+        eprintln!("rewrite cycle {cycle}: {kills} kills, output identical");
+    }
+}
+
+/// A fresh run is restorable at once: its first checkpoint does not wait for the interval.
+#[test]
+fn a_fresh_run_is_checkpointed_at_once() {
+    let p = program("pi", false);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let child = spawn_kioku(
+        &[
+            "run",
+            "--pool",
+            pool,
+            "--interval",
+            "1h",
+            "--",
+            p.to_str().unwrap(),
+            "9000",
+        ],
+        &dir,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while epoch_of(&dir, pool) < 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint 30 s after start with --interval 1h: {}",
+            stderr_of(&dir)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(kill_after(child, Duration::ZERO, false), Outcome::Killed);
+    let plain = RunDir::new();
+    reference(&[p.to_str().unwrap().into(), "9000".into()], &plain);
+    let o = kioku_in(&dir, &["restore", "--pool", pool, "--interval", "0"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(plain.read("stdout.txt") == dir.read("stdout.txt"));
+}
