@@ -24,7 +24,7 @@
 use crate::error::{CkptError, Result};
 use crate::meta::{encode_parts, ContextMeta, RegionRecord, MAX_NAME};
 use crate::space::{AddressSpace, SelfSpace};
-use kioku_pool::{CreateOptions, Medium, MediumChoice, OpenOptions, Pool};
+use kioku_pool::{CreateOptions, Medium, MediumChoice, OpenOptions, Pool, SECTION_SPARSE};
 use kioku_track::{PageRange, PageTracker};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -212,6 +212,9 @@ fn check_roots(r: &[u64]) -> Result<(usize, u64, bool)> {
 /// A checkpoint made durable by [`Engine::prepare`] and not yet finished.
 struct Prepared {
     runs: Vec<(usize, usize, usize)>,
+    /// Per run (sparse engines): `(first page, pages)` of it that are zero now, holes in the
+    /// running context, to be made holes in the other context too instead of copied.
+    holes: Vec<Vec<(usize, usize)>>,
     meta: Vec<u8>,
     meta_crc: u32,
     dirty: Vec<PageRange>,
@@ -319,7 +322,14 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// checkpoint, so that it can be rolled back).
     committed_meta: (u64, u32),
     prepared: Option<Prepared>,
+    /// Region sections are sparse: space only for pages that hold data; a page that becomes
+    /// zero is punched (in both contexts). See [`Engine::set_sparse`].
+    sparse: bool,
 }
+
+/// A sparse engine lets go of the pool pages it has mapped (its own reads and writes) after a
+/// checkpoint once they exceed this much, so that its resident memory stays small.
+const MAPPED_BUDGET: u64 = 32 << 20;
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
 const HOT_FRACTION: f64 = 0.5;
@@ -448,6 +458,7 @@ impl<S: AddressSpace> Engine<S> {
             adaptive: true,
             committed_meta: (0, 0),
             prepared: None,
+            sparse: false,
         })
     }
 
@@ -570,6 +581,8 @@ impl<S: AddressSpace> Engine<S> {
             };
             let at = bad.page * page;
             let copy = pool.bytes(src + at, page).to_vec();
+            // The page may be a hole of a sparse section: reserve it before storing.
+            pool.allocate(dst + at, page)?;
             pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
             pool.flush(dst + at, page)?;
             repaired_pages += 1;
@@ -651,6 +664,131 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
+    /// Keeps region sections sparse (off by default): pool space only for the pages that hold
+    /// data, in both contexts — a region of which little is written takes little space, and a
+    /// page that becomes zero again is punched (a hole) at the next checkpoint. Whoever writes
+    /// into the running context must call [`Engine::allocate_running`] first (a full medium
+    /// then fails there with `ENOSPC`, not as SIGBUS on the store), so this is for an engine
+    /// whose regions only its owner writes, by copying into them (the process monitor), not
+    /// for regions a program writes directly. After each checkpoint the engine also lets go of
+    /// the pool pages it mapped once they exceed a few tens of MiB (`MADV_DONTNEED`: the bytes
+    /// stay in the pool), so its own resident memory stays small.
+    pub fn set_sparse(&mut self, on: bool) -> Result<()> {
+        self.sparse = on;
+        if on {
+            self.release_mapped_pages(true)?;
+        }
+        Ok(())
+    }
+
+    fn section_flags(&self) -> u32 {
+        if self.sparse {
+            SECTION_SPARSE
+        } else {
+            0
+        }
+    }
+
+    /// Reserves pool space for the running context's pages under `ranges` (`(address, length)`
+    /// in the regions) before the caller stores there (sparse engines; nothing otherwise).
+    /// Fails with the medium's `ENOSPC` when the medium is full, having changed nothing a
+    /// checkpoint needs.
+    pub fn allocate_running(&self, ranges: &[(usize, usize)]) -> Result<()> {
+        if !self.sparse {
+            return Ok(());
+        }
+        let page = self.page as usize;
+        for (i, p0, p1) in self.pages_under(ranges) {
+            let r = &self.regions[i];
+            let off = self.section_off(i, self.running);
+            // Pages whose last checkpoint holds data are allocated already.
+            let mut k = p0;
+            while k < p1 {
+                if r.crcs[k] != self.zero_page_crc {
+                    k += 1;
+                    continue;
+                }
+                let s = k;
+                while k < p1 && r.crcs[k] == self.zero_page_crc {
+                    k += 1;
+                }
+                self.pool
+                    .allocate(off + (s * page) as u64, ((k - s) * page) as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the running context's pages under `ranges` zero — holes in a sparse engine — as
+    /// a store would (the caller counts them written, as for any store).
+    pub fn zero_running(&mut self, ranges: &[(usize, usize)]) -> Result<()> {
+        let page = self.page as usize;
+        for (i, p0, p1) in self.pages_under(ranges) {
+            let off = self.section_off(i, self.running) + (p0 * page) as u64;
+            let len = ((p1 - p0) * page) as u64;
+            if self.sparse {
+                self.pool.zero(off, len)?;
+            } else {
+                self.pool.bytes_mut(off, len).fill(0);
+                self.pool.flush(off, len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Which pages of region `name` hold data in the running context (`false`: a hole, which
+    /// reads as zeros; reading it through a mapping would fill it on tmpfs).
+    pub fn running_data(&self, name: &str) -> Option<Vec<bool>> {
+        let i = self.regions.iter().position(|r| r.rec.name == name)?;
+        let off = self.section_off(i, self.running);
+        let n = self.regions[i].crcs.len();
+        Some(data_map(&self.pool, off, n, self.page as usize))
+    }
+
+    /// `(region index, first page, end page)` of the regions under `(address, length)` ranges.
+    fn pages_under(&self, ranges: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
+        let page = self.page as usize;
+        let mut out = Vec::new();
+        for &(addr, len) in ranges {
+            let end = addr + len;
+            let mut start = addr;
+            while start < end {
+                let i = self
+                    .regions
+                    .partition_point(|r| r.rec.addr + r.rec.len as usize <= start);
+                let Some(r) = self.regions.get(i).filter(|r| r.rec.addr < end) else {
+                    break;
+                };
+                let lo = start.max(r.rec.addr);
+                let hi = end.min(r.rec.addr + r.rec.len as usize);
+                out.push((
+                    i,
+                    (lo - r.rec.addr) / page,
+                    (hi - r.rec.addr).div_ceil(page),
+                ));
+                start = hi;
+            }
+        }
+        out
+    }
+
+    /// Lets go of the pool pages this process has mapped (the pool's mapping and the regions'),
+    /// when they exceed `MAPPED_BUDGET` or `always`: their bytes stay in the pool.
+    fn release_mapped_pages(&mut self, always: bool) -> Result<()> {
+        if !always && mapped_shared_bytes() <= MAPPED_BUDGET {
+            return Ok(());
+        }
+        let data_off = self.pool.header().data_off;
+        let len = self.pool.len();
+        if len > data_off {
+            self.pool.release_pages(data_off, len - data_off)?;
+        }
+        for r in &self.regions {
+            self.space.release_pages(r.rec.addr, r.rec.len as usize)?;
+        }
+        Ok(())
+    }
+
     /// Regions whose two contexts differ, with the first differing page (a debugging aid: after
     /// a checkpoint they must be equal).
     pub fn contexts_differ(&self) -> Vec<(String, u64)> {
@@ -658,8 +796,22 @@ impl<S: AddressSpace> Engine<S> {
         let mut out = Vec::new();
         for (i, r) in self.regions.iter().enumerate() {
             let (a, b) = (self.section_off(i, 0), self.section_off(i, 1));
-            for p in 0..r.crcs.len() as u64 {
-                if self.pool.bytes(a + p * page, page) != self.pool.bytes(b + p * page, page) {
+            let n = r.crcs.len();
+            let (da, db) = (
+                data_map(&self.pool, a, n, page as usize),
+                data_map(&self.pool, b, n, page as usize),
+            );
+            for p in 0..n as u64 {
+                let (ha, hb) = (!da[p as usize], !db[p as usize]);
+                let differ = match (ha, hb) {
+                    (true, true) => false,
+                    (true, false) => !is_zero(self.pool.bytes(b + p * page, page)),
+                    (false, true) => !is_zero(self.pool.bytes(a + p * page, page)),
+                    (false, false) => {
+                        self.pool.bytes(a + p * page, page) != self.pool.bytes(b + p * page, page)
+                    }
+                };
+                if differ {
                     out.push((r.rec.name.clone(), p));
                     break;
                 }
@@ -790,8 +942,9 @@ impl<S: AddressSpace> Engine<S> {
         let len = self.round(len)?;
         let reserve = self.round(opts.reserve.unwrap_or((2 * len).max(1 << 30)).max(len))?;
         let id = self.next_id;
+        let flags = self.section_flags();
         self.pool
-            .create_section(&section_name(id, self.running), len as u64, 0)?;
+            .create_section(&section_name(id, self.running), len as u64, flags)?;
         let addr = match self.space.reserve(name, opts.addr, reserve) {
             Ok(a) => a,
             Err(e) => {
@@ -937,6 +1090,7 @@ impl<S: AddressSpace> Engine<S> {
             .expect("committed region")
             .offset;
         let at = sec + page as u64 * self.page;
+        self.pool.allocate(at, self.page)?;
         self.pool.bytes_mut(at, self.page).copy_from_slice(bytes);
         self.pool.persist(at, self.page)?;
         Ok(true)
@@ -1049,11 +1203,16 @@ impl<S: AddressSpace> Engine<S> {
         let offsets: Vec<u64> = (0..self.regions.len())
             .map(|i| self.section_off(i, run))
             .collect();
+        let mut holes = Vec::with_capacity(if self.sparse { runs.len() } else { 0 });
         for &(i, first, n) in &runs {
             let off = offsets[i] + (first * page) as u64;
-            let bytes = self.pool.bytes(off, (n * page) as u64);
-            for (k, p) in bytes.chunks_exact(page).enumerate() {
-                self.regions[i].crcs[first + k] = crc32c::crc32c(p);
+            if self.sparse {
+                holes.push(self.sparse_run_crcs(i, first, n, off)?);
+            } else {
+                let bytes = self.pool.bytes(off, (n * page) as u64);
+                for (k, p) in bytes.chunks_exact(page).enumerate() {
+                    self.regions[i].crcs[first + k] = crc32c::crc32c(p);
+                }
             }
             self.pool.flush(off, (n * page) as u64)?;
             dirty_pages += n as u64;
@@ -1077,6 +1236,7 @@ impl<S: AddressSpace> Engine<S> {
         let t_durable = t0.elapsed();
         self.prepared = Some(Prepared {
             runs,
+            holes,
             meta,
             meta_crc,
             dirty,
@@ -1106,13 +1266,16 @@ impl<S: AddressSpace> Engine<S> {
             self.page,
             run,
             other,
-            Some(&p.runs),
+            Some((&p.runs, &p.holes)),
         )?;
         write_meta(&mut self.pool, other, &p.meta)?;
         self.pool
             .commit(&roots(other, run, epoch, &p.meta, p.meta_crc))?;
         self.committed_meta = (p.meta.len() as u64, p.meta_crc);
         self.adapt_tracking(&p.runs)?;
+        if self.sparse {
+            self.release_mapped_pages(false)?;
+        }
 
         self.scratch = p.dirty;
         let total = p.t0.elapsed();
@@ -1125,6 +1288,43 @@ impl<S: AddressSpace> Engine<S> {
             sync: total - p.t_durable,
             total,
         })
+    }
+
+    /// The checksums of run `first..first+n` of region `i` (at pool offset `off`) in a sparse
+    /// engine: holes are not read (zero's checksum), data pages that are all zero are punched
+    /// (holes from now on). Returns the run's zero pages as `(first page, pages)`.
+    fn sparse_run_crcs(
+        &mut self,
+        i: usize,
+        first: usize,
+        n: usize,
+        off: u64,
+    ) -> Result<Vec<(usize, usize)>> {
+        let page = self.page as usize;
+        let data = data_map(&self.pool, off, n, page);
+        let mut zeros: Vec<(usize, usize)> = Vec::new();
+        let mut punch: Vec<(usize, usize)> = Vec::new();
+        for (k, &is_data) in data.iter().enumerate() {
+            let zero = if is_data {
+                let p = self.pool.bytes(off + (k * page) as u64, page as u64);
+                let c = crc32c::crc32c(p);
+                self.regions[i].crcs[first + k] = c;
+                c == self.zero_page_crc && is_zero(p)
+            } else {
+                self.regions[i].crcs[first + k] = self.zero_page_crc;
+                true
+            };
+            if zero {
+                push_page(&mut zeros, first + k);
+                if is_data {
+                    push_page(&mut punch, k);
+                }
+            }
+        }
+        for (k, m) in punch {
+            self.pool.zero(off + (k * page) as u64, (m * page) as u64)?;
+        }
+        Ok(zeros)
     }
 
     /// Switches regions written (nearly) whole in every recent epoch to being taken whole, and
@@ -1286,26 +1486,39 @@ pub(crate) struct BadPage {
 /// short counts as all its pages failing.
 pub(crate) fn bad_pages(pool: &Pool, meta: &ContextMeta, ctx: usize, cap: usize) -> Vec<BadPage> {
     let page = meta.page_size as usize;
+    let zero_crc = crc32c::crc32c(&vec![0u8; page]);
     let mut out = Vec::new();
+    // A context's bytes of the region and which of its pages hold data (holes read as zeros
+    // and are not read: on tmpfs, reading fills them).
     let bytes_of = |id: u64, c: usize, len: u64| {
         pool.section(&section_name(id, c))
             .filter(|s| s.len >= len)
-            .map(|s| pool.bytes(s.offset, len))
+            .map(|s| {
+                let n = (len / page as u64) as usize;
+                (s.offset, data_map(pool, s.offset, n, page))
+            })
     };
     for (i, (r, crcs)) in meta.regions.iter().zip(&meta.crcs).enumerate() {
         let here = bytes_of(r.id, ctx, r.len);
         let there = bytes_of(r.id, 1 - ctx, r.len);
         for (p, want) in crcs.iter().enumerate() {
             let at = p * page;
-            let ok =
-                |b: Option<&[u8]>| b.is_some_and(|b| crc32c::crc32c(&b[at..at + page]) == *want);
-            if ok(here) {
+            let ok = |b: &Option<(u64, Vec<bool>)>| {
+                b.as_ref().is_some_and(|(off, data)| {
+                    if data[p] {
+                        crc32c::crc32c(pool.bytes(off + at as u64, page as u64)) == *want
+                    } else {
+                        zero_crc == *want
+                    }
+                })
+            };
+            if ok(&here) {
                 continue;
             }
             out.push(BadPage {
                 region: i,
                 page: p as u64,
-                copy_ok: ok(there),
+                copy_ok: ok(&there),
             });
             if out.len() >= cap {
                 return out;
@@ -1324,7 +1537,7 @@ fn sync_context(
     page: u64,
     from: usize,
     to: usize,
-    runs: Option<&[(usize, usize, usize)]>,
+    runs: Option<(&[(usize, usize, usize)], &[Vec<(usize, usize)>])>,
 ) -> Result<u64> {
     // Sections of `to` for regions that no longer exist.
     let wanted: std::collections::HashSet<String> =
@@ -1342,22 +1555,28 @@ fn sync_context(
         pool.delete_section(&name)?;
     }
     let mut offsets = Vec::with_capacity(regions.len());
+    let mut sparse = Vec::with_capacity(regions.len());
     for r in regions {
         let name = section_name(r.id, to);
-        let dst = match pool.section(&name) {
-            Some(s) if s.len == r.len => s.clone(),
-            Some(_) => pool.resize_section(&name, r.len)?,
-            None => pool.create_section(&name, r.len, 0)?,
-        };
         let src = pool
             .section(&section_name(r.id, from))
             .expect("source section")
-            .offset;
-        offsets.push((src, dst.offset));
+            .clone();
+        let dst = match pool.section(&name) {
+            Some(s) if s.len == r.len => s.clone(),
+            Some(_) => pool.resize_section(&name, r.len)?,
+            // Sparse like its source.
+            None => pool.create_section(&name, r.len, src.flags & SECTION_SPARSE)?,
+        };
+        offsets.push((src.offset, dst.offset));
+        sparse.push(dst.is_sparse());
     }
     let base = pool.medium().as_ptr();
     let mut copied = 0u64;
-    let copy = |pool: &Pool, src: u64, dst: u64, len: u64| -> Result<()> {
+    let copy = |pool: &Pool, src: u64, dst: u64, len: u64, sparse: bool| -> Result<()> {
+        if sparse {
+            pool.allocate(dst, len)?;
+        }
         // SAFETY: `src` and `dst` ranges lie inside two distinct sections of the pool's mapping
         // (checked by the section table), so they are in bounds and do not overlap; no slice
         // of either is alive.
@@ -1372,20 +1591,63 @@ fn sync_context(
         Ok(())
     };
     match runs {
-        Some(runs) => {
-            for &(i, first, n) in runs {
+        Some((runs, holes)) => {
+            for (ri, &(i, first, n)) in runs.iter().enumerate() {
                 let (src, dst) = offsets[i];
-                let at = first as u64 * page;
-                copy(pool, src + at, dst + at, n as u64 * page)?;
+                // Zero pages of the run (sparse engines) become holes here too; the rest is
+                // copied.
+                let mut k = first;
+                for &(h, m) in holes.get(ri).map(|v| v.as_slice()).unwrap_or(&[]) {
+                    if h > k {
+                        let at = k as u64 * page;
+                        copy(pool, src + at, dst + at, (h - k) as u64 * page, sparse[i])?;
+                    }
+                    pool.zero(dst + h as u64 * page, m as u64 * page)?;
+                    k = h + m;
+                }
+                if k < first + n {
+                    let at = k as u64 * page;
+                    copy(
+                        pool,
+                        src + at,
+                        dst + at,
+                        (first + n - k) as u64 * page,
+                        sparse[i],
+                    )?;
+                }
                 copied += n as u64;
             }
         }
         None => {
-            for (r, &(src, dst)) in regions.iter().zip(&offsets) {
-                for at in (0..r.len).step_by(page as usize) {
-                    if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
-                        copy(pool, src + at, dst + at, page)?;
-                        copied += 1;
+            for (i, (r, &(src, dst))) in regions.iter().zip(&offsets).enumerate() {
+                let n = (r.len / page) as usize;
+                let (sd, dd) = (
+                    data_map(pool, src, n, page as usize),
+                    data_map(pool, dst, n, page as usize),
+                );
+                for p in 0..n {
+                    let at = p as u64 * page;
+                    // Holes are not read (on tmpfs, reading fills them).
+                    match (sd[p], dd[p]) {
+                        (false, false) => {}
+                        (false, true) => {
+                            if !is_zero(pool.bytes(dst + at, page)) {
+                                zero_range(pool, dst + at, page, sparse[i])?;
+                                copied += 1;
+                            }
+                        }
+                        (true, false) => {
+                            if !is_zero(pool.bytes(src + at, page)) {
+                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copied += 1;
+                            }
+                        }
+                        (true, true) => {
+                            if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
+                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copied += 1;
+                            }
+                        }
                     }
                 }
             }
@@ -1412,4 +1674,59 @@ fn drop_foreign_sections(pool: &mut Pool, meta: &ContextMeta) -> Result<()> {
         pool.delete_section(&name)?;
     }
     Ok(())
+}
+
+/// Which of the `pages` pages at pool offset `off` hold data (`false`: a hole, reading as
+/// zeros). A medium that cannot tell reports all of them as data.
+fn data_map(pool: &Pool, off: u64, pages: usize, page: usize) -> Vec<bool> {
+    let len = (pages * page) as u64;
+    let Ok(extents) = pool.data_extents(off, len) else {
+        return vec![true; pages];
+    };
+    let mut v = vec![false; pages];
+    for (a, b) in extents {
+        let p0 = ((a - off) / page as u64) as usize;
+        let p1 = ((b - off).div_ceil(page as u64) as usize).min(pages);
+        for x in &mut v[p0..p1] {
+            *x = true;
+        }
+    }
+    v
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
+/// Appends page `p` to sorted `(first, pages)` runs.
+fn push_page(runs: &mut Vec<(usize, usize)>, p: usize) {
+    match runs.last_mut() {
+        Some((f, n)) if *f + *n == p => *n += 1,
+        _ => runs.push((p, 1)),
+    }
+}
+
+/// Makes `[off, off+len)` zero: a hole in a sparse section, stored zeros otherwise (a dense
+/// section stays allocated: a program may write it through its own mapping). Flushed.
+fn zero_range(pool: &mut Pool, off: u64, len: u64, sparse: bool) -> Result<()> {
+    if sparse {
+        pool.zero(off, len)?;
+    } else {
+        pool.bytes_mut(off, len).fill(0);
+        pool.flush(off, len)?;
+    }
+    Ok(())
+}
+
+/// Bytes of pool pages (any shared file pages) this process has mapped (`/proc/self/statm`).
+fn mapped_shared_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let shared: u64 = s
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    shared * kioku_track::page_size() as u64
 }

@@ -142,6 +142,9 @@ impl Capturer {
         let marks = Marks::default();
         let mut engine = Engine::init(pool, ShadowSpace::new(marks.clone()))?;
         engine.set_adaptive(false)?;
+        // The monitor alone writes the regions (by copying): pool space only for pages that
+        // hold data, and its own mapped pool pages let go of after each checkpoint.
+        engine.set_sparse(true)?;
         let journal = if journal {
             Some(Journal::create(&mut engine, JournalOptions::default())?)
         } else {

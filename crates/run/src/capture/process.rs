@@ -276,11 +276,12 @@ impl ProcessCapture {
         populated.extend_from_slice(&pre_pop);
         normalize(&mut populated);
         self.populated = populated;
-        self.zero_shadow(&zero, st);
+        self.zero_shadow(&zero, st)?;
         let mut chunks = Vec::new();
         for r in &retake {
             self.shadow_chunks(*r, st, &mut chunks);
         }
+        allocate_shadow(&chunks, st)?;
         Ok(Some(Precopy {
             pid: self.pid,
             chunks,
@@ -339,17 +340,18 @@ impl ProcessCapture {
         (retake, zero)
     }
 
-    fn zero_shadow(&self, zero: &[PageRange], st: &mut Store<'_>) {
+    /// Makes the running context zero under program ranges `zero` (holes: no pool space).
+    fn zero_shadow(&self, zero: &[PageRange], st: &mut Store<'_>) -> Result<()> {
         let mut zchunks = Vec::new();
         for r in zero {
             self.shadow_chunks(*r, st, &mut zchunks);
         }
+        let ranges: Vec<(usize, usize)> = zchunks.iter().map(|c| (c.1, c.2)).collect();
+        st.engine.zero_running(&ranges)?;
         for &(_, local, len) in &zchunks {
-            // SAFETY: `local..local+len` lies inside a region of the engine (mapped shared and
-            // writable in this process, see `shadow_chunks`); nothing else refers to it now.
-            unsafe { std::ptr::write_bytes(local as *mut u8, 0, len) };
             st.marks.add(PageRange::new(local, local + len));
         }
+        Ok(())
     }
 
     /// Copies the stopped process's changed memory into the running context (after
@@ -412,11 +414,12 @@ impl ProcessCapture {
             st.shared
                 .chunks(*object, *offset, r.start, r.len(), st.engine, &mut chunks);
         }
+        allocate_shadow(&chunks, st)?;
         let copied = sys::copy_pages(pid, &chunks, true)?;
         for &(_, local, len) in &chunks {
             st.marks.add(PageRange::new(local, local + len));
         }
-        self.zero_shadow(&zero, st);
+        self.zero_shadow(&zero, st)?;
         if verify_enabled() {
             self.verify(&vmas, st)?;
         }
@@ -1146,6 +1149,15 @@ fn tid_address(tracee: &Tracee, tid: i32) -> Result<u64> {
         tracee.read_mem(at, &mut b)
     })?;
     Ok(u64::from_le_bytes(b))
+}
+
+/// Reserves pool space for the shadow ranges of `chunks` (program, shadow, length) before they
+/// are copied into: the regions are sparse, and a full medium must fail here, with a reason,
+/// not as SIGBUS (or a short copy) in the middle of the copy.
+fn allocate_shadow(chunks: &[(usize, usize, usize)], st: &Store<'_>) -> Result<()> {
+    let ranges: Vec<(usize, usize)> = chunks.iter().map(|c| (c.1, c.2)).collect();
+    st.engine.allocate_running(&ranges)?;
+    Ok(())
 }
 
 /// Runs of adjacent captured mappings.

@@ -322,6 +322,7 @@ impl Rebuild<'_> {
         let mut chunks: Vec<(usize, usize, usize)> = Vec::new();
         let mut open: HashMap<usize, std::fs::File> = HashMap::new();
         let mut filebuf = vec![0u8; ps];
+        let zero_page = vec![0u8; ps];
         for a in &self.image.areas {
             let region =
                 engine
@@ -334,6 +335,8 @@ impl Rebuild<'_> {
                     detail: format!("region {} is shorter than its area", a.region),
                 });
             }
+            // Holes of the pool read as zeros and are not read (that would fill them).
+            let data = engine.running_data(&a.region).unwrap_or_default();
             for v in self
                 .image
                 .vmas
@@ -344,9 +347,19 @@ impl Rebuild<'_> {
                 let hi = v.end.min(a.end);
                 for page in (lo..hi).step_by(ps) {
                     let local = region.addr + (page - a.start);
-                    // SAFETY: `local` is a page inside the engine's region mapping (checked
-                    // length above), readable for the engine's lifetime.
-                    let bytes = unsafe { std::slice::from_raw_parts(local as *const u8, ps) };
+                    let hole = data.get((page - a.start) / ps) == Some(&false);
+                    let bytes: &[u8] = if hole {
+                        if matches!(v.backing, Backing::File { .. }) {
+                            &zero_page[..]
+                        } else {
+                            // Zero, as the fresh anonymous mapping shows.
+                            continue;
+                        }
+                    } else {
+                        // SAFETY: `local` is a page inside the engine's region mapping (checked
+                        // length above), readable for the engine's lifetime.
+                        unsafe { std::slice::from_raw_parts(local as *const u8, ps) }
+                    };
                     let differs = match v.backing {
                         Backing::File { index, offset } => {
                             let f = match open.get(&index) {
