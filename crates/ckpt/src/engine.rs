@@ -181,7 +181,8 @@ pub fn scan_pages(pool: &Pool, rollback_prepared: bool, cap: usize) -> Result<Pa
     };
     for bad in bad_pages(pool, &meta, valid, usize::MAX) {
         if bad.copy_ok {
-            out.repairable += 1;
+            // A hole the other context fills is a sparse engine's single copy, not damage.
+            out.repairable += u64::from(!bad.hole);
         } else if out.damaged.len() < cap {
             out.damaged
                 .push((meta.regions[bad.region].name.clone(), bad.page));
@@ -323,8 +324,12 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     committed_meta: (u64, u32),
     prepared: Option<Prepared>,
     /// Region sections are sparse: space only for pages that hold data; a page that becomes
-    /// zero is punched (in both contexts). See [`Engine::set_sparse`].
+    /// zero is punched (in both contexts); the running context holds only the pages written
+    /// in the current epoch. See [`Engine::set_sparse`].
     sparse: bool,
+    /// The running context still holds pages of before (a full copy made by recovery): empty
+    /// it at the next checkpoint's end.
+    empty_running: bool,
 }
 
 /// A sparse engine lets go of the pool pages it has mapped (its own reads and writes) after a
@@ -459,6 +464,7 @@ impl<S: AddressSpace> Engine<S> {
             committed_meta: (0, 0),
             prepared: None,
             sparse: false,
+            empty_running: false,
         })
     }
 
@@ -585,7 +591,8 @@ impl<S: AddressSpace> Engine<S> {
             pool.allocate(dst + at, page)?;
             pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
             pool.flush(dst + at, page)?;
-            repaired_pages += 1;
+            // A hole filled from the other context is a sparse engine's single copy at work.
+            repaired_pages += u64::from(!bad.hole);
         }
         if repaired_pages > 0 {
             tracing::warn!(
@@ -664,21 +671,40 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
-    /// Keeps region sections sparse (off by default): pool space only for the pages that hold
-    /// data, in both contexts — a region of which little is written takes little space, and a
-    /// page that becomes zero again is punched (a hole) at the next checkpoint. Whoever writes
-    /// into the running context must call [`Engine::allocate_running`] first (a full medium
-    /// then fails there with `ENOSPC`, not as SIGBUS on the store), so this is for an engine
-    /// whose regions only its owner writes, by copying into them (the process monitor), not
-    /// for regions a program writes directly. After each checkpoint the engine also lets go of
-    /// the pool pages it mapped once they exceed a few tens of MiB (`MADV_DONTNEED`: the bytes
-    /// stay in the pool), so its own resident memory stays small.
+    /// Makes the pool hold one copy of the regions instead of two, in pool space only for
+    /// the pages that hold data (off by default). For an engine whose regions only its owner
+    /// writes, by copying into them between [`Engine::allocate_running`] and the checkpoint
+    /// (the process monitor), not for regions a program writes directly:
+    /// * region sections are sparse: a page never written takes no space, and a page that is
+    ///   zero at a checkpoint becomes a hole again, in both contexts;
+    /// * the running context holds only the pages written in the current epoch: once a
+    ///   checkpoint has synced them into the other context (now the valid one, complete),
+    ///   they are punched from the running context. A checkpoint whose second commit a crash
+    ///   prevented is then the running context's pages over the other context's: recovery
+    ///   takes every page that is not in the running context (a hole that fails its checksum)
+    ///   from the other context, which holds it intact — the repair it always made, now by
+    ///   design. So the pool holds the memory once plus one epoch's written pages;
+    /// * after each checkpoint the engine lets go of the pool pages it mapped once they exceed
+    ///   a few tens of MiB (`MADV_DONTNEED`; the bytes stay in the pool): its own resident
+    ///   memory stays small.
+    ///
+    /// The owner's stores into the running context must be preceded by
+    /// [`Engine::allocate_running`] (a full medium fails there with `ENOSPC`, not as SIGBUS).
+    /// [`Engine::committed`] gives a region's checkpointed bytes; the running context's own
+    /// bytes are only those written in the epoch. Turned on after a recovery, the running
+    /// context (a full copy) is emptied at the next checkpoint.
     pub fn set_sparse(&mut self, on: bool) -> Result<()> {
         self.sparse = on;
+        self.empty_running = on;
         if on {
             self.release_mapped_pages(true)?;
         }
         Ok(())
+    }
+
+    /// Whether [`Engine::set_sparse`] is on.
+    pub fn is_sparse(&self) -> bool {
+        self.sparse
     }
 
     fn section_flags(&self) -> u32 {
@@ -698,23 +724,26 @@ impl<S: AddressSpace> Engine<S> {
             return Ok(());
         }
         let page = self.page as usize;
+        // The running context holds only this epoch's pages: everything stored is reserved
+        // (adjacent ranges in one call).
+        let mut pending: Option<(u64, u64)> = None;
+        let mut sections: std::collections::HashMap<usize, u64> = Default::default();
         for (i, p0, p1) in self.pages_under(ranges) {
-            let r = &self.regions[i];
-            let off = self.section_off(i, self.running);
-            // Pages whose last checkpoint holds data are allocated already.
-            let mut k = p0;
-            while k < p1 {
-                if r.crcs[k] != self.zero_page_crc {
-                    k += 1;
-                    continue;
+            let off = *sections
+                .entry(i)
+                .or_insert_with(|| self.section_off(i, self.running));
+            let (a, b) = (off + (p0 * page) as u64, off + (p1 * page) as u64);
+            pending = match pending {
+                Some((x, y)) if y == a => Some((x, b)),
+                Some((x, y)) => {
+                    self.pool.allocate(x, y - x)?;
+                    Some((a, b))
                 }
-                let s = k;
-                while k < p1 && r.crcs[k] == self.zero_page_crc {
-                    k += 1;
-                }
-                self.pool
-                    .allocate(off + (s * page) as u64, ((k - s) * page) as u64)?;
-            }
+                None => Some((a, b)),
+            };
+        }
+        if let Some((x, y)) = pending {
+            self.pool.allocate(x, y - x)?;
         }
         Ok(())
     }
@@ -745,6 +774,15 @@ impl<S: AddressSpace> Engine<S> {
         Some(data_map(&self.pool, off, n, self.page as usize))
     }
 
+    /// Which pages of [`Engine::committed`]`(name)` hold data (`false`: a hole, zero).
+    pub fn committed_data(&self, name: &str) -> Option<Vec<bool>> {
+        let c = self.committed(name)?;
+        let base = self.pool.medium().as_ptr() as usize;
+        let off = (c.as_ptr() as usize - base) as u64;
+        let page = self.page as usize;
+        Some(data_map(&self.pool, off, c.len() / page, page))
+    }
+
     /// `(region index, first page, end page)` of the regions under `(address, length)` ranges.
     fn pages_under(&self, ranges: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
         let page = self.page as usize;
@@ -770,6 +808,30 @@ impl<S: AddressSpace> Engine<S> {
             }
         }
         out
+    }
+
+    /// A sparse engine after a checkpoint: the other context is valid and complete, so the
+    /// running context's pages (this epoch's `runs`, or all of it after a recovery) are given
+    /// back. Unordered: a page a crash brings back holds the value the checkpoint has.
+    fn empty_running_context(&mut self, runs: &[(usize, usize, usize)]) -> Result<()> {
+        let page = self.page;
+        let run = self.running;
+        if std::mem::take(&mut self.empty_running) {
+            for i in 0..self.regions.len() {
+                let off = self.section_off(i, run);
+                self.pool.discard(off, self.regions[i].rec.len)?;
+            }
+            return Ok(());
+        }
+        let mut sections: std::collections::HashMap<usize, u64> = Default::default();
+        for &(i, first, n) in runs {
+            let off = *sections
+                .entry(i)
+                .or_insert_with(|| self.section_off(i, run));
+            self.pool
+                .discard(off + first as u64 * page, n as u64 * page)?;
+        }
+        Ok(())
     }
 
     /// Lets go of the pool pages this process has mapped (the pool's mapping and the regions'),
@@ -803,6 +865,11 @@ impl<S: AddressSpace> Engine<S> {
             );
             for p in 0..n as u64 {
                 let (ha, hb) = (!da[p as usize], !db[p as usize]);
+                // A sparse engine's running context holds only the epoch's pages: its holes
+                // are the other context's pages.
+                if self.sparse && [ha, hb][self.running] {
+                    continue;
+                }
                 let differ = match (ha, hb) {
                     (true, true) => false,
                     (true, false) => !is_zero(self.pool.bytes(b + p * page, page)),
@@ -1274,6 +1341,7 @@ impl<S: AddressSpace> Engine<S> {
         self.committed_meta = (p.meta.len() as u64, p.meta_crc);
         self.adapt_tracking(&p.runs)?;
         if self.sparse {
+            self.empty_running_context(&p.runs)?;
             self.release_mapped_pages(false)?;
         }
 
@@ -1479,6 +1547,9 @@ pub(crate) struct BadPage {
     pub page: u64,
     /// Whether the other context holds the page intact (same checksum).
     pub copy_ok: bool,
+    /// The page is a hole in the context checked: with a sparse engine's single copy, a page
+    /// the checkpoint did not write, which the other context holds — not damage.
+    pub hole: bool,
 }
 
 /// Every page of context `ctx` that fails the metadata's checksum (at most `cap`), each with
@@ -1519,6 +1590,7 @@ pub(crate) fn bad_pages(pool: &Pool, meta: &ContextMeta, ctx: usize, cap: usize)
                 region: i,
                 page: p as u64,
                 copy_ok: ok(&there),
+                hole: here.as_ref().is_some_and(|(_, data)| !data[p]),
             });
             if out.len() >= cap {
                 return out;
@@ -1621,6 +1693,12 @@ fn sync_context(
         None => {
             for (i, (r, &(src, dst))) in regions.iter().zip(&offsets).enumerate() {
                 let n = (r.len / page) as usize;
+                if sparse[i] {
+                    // A sparse engine's running context holds only an epoch's pages: it starts
+                    // empty (nothing of it is needed, the source is complete).
+                    pool.discard(dst, r.len)?;
+                    continue;
+                }
                 let (sd, dd) = (
                     data_map(pool, src, n, page as usize),
                     data_map(pool, dst, n, page as usize),

@@ -644,6 +644,14 @@ impl Pool {
         Ok(self.medium.data_extents(off, len)?)
     }
 
+    /// Gives `[off, off+len)` back to the file system (a hole where it can punch one, else
+    /// zeros), unordered: after a crash the range may read as zeros or as before. Only for
+    /// bytes no committed state needs. Page-aligned.
+    pub fn discard(&self, off: u64, len: u64) -> Result<()> {
+        self.check_range(off, len);
+        Ok(self.medium.discard(off, len)?)
+    }
+
     /// Drops this process's page mappings of `[off, off+len)` (the bytes stay in the pool):
     /// pages it read or wrote there stop counting as its resident memory.
     pub fn release_pages(&self, off: u64, len: u64) -> Result<()> {

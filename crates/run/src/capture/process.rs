@@ -571,18 +571,28 @@ impl ProcessCapture {
     fn verify(&self, vmas: &[Vma], st: &Store<'_>) -> Result<()> {
         let ps = self.page;
         let mut buf = vec![0u8; ps];
+        let zero = vec![0u8; ps];
         for a in &self.areas {
             let base = st.engine.region(&a.region).expect("region").addr;
+            // The running context holds the pages copied in this epoch; its holes are zero
+            // pages or pages of the last checkpoint (the other context).
+            let data = st.engine.running_data(&a.region).unwrap_or_default();
+            let committed = st.engine.committed(&a.region).unwrap_or(&[]);
             for page in (a.start..a.end).step_by(ps) {
                 if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
                     .is_err()
                 {
                     continue;
                 }
-                // SAFETY: a page inside the region's mapping.
-                let shadow =
-                    unsafe { std::slice::from_raw_parts((base + page - a.start) as *const u8, ps) };
-                if shadow != &buf[..] {
+                let k = page - a.start;
+                let differs = if data.get(k / ps) == Some(&false) {
+                    buf != zero && committed.get(k..k + ps) != Some(&buf[..])
+                } else {
+                    // SAFETY: a page inside the region's mapping.
+                    let shadow = unsafe { std::slice::from_raw_parts((base + k) as *const u8, ps) };
+                    shadow != &buf[..]
+                };
+                if differs {
                     let v = vmas.iter().find(|v| v.start <= page && page < v.end);
                     tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
                 }
@@ -604,8 +614,8 @@ impl ProcessCapture {
                     continue;
                 }
                 let off = v.offset + (page - v.range.start) as u64;
-                if let Some(shadow) = st.shared.page(v.object, off, st.engine) {
-                    if shadow != &buf[..] {
+                if let Some(may) = st.shared.page_candidates(v.object, off, st.engine) {
+                    if may.iter().all(|m| *m != &buf[..]) {
                         tracing::error!(
                             pid = self.image_pid,
                             page = format_args!("{page:#x}"),

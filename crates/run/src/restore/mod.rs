@@ -567,10 +567,16 @@ fn shared_objects(image: &TreeImage, engine: &Engine<ShadowSpace>) -> Result<Sha
             .ok_or_else(|| RunError::NotAProcessCheckpoint {
                 detail: format!("image names region {} which the pool lacks", s.region),
             })?;
-        // SAFETY: the region's mapping is `region.len` readable bytes, alive with the engine.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(region.addr as *const u8, (s.hi - s.lo) as usize) };
-        file.write_all_at(bytes, s.lo)
+        // The checkpoint's bytes are the valid context's (a sparse engine's running context is
+        // empty after a recovery).
+        let len = (s.hi - s.lo) as usize;
+        let bytes = engine
+            .committed(&s.region)
+            .filter(|b| b.len() >= len && region.len >= len)
+            .ok_or_else(|| RunError::NotAProcessCheckpoint {
+                detail: format!("region {} is shorter than its object", s.region),
+            })?;
+        file.write_all_at(&bytes[..len], s.lo)
             .map_err(|e| RunError::io("writing a shared-memory object", e))?;
         let md = file
             .metadata()

@@ -335,8 +335,16 @@ impl Rebuild<'_> {
                     detail: format!("region {} is shorter than its area", a.region),
                 });
             }
-            // Holes of the pool read as zeros and are not read (that would fill them).
-            let data = engine.running_data(&a.region).unwrap_or_default();
+            // The checkpoint's bytes are the valid context's (a sparse engine's running context
+            // is empty after a recovery); its holes read as zeros and are not read (that
+            // would fill them).
+            let committed = engine.committed(&a.region).unwrap_or(&[]);
+            if committed.len() < a.end - a.start {
+                return Err(RunError::NotAProcessCheckpoint {
+                    detail: format!("region {} is shorter than its area", a.region),
+                });
+            }
+            let data = engine.committed_data(&a.region).unwrap_or_default();
             for v in self
                 .image
                 .vmas
@@ -346,7 +354,7 @@ impl Rebuild<'_> {
                 let lo = v.start.max(a.start);
                 let hi = v.end.min(a.end);
                 for page in (lo..hi).step_by(ps) {
-                    let local = region.addr + (page - a.start);
+                    let local = committed.as_ptr() as usize + (page - a.start);
                     let hole = data.get((page - a.start) / ps) == Some(&false);
                     let bytes: &[u8] = if hole {
                         if matches!(v.backing, Backing::File { .. }) {
@@ -356,9 +364,7 @@ impl Rebuild<'_> {
                             continue;
                         }
                     } else {
-                        // SAFETY: `local` is a page inside the engine's region mapping (checked
-                        // length above), readable for the engine's lifetime.
-                        unsafe { std::slice::from_raw_parts(local as *const u8, ps) }
+                        &committed[page - a.start..page - a.start + ps]
                     };
                     let differs = match v.backing {
                         Backing::File { index, offset } => {
