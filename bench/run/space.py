@@ -194,16 +194,21 @@ def main():
             print(json.dumps({"program": name, "kioku": label, "peak_rss": rss, "plain_s": secs,
                               **{k: v for k, v in r.items() if k != "summary"},
                               "summary": {k: r["summary"].get(k) for k in
-                                          ("checkpoints", "max_stop_ms", "stopped_because")
+                                          ("checkpoints", "stop_ms", "copied_bytes",
+                                           "captured_bytes", "stopped_because")
                                           if isinstance(r["summary"], dict)}}),
                   file=sys.stderr)
     out = []
     out.append("| program | peak RSS (plain) | kioku | pool allocated (peak) | ÷ peak RSS | pool length "
-               "| monitor VmHWM | monitor RSS: anon / pool pages (peak) | wall (plain) | checkpoints |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|")
+               "| monitor VmHWM | monitor RSS: anon / pool pages (peak) | captured | longest stop "
+               "| wall (plain) | checkpoints |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, label, rss, secs, r in rows:
         s = r["summary"] if isinstance(r["summary"], dict) else {}
         ck = s.get("checkpoints", "?")
+        stops = s.get("stop_ms") or []
+        longest = f"{max(stops):.0f} ms" if stops else "–"
+        captured = f"{s['captured_bytes'] / MIB:.0f} MiB" if s.get("captured_bytes") else "–"
         note = " (stopped: out of memory guard)" if r["aborted"] else ""
         if r["status"] not in (0, None) and not r["aborted"]:
             note += f" (exit {r['status']})"
@@ -211,7 +216,7 @@ def main():
             f"| {name} | {rss / MIB:.0f} MiB | {label} | {r['pool_alloc'] / MIB:.0f} MiB "
             f"| **{r['pool_alloc'] / rss:.2f}×** | {r['pool_len'] / MIB:.0f} MiB "
             f"| {r['VmHWM'] / MIB:.0f} MiB | {r['RssAnon'] / MIB:.0f} / {r['RssShmem'] / MIB:.0f} MiB "
-            f"| {r['wall']:.1f} s ({secs:.1f} s) | {ck}{note} |"
+            f"| {captured} | {longest} | {r['wall']:.1f} s ({secs:.1f} s) | {ck}{note} |"
         )
     print("\n".join(out))
     plot = os.environ.get("BENCH_PLOT")

@@ -70,6 +70,12 @@ impl Precopy {
     }
 }
 
+/// Anonymous memory is captured in aligned pieces of this size around the pages it holds.
+const AREA_GRANULE: usize = 2 << 20;
+/// Untouched stretches up to this long between captured pieces are captured too (holes in the
+/// pool, 4 bytes of checksum a page) rather than splitting the area.
+const AREA_GAP: usize = 64 << 20;
+
 /// Below this much to copy for new mappings, the capture copies them while the program is
 /// stopped (a second stop would cost more).
 pub const PRECOPY_MIN: usize = 8 << 20;
@@ -246,7 +252,7 @@ impl ProcessCapture {
             Some(s) => s.vmas.clone(),
             None => return Ok(None),
         };
-        let want = area_ranges(&vmas);
+        let want = self.wanted_areas(&vmas)?;
         let mut estimate = Vec::new();
         for a in &want {
             self.query
@@ -371,8 +377,8 @@ impl ProcessCapture {
             what: "internal: capture without a survey".into(),
         })?;
 
-        // (1) Areas: runs of captured mappings; regions follow them.
-        let want = area_ranges(&vmas);
+        // (1) Areas: runs of captured mappings that hold data; regions follow them.
+        let want = self.wanted_areas(&vmas)?;
         let fresh = self.reconcile_areas(&want, st)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
@@ -712,6 +718,41 @@ impl ProcessCapture {
         self.areas = next;
         normalize(&mut fresh);
         Ok(fresh)
+    }
+
+    /// The areas to capture: the runs of captured mappings, but of anonymous memory only the
+    /// parts that hold pages (rounded out to `AREA_GRANULE`, gaps up to `AREA_GAP` bridged) or
+    /// were captured before. Reserved but untouched memory (a runtime's heap reservation, the
+    /// unused bulk of thread stacks) takes nothing; once the program touches it, its pages are
+    /// not write-tracked yet and are taken at that capture. Private file mappings are taken
+    /// whole (their untouched pages read the file, not zeros).
+    fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<Vec<PageRange>> {
+        let full = area_ranges(vmas);
+        let mut pop = Vec::new();
+        for a in &full {
+            self.query.scan(*a, Query::populated(), &mut pop)?;
+        }
+        let g = AREA_GRANULE;
+        let mut keep: Vec<PageRange> = pop
+            .iter()
+            .map(|r| PageRange::new(r.start & !(g - 1), (r.end + g - 1) & !(g - 1)))
+            .collect();
+        keep.extend(self.areas.iter().map(|a| PageRange::new(a.start, a.end)));
+        keep.extend(
+            vmas.iter()
+                .filter(|v| v.captured && matches!(v.backing, Backing::File { .. }))
+                .map(|v| PageRange::new(v.start, v.end)),
+        );
+        normalize(&mut keep);
+        // Bridge short gaps: fewer regions, for 4 bytes of checksums per page bridged.
+        let mut bridged: Vec<PageRange> = Vec::with_capacity(keep.len());
+        for r in keep {
+            match bridged.last_mut() {
+                Some(l) if r.start <= l.end + AREA_GAP => l.end = l.end.max(r.end),
+                _ => bridged.push(r),
+            }
+        }
+        Ok(intersect(&full, &bridged))
     }
 
     fn create_region(&mut self, w: &PageRange, st: &mut Store<'_>) -> Result<()> {
