@@ -185,7 +185,21 @@ def main():
         want = [w.strip() for w in only.split(",")]
         progs = {k: v for k, v in progs.items() if any(k.startswith(w) for w in want)}
     rows = []
+    # Rows of an earlier run of this script (its stderr), for kiokus not measured again (e.g.
+    # main's, whose 8 GiB case takes 16 GiB of memory).
+    reused = {}
+    if os.environ.get("SPACE_REUSE"):
+        with open(os.environ["SPACE_REUSE"]) as f:
+            for line in f:
+                if line.startswith("{"):
+                    d = json.loads(line)
+                    reused[(d["program"], d["kioku"])] = d
     for name, cmd in progs.items():
+        for (prog, label), d in reused.items():
+            if prog == name:
+                r = {k: v for k, v in d.items() if k not in ("program", "kioku", "peak_rss", "plain_s")}
+                r["summary"] = {**d.get("summary", {}), "reused": True}
+                rows.append((name, label + " (earlier run)", d["peak_rss"], d["plain_s"], r))
         rss, secs = plain_peak(cmd)
         for label, kioku in bins:
             print(f"== {name} with {label}", file=sys.stderr)
@@ -230,14 +244,14 @@ def main():
             print("matplotlib missing: no plot (pip install matplotlib)", file=sys.stderr)
             return
         names = list(progs)
-        labels = [b[0] for b in bins]
+        labels = list(dict.fromkeys(l for _, l, _, _, _ in rows))
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         width = 0.8 / len(labels)
         for j, label in enumerate(labels):
-            ratio = [next(r["pool_alloc"] / rss for n, l, rss, _, r in rows if n == nm and l == label)
-                     for nm in names]
-            mon = [next(r["VmHWM"] / MIB for n, l, _, _, r in rows if n == nm and l == label)
-                   for nm in names]
+            ratio = [next((r["pool_alloc"] / rss for n, l, rss, _, r in rows
+                           if n == nm and l == label), float("nan")) for nm in names]
+            mon = [next((r["VmHWM"] / MIB for n, l, _, _, r in rows
+                         if n == nm and l == label), float("nan")) for nm in names]
             xs = [i + j * width for i in range(len(names))]
             axes[0].bar(xs, ratio, width, label=label)
             axes[1].bar(xs, mon, width, label=label)

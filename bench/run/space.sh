@@ -6,7 +6,8 @@
 # Writes the `run-space` section of docs/perf.md and docs/perf/run-space.png.
 #
 # Usage: [BASE_KIOKU=/path/to/kioku-of-main] bench/run/space.sh     (about 6 minutes)
-# Env: SPACE_PROGRAMS (subset, e.g. "xz,JVM"), NO_WRITE=1 (print the section only).
+# Env: SPACE_PROGRAMS (subset, e.g. "xz,JVM"), NO_WRITE=1 (print the section only),
+#      SPACE_REUSE=FILE (rows of an earlier run, its stderr, for kiokus not measured again).
 # Needs xz, sort, python3, java + javac (openjdk-17-jdk-headless), /usr/bin/time (time).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,7 +34,7 @@ else
   echo "BASE_KIOKU not set: measuring this tree only" >&2
 fi
 mkdir -p docs/perf
-body=$(BENCH_BIN="$work" BENCH_SHM="$shm" KIOKU_BINS="$bins" BENCH_PLOT="docs/perf/run-space.png" \
+body=$(BENCH_BIN="$work" BENCH_SHM="$shm" KIOKU_BINS="$bins" BENCH_PLOT="docs/perf/run-space.png" SPACE_REUSE="${SPACE_REUSE:-}" \
   python3 bench/run/space.py)
 end=$(date -u +%s)
 section=$(cat <<MD

@@ -332,6 +332,10 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     empty_running: bool,
 }
 
+/// A sparse engine moves a checkpoint's pages into the other context in batches of this much:
+/// each batch is made durable there, then punched from the running context.
+const MOVE_BATCH: u64 = 64 << 20;
+
 /// A sparse engine lets go of the pool pages it has mapped (its own reads and writes) after a
 /// checkpoint once they exceed this much, so that its resident memory stays small.
 const MAPPED_BUDGET: u64 = 32 << 20;
@@ -1628,6 +1632,7 @@ fn sync_context(
     }
     let mut offsets = Vec::with_capacity(regions.len());
     let mut sparse = Vec::with_capacity(regions.len());
+    let mut movable = Vec::with_capacity(regions.len());
     for r in regions {
         let name = section_name(r.id, to);
         let src = pool
@@ -1642,6 +1647,15 @@ fn sync_context(
         };
         offsets.push((src.offset, dst.offset));
         sparse.push(dst.is_sparse());
+        // Pages may be moved out of `from` only where a recovery finds them in `to`: a section
+        // the last commit names as it is now.
+        movable.push(
+            dst.is_sparse()
+                && pool
+                    .committed_sections()
+                    .iter()
+                    .any(|c| c.name == dst.name && c.offset == dst.offset && c.len == dst.len),
+        );
     }
     let base = pool.medium().as_ptr();
     let mut copied = 0u64;
@@ -1664,6 +1678,28 @@ fn sync_context(
     };
     match runs {
         Some((runs, holes)) => {
+            // Sparse sections: the pages are moved, not copied — once a batch of them is
+            // durable in `to`, it is punched from `from`, so the pool never holds more than
+            // the memory once plus one batch besides the checkpoint's new pages. Safe because
+            // `from` is the valid context here: recovery takes each page from whichever
+            // context holds it with the checkpoint's checksum.
+            let mut moved: Vec<(u64, u64)> = Vec::new();
+            let mut batch = 0u64;
+            let mut take = |pool: &Pool, src: u64, dst: u64, len: u64, i: usize| -> Result<()> {
+                copy(pool, src, dst, len, sparse[i])?;
+                if movable[i] {
+                    moved.push((src, len));
+                    batch += len;
+                    if batch >= MOVE_BATCH {
+                        pool.drain()?;
+                        for (o, l) in moved.drain(..) {
+                            pool.discard(o, l)?;
+                        }
+                        batch = 0;
+                    }
+                }
+                Ok(())
+            };
             for (ri, &(i, first, n)) in runs.iter().enumerate() {
                 let (src, dst) = offsets[i];
                 // Zero pages of the run (sparse engines) become holes here too; the rest is
@@ -1672,22 +1708,22 @@ fn sync_context(
                 for &(h, m) in holes.get(ri).map(|v| v.as_slice()).unwrap_or(&[]) {
                     if h > k {
                         let at = k as u64 * page;
-                        copy(pool, src + at, dst + at, (h - k) as u64 * page, sparse[i])?;
+                        take(pool, src + at, dst + at, (h - k) as u64 * page, i)?;
                     }
                     pool.zero(dst + h as u64 * page, m as u64 * page)?;
                     k = h + m;
                 }
                 if k < first + n {
                     let at = k as u64 * page;
-                    copy(
-                        pool,
-                        src + at,
-                        dst + at,
-                        (first + n - k) as u64 * page,
-                        sparse[i],
-                    )?;
+                    take(pool, src + at, dst + at, (first + n - k) as u64 * page, i)?;
                 }
                 copied += n as u64;
+            }
+            if !moved.is_empty() {
+                pool.drain()?;
+                for (o, l) in moved.drain(..) {
+                    pool.discard(o, l)?;
+                }
             }
         }
         None => {
