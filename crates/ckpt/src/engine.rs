@@ -1275,6 +1275,14 @@ impl<S: AddressSpace> Engine<S> {
             .map(|i| self.section_off(i, run))
             .collect();
         let mut holes = Vec::with_capacity(if self.sparse { runs.len() } else { 0 });
+        if self.sparse {
+            // The owner's stores mapped the pages at the regions' addresses; they are read
+            // from here on through the pool's mapping: map them once, not twice.
+            for &(i, first, n) in &runs {
+                let addr = self.regions[i].rec.addr + first * page;
+                self.space.release_pages(addr, n * page)?;
+            }
+        }
         for &(i, first, n) in &runs {
             let off = offsets[i] + (first * page) as u64;
             if self.sparse {
@@ -1683,17 +1691,20 @@ fn sync_context(
             // the memory once plus one batch besides the checkpoint's new pages. Safe because
             // `from` is the valid context here: recovery takes each page from whichever
             // context holds it with the checkpoint's checksum.
-            let mut moved: Vec<(u64, u64)> = Vec::new();
+            // (This process's mappings of the moved pages go too: the punch unmaps the source,
+            // `release_pages` the destination.)
+            let mut moved: Vec<(u64, u64, u64)> = Vec::new();
             let mut batch = 0u64;
             let mut take = |pool: &Pool, src: u64, dst: u64, len: u64, i: usize| -> Result<()> {
                 copy(pool, src, dst, len, sparse[i])?;
                 if movable[i] {
-                    moved.push((src, len));
+                    moved.push((src, dst, len));
                     batch += len;
                     if batch >= MOVE_BATCH {
                         pool.drain()?;
-                        for (o, l) in moved.drain(..) {
-                            pool.discard(o, l)?;
+                        for (s, d, l) in moved.drain(..) {
+                            pool.discard(s, l)?;
+                            pool.release_pages(d, l)?;
                         }
                         batch = 0;
                     }
@@ -1721,8 +1732,9 @@ fn sync_context(
             }
             if !moved.is_empty() {
                 pool.drain()?;
-                for (o, l) in moved.drain(..) {
-                    pool.discard(o, l)?;
+                for (s, d, l) in moved.drain(..) {
+                    pool.discard(s, l)?;
+                    pool.release_pages(d, l)?;
                 }
             }
         }
