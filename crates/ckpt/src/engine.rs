@@ -1074,11 +1074,19 @@ impl<S: AddressSpace> Engine<S> {
                 self.carried
                     .push(PageRange::new(rec.addr + old_len, rec.addr + new_len));
             } else {
-                // Moved in the pool: remap all of it; tracking restarts, so count it all written.
+                // Moved in the pool: remap all of it; tracking restarts, so count it all written
+                // — except in a sparse engine, whose tracker is its owner's marks (they survive
+                // the remap) and whose running context holds only the epoch's pages: taking the
+                // rest as written would take holes for the region's contents.
                 self.untrack_range(rec.id, PageRange::new(rec.addr, rec.addr + old_len))?;
                 self.attach(&grown, 0, new_len)?;
-                self.carried
-                    .push(PageRange::new(rec.addr, rec.addr + new_len));
+                if self.sparse {
+                    self.carried
+                        .push(PageRange::new(rec.addr + old_len, rec.addr + new_len));
+                } else {
+                    self.carried
+                        .push(PageRange::new(rec.addr, rec.addr + new_len));
+                }
             }
         }
         let zero = self.zero_page_crc;

@@ -600,7 +600,15 @@ impl ProcessCapture {
                 };
                 if differs {
                     let v = vmas.iter().find(|v| v.start <= page && page < v.end);
-                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
+                    let hole = data.get(k / ps) == Some(&false);
+                    let in_committed = committed.get(k..k + ps).map(|c| c == &buf[..]);
+                    let stored = st
+                        .engine
+                        .page_checksums(&a.region)
+                        .and_then(|c| c.get(k / ps).copied());
+                    let prog_crc = crc32c::crc32c(&buf);
+                    let com_crc = committed.get(k..k + ps).map(crc32c::crc32c);
+                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, hole, ?in_committed, program_zero = buf == zero, ?stored, prog_crc, ?com_crc, "capture differs from the program's memory");
                 }
             }
         }
