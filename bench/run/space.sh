@@ -52,6 +52,16 @@ machine under 3 GiB of available memory is killed (said in the last column).
 $body
 
 ![pool ÷ peak RSS and monitor RSS](perf/run-space.png)
+
+Reading it: the pool's peak is the program's captured memory once plus the pages written in one
+epoch while that checkpoint is between its two commits (the valid copy and the new pages side by
+side until the new pages have moved); a program that rewrites most of its memory every second
+(xz, sort) peaks near twice, a program that rewrites little stays near its memory. At rest (after
+a checkpoint, the \`at rest\` figures in bench/run/space.py's log) the pool is the memory once.
+"Peak RSS" counts the program's mapped files (libraries, the JVM's classes), which the pool does
+not hold, and not memory it freed before the peak, which a checkpoint may have held. The
+monitor's VmHWM counts the pool pages it maps while copying a checkpoint's pages in (what it
+must buffer); it lets go of them after each checkpoint past 32 MiB.
 MD
 )
 if [ -n "${NO_WRITE:-}" ]; then
