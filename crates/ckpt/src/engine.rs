@@ -814,26 +814,17 @@ impl<S: AddressSpace> Engine<S> {
         out
     }
 
-    /// A sparse engine after a checkpoint: the other context is valid and complete, so the
-    /// running context's pages (this epoch's `runs`, or all of it after a recovery) are given
-    /// back. Unordered: a page a crash brings back holds the value the checkpoint has.
-    fn empty_running_context(&mut self, runs: &[(usize, usize, usize)]) -> Result<()> {
-        let page = self.page;
+    /// A sparse engine after a checkpoint: the other context is valid and complete, so all of
+    /// the running context is given back (the epoch's pages were moved already; whatever else
+    /// it holds — a copy made by a recovery, pages stored there outside any checkpoint — is
+    /// not needed). Unordered: a page a crash brings back is one a recovery checks against its
+    /// checksum like any other.
+    fn empty_running_context(&mut self) -> Result<()> {
+        self.empty_running = false;
         let run = self.running;
-        if std::mem::take(&mut self.empty_running) {
-            for i in 0..self.regions.len() {
-                let off = self.section_off(i, run);
-                self.pool.discard(off, self.regions[i].rec.len)?;
-            }
-            return Ok(());
-        }
-        let mut sections: std::collections::HashMap<usize, u64> = Default::default();
-        for &(i, first, n) in runs {
-            let off = *sections
-                .entry(i)
-                .or_insert_with(|| self.section_off(i, run));
-            self.pool
-                .discard(off + first as u64 * page, n as u64 * page)?;
+        for i in 0..self.regions.len() {
+            let off = self.section_off(i, run);
+            self.pool.discard(off, self.regions[i].rec.len)?;
         }
         Ok(())
     }
@@ -1361,7 +1352,7 @@ impl<S: AddressSpace> Engine<S> {
         self.committed_meta = (p.meta.len() as u64, p.meta_crc);
         self.adapt_tracking(&p.runs)?;
         if self.sparse {
-            self.empty_running_context(&p.runs)?;
+            self.empty_running_context()?;
             self.release_mapped_pages(false)?;
         }
 
