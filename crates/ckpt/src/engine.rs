@@ -1611,6 +1611,9 @@ pub(crate) fn bad_pages(pool: &Pool, meta: &ContextMeta, ctx: usize, cap: usize)
     out
 }
 
+/// A checkpoint's `(region index, first page, pages)` runs and, per run, its zero pages.
+type RunsAndHoles<'a> = (&'a [(usize, usize, usize)], &'a [Vec<(usize, usize)>]);
+
 /// Makes context `to` equal to context `from` for the regions of `meta`: sections created,
 /// resized or deleted to match, then pages copied — only `runs` (region index, first page,
 /// pages) when given, else every page that differs. Returns the pages copied; all flushed.
@@ -1620,7 +1623,7 @@ fn sync_context(
     page: u64,
     from: usize,
     to: usize,
-    runs: Option<(&[(usize, usize, usize)], &[Vec<(usize, usize)>])>,
+    runs: Option<RunsAndHoles<'_>>,
 ) -> Result<u64> {
     // Sections of `to` for regions that no longer exist.
     let wanted: std::collections::HashSet<String> =

@@ -21,6 +21,13 @@ impl Marks {
             self.0.borrow_mut().push(r);
         }
     }
+
+    /// The pages marked so far, sorted and merged.
+    pub fn snapshot(&self) -> Vec<PageRange> {
+        let mut v = self.0.borrow().clone();
+        crate::sys::normalize(&mut v);
+        v
+    }
 }
 
 /// The engine's tracker: reports what the monitor marked.

@@ -578,10 +578,11 @@ impl ProcessCapture {
         let ps = self.page;
         let mut buf = vec![0u8; ps];
         let zero = vec![0u8; ps];
+        // What the checkpoint will hold: the running context's page where this epoch marked
+        // it (copied or zeroed), else the last checkpoint's (zero for a page it lacks).
+        let marked = st.marks.snapshot();
         for a in &self.areas {
             let base = st.engine.region(&a.region).expect("region").addr;
-            // The running context holds the pages copied in this epoch; its holes are zero
-            // pages or pages of the last checkpoint (the other context).
             let data = st.engine.running_data(&a.region).unwrap_or_default();
             let committed = st.engine.committed(&a.region).unwrap_or(&[]);
             for page in (a.start..a.end).step_by(ps) {
@@ -591,11 +592,21 @@ impl ProcessCapture {
                     continue;
                 }
                 let k = page - a.start;
-                let differs = if data.get(k / ps) == Some(&false) {
-                    buf != zero && committed.get(k..k + ps) != Some(&buf[..])
+                let local = base + k;
+                let is_marked = {
+                    let i = marked.partition_point(|r| r.end <= local);
+                    marked.get(i).is_some_and(|r| r.start <= local)
+                };
+                let differs = if !is_marked {
+                    match committed.get(k..k + ps) {
+                        Some(c) => c != &buf[..],
+                        None => buf != zero,
+                    }
+                } else if data.get(k / ps) == Some(&false) {
+                    buf != zero
                 } else {
                     // SAFETY: a page inside the region's mapping.
-                    let shadow = unsafe { std::slice::from_raw_parts((base + k) as *const u8, ps) };
+                    let shadow = unsafe { std::slice::from_raw_parts(local as *const u8, ps) };
                     shadow != &buf[..]
                 };
                 if differs {
@@ -608,7 +619,7 @@ impl ProcessCapture {
                         .and_then(|c| c.get(k / ps).copied());
                     let prog_crc = crc32c::crc32c(&buf);
                     let com_crc = committed.get(k..k + ps).map(crc32c::crc32c);
-                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, hole, ?in_committed, program_zero = buf == zero, ?stored, prog_crc, ?com_crc, "capture differs from the program's memory");
+                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, hole, ?in_committed, program_zero = buf == zero, is_marked, ?stored, prog_crc, ?com_crc, "capture differs from the program's memory");
                 }
             }
         }
