@@ -824,7 +824,10 @@ impl<S: AddressSpace> Engine<S> {
         let run = self.running;
         for i in 0..self.regions.len() {
             let off = self.section_off(i, run);
-            self.pool.discard(off, self.regions[i].rec.len)?;
+            // Only where it holds data: a punch costs a file system transaction on a disk.
+            for (a, b) in self.pool.data_extents(off, self.regions[i].rec.len)? {
+                self.pool.discard(a, b - a)?;
+            }
         }
         Ok(())
     }
@@ -1723,7 +1726,11 @@ fn sync_context(
                         let at = k as u64 * page;
                         take(pool, src + at, dst + at, (h - k) as u64 * page, i)?;
                     }
-                    pool.zero(dst + h as u64 * page, m as u64 * page)?;
+                    // Only where it holds data (a punch costs a transaction, and on a disk an
+                    // fsync at the next drain).
+                    for (a, b) in pool.data_extents(dst + h as u64 * page, m as u64 * page)? {
+                        pool.zero(a, b - a)?;
+                    }
                     k = h + m;
                 }
                 if k < first + n {
