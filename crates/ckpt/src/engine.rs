@@ -850,7 +850,8 @@ impl<S: AddressSpace> Engine<S> {
     }
 
     /// Regions whose two contexts differ, with the first differing page (a debugging aid: after
-    /// a checkpoint they must be equal).
+    /// a checkpoint they must be equal). For a sparse engine, whose running context is scratch:
+    /// regions whose valid context fails the checkpoint's checksums, with the first such page.
     pub fn contexts_differ(&self) -> Vec<(String, u64)> {
         let page = self.page;
         let mut out = Vec::new();
