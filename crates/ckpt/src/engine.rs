@@ -1376,7 +1376,7 @@ impl<S: AddressSpace> Engine<S> {
             .commit(&roots(other, run, epoch, &p.meta, p.meta_crc))?;
         self.committed_meta = (p.meta.len() as u64, p.meta_crc);
         self.adapt_tracking(&p.runs)?;
-        if self.sparse && single_copy(&self.pool) {
+        if self.sparse {
             self.empty_running_context()?;
             self.release_mapped_pages(false)?;
         }
@@ -1686,7 +1686,6 @@ fn sync_context(
         // the last commit names as it is now.
         movable.push(
             dst.is_sparse()
-                && single_copy(pool)
                 && pool
                     .committed_sections()
                     .iter()
@@ -1887,16 +1886,4 @@ fn mapped_shared_bytes() -> u64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
     shared * kioku_track::page_size() as u64
-}
-
-/// Whether a sparse engine keeps one copy on this pool's medium: on memory (shm, and the sim
-/// that models it) the running context is emptied after each checkpoint; on a disk or DAX file
-/// system every punch and re-allocation is a file system transaction in each checkpoint, so
-/// the running context keeps its pages there (two copies of what was written, holes for the
-/// rest) — stale pages in it are harmless, each page being checked against its checksum.
-fn single_copy(pool: &Pool) -> bool {
-    matches!(
-        pool.medium().kind(),
-        kioku_pool::MediumKind::Shm | kioku_pool::MediumKind::Sim
-    )
 }

@@ -155,7 +155,9 @@ pub fn restore(mut pool: Pool) -> Result<Restored> {
     let marks = Marks::default();
     let (mut engine, rec) = Engine::recover_in(pool, ShadowSpace::new(marks.clone()))?;
     engine.set_adaptive(false)?;
-    engine.set_sparse(true)?;
+    if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+        engine.set_sparse(true)?;
+    }
     if rec.epoch != epoch {
         return Err(RunError::NotAProcessCheckpoint {
             detail: format!(
