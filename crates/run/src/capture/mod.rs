@@ -149,6 +149,12 @@ impl Capturer {
         let marks = Marks::default();
         let mut engine = Engine::init(pool, ShadowSpace::new(marks.clone()))?;
         engine.set_adaptive(false)?;
+        // The monitor alone writes the regions (by copying): pool space only for pages that
+        // hold data, and its own mapped pool pages let go of after each checkpoint.
+        // (On memory only: on a disk the dense two contexts are kept — see docs/run.md.)
+        if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+            engine.set_sparse(true)?;
+        }
         let journal = if journal {
             Some(Journal::create(&mut engine, JournalOptions::default())?)
         } else {

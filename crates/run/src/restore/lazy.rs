@@ -99,6 +99,10 @@ pub(crate) struct Source {
     pub other: usize,
     /// Checksums of the pages from `start` on.
     pub crcs: Arc<[u32]>,
+    /// Which pages from `start` on hold data in the valid and in the other context (`false`:
+    /// a hole — of a sparse section, or never written on tmpfs — which reads as zeros and is
+    /// not read: reading it through the mapping would fill it).
+    pub data: [Arc<[bool]>; 2],
     /// The filler's own mappings of the two contexts' sections (the pool's mapping of itself
     /// may move when the pool grows; these do not).
     pub _maps: Arc<[kioku_pool::media::Mapping; 2]>,
@@ -126,6 +130,7 @@ impl Segment {
         src.valid += k * page();
         src.other += k * page();
         src.crcs = self.src.crcs[k..].into();
+        src.data = [0, 1].map(|c| self.src.data[c].get(k..).unwrap_or(&[]).into());
         let high = Segment {
             start: at,
             end: self.end,
@@ -142,11 +147,25 @@ impl Proc {
         let mut segments: Vec<Segment> = p
             .ranges
             .into_iter()
-            .map(|(r, src)| Segment {
-                start: r.start,
-                end: r.end,
-                src,
-                state: vec![UNFILLED; r.len() / page()],
+            .map(|(r, src)| {
+                // A hole in the valid context whose checksum is zero's is a zero page: never
+                // copied (a hole with another checksum is taken from the other context).
+                let state = (0..r.len() / page())
+                    .map(|p| {
+                        let hole = !src.data[0].get(p).copied().unwrap_or(true);
+                        if hole && src.crcs[p] == zero_page_crc() {
+                            HOLE
+                        } else {
+                            UNFILLED
+                        }
+                    })
+                    .collect();
+                Segment {
+                    start: r.start,
+                    end: r.end,
+                    src,
+                    state,
+                }
             })
             .collect();
         segments.sort_by_key(|s| s.start);
@@ -203,6 +222,12 @@ pub(crate) struct ProcSetup {
 
 fn page() -> usize {
     kioku_track::page_size()
+}
+
+/// The checksum of a zero page.
+fn zero_page_crc() -> u32 {
+    static CRC: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *CRC.get_or_init(|| crc32c::crc32c(&vec![0u8; page()]))
 }
 
 fn ioctl<T>(fd: RawFd, req: u64, arg: &mut T) -> std::io::Result<()> {
@@ -736,7 +761,14 @@ impl Filler {
         let ps = page();
         let src = &self.procs[i].segments[k].src;
         let want = src.crcs[pg];
-        for base in [src.valid, src.other] {
+        for (c, base) in [src.valid, src.other].into_iter().enumerate() {
+            if !src.data[c].get(pg).copied().unwrap_or(true) {
+                // A hole: zeros, not read.
+                if want == self.zero_crc {
+                    return Some(Checked::Hole);
+                }
+                continue;
+            }
             let at = base + pg * ps;
             // SAFETY: `at` is a page of the pool's mapping of this region (valid or other
             // context), which the engine keeps mapped and unchanged until the restore's

@@ -164,6 +164,9 @@ pub fn restore(mut pool: Pool) -> Result<Restored> {
     };
     let (mut engine, rec) = Engine::recover_in_opts(pool, ShadowSpace::new(marks.clone()), &opts)?;
     engine.set_adaptive(false)?;
+    if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+        engine.set_sparse(true)?;
+    }
     if rec.epoch != epoch {
         return Err(RunError::NotAProcessCheckpoint {
             detail: format!(
@@ -608,33 +611,35 @@ fn shared_objects(image: &TreeImage, engine: &Engine<ShadowSpace>) -> Result<Sha
             file.set_len(s.size)
                 .map_err(|e| RunError::io("sizing a shared-memory object", e))?;
         }
-        let region = engine
-            .region(&s.region)
-            .ok_or_else(|| RunError::NotAProcessCheckpoint {
-                detail: format!("image names region {} which the pool lacks", s.region),
-            })?;
+        // The checkpoint's bytes: the valid context's (a sparse engine's running context is
+        // empty after a recovery), each checked after a lazy recovery; holes are not read.
+        // Runs of the valid context's pages are written at once.
         let len = (s.hi - s.lo) as usize;
-        if region.len < len {
-            return Err(RunError::NotAProcessCheckpoint {
-                detail: format!("region {} is shorter than its object", s.region),
-            });
-        }
-        if engine.recovery_pending() {
-            // A lazy recovery: the checkpoint's pages, each checked (shared objects are
-            // written whole, at once).
-            let ps = kioku_track::page_size();
-            for (i, at) in (0..len).step_by(ps).enumerate() {
-                let page = process::checkpoint_page(engine, &s.region, i, region.addr + at)?;
-                let n = ps.min(len - at);
-                file.write_all_at(&page[..n], s.lo + at as u64)
-                    .map_err(|e| RunError::io("writing a shared-memory object", e))?;
+        let pages = process::CheckpointPages::of(engine, &s.region, len)?;
+        let ps = kioku_track::page_size();
+        let zero = vec![0u8; ps];
+        let write = |at: usize, b: &[u8]| {
+            file.write_all_at(b, s.lo + at as u64)
+                .map_err(|e| RunError::io("writing a shared-memory object", e))
+        };
+        // Start of the pending run of valid pages.
+        let mut run: Option<usize> = None;
+        for at in (0..len).step_by(ps) {
+            let n = ps.min(len - at);
+            let page = pages.page(at / ps)?;
+            let in_valid =
+                page.is_some_and(|b| std::ptr::eq(b.as_ptr(), pages.valid()[at..].as_ptr()));
+            if in_valid {
+                run.get_or_insert(at);
+                continue;
             }
-        } else {
-            // SAFETY: the region's mapping is `region.len` (≥ `len`) readable bytes, alive
-            // with the engine.
-            let bytes = unsafe { std::slice::from_raw_parts(region.addr as *const u8, len) };
-            file.write_all_at(bytes, s.lo)
-                .map_err(|e| RunError::io("writing a shared-memory object", e))?;
+            if let Some(r) = run.take() {
+                write(r, &pages.valid()[r..at])?;
+            }
+            write(at, &page.unwrap_or(&zero[..])[..n])?;
+        }
+        if let Some(r) = run {
+            write(r, &pages.valid()[r..len])?;
         }
         let md = file
             .metadata()

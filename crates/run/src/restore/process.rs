@@ -397,6 +397,10 @@ impl Rebuild<'_> {
             };
             let keep = std::sync::Arc::new([map(valid_off)?, map(other_off)?]);
             let crcs: std::sync::Arc<[u32]> = crcs.into();
+            let data: [std::sync::Arc<[bool]>; 2] = [
+                engine.committed_data(&a.region).unwrap_or_default().into(),
+                engine.running_data(&a.region).unwrap_or_default().into(),
+            ];
             for v in self.image.vmas.iter().filter(|v| {
                 v.captured
                     && matches!(v.backing, Backing::Anonymous)
@@ -423,6 +427,7 @@ impl Rebuild<'_> {
                         valid: keep[0].as_ptr() as usize + first * ps,
                         other: keep[1].as_ptr() as usize + first * ps,
                         crcs: crcs[first..].into(),
+                        data: [0, 1].map(|c| data[c].get(first..).unwrap_or(&[]).into()),
                         _maps: keep.clone(),
                     },
                 ));
@@ -443,41 +448,95 @@ impl Rebuild<'_> {
     }
 }
 
-/// The checkpoint's bytes of page `index` of region `name` (`mapped`: its address in the
-/// engine's mapping): the running context's after a full recovery; after a lazy one the valid
-/// context's, checked against its checksum (the other context's when intact instead).
-pub(crate) fn checkpoint_page<'e>(
-    engine: &'e Engine<ShadowSpace>,
-    name: &str,
-    index: usize,
-    mapped: usize,
-) -> Result<&'e [u8]> {
-    let ps = kioku_track::page_size();
-    // SAFETY: `mapped` is the region's page `index` in the engine's mapping of its running
-    // context, readable for the engine's lifetime (length checked by the caller).
-    let running = unsafe { std::slice::from_raw_parts(mapped as *const u8, ps) };
-    if !engine.recovery_pending() {
-        return Ok(running);
-    }
-    let crcs = engine.page_checksums(name).unwrap_or(&[]);
-    let valid = engine
-        .committed(name)
-        .and_then(|b| b.get(index * ps..(index + 1) * ps));
-    let Some(&want) = crcs.get(index) else {
-        return Err(RunError::NotAProcessCheckpoint {
-            detail: format!("region {name} lacks the checksum of page {index}"),
-        });
-    };
-    for b in valid.into_iter().chain([running]) {
-        if crc32c::crc32c(b) == want {
-            return Ok(b);
+/// The checkpoint's pages of one region, as a restore reads them: the valid context's after a
+/// full recovery; after a lazy one the valid context's checked against their checksums (the
+/// other context's when intact instead). Holes — pages a sparse section, or tmpfs, does not
+/// hold — are never read (reading one through a mapping fills it): they are zero pages.
+pub(crate) struct CheckpointPages<'e> {
+    name: &'e str,
+    valid: &'e [u8],
+    valid_data: Vec<bool>,
+    /// After a lazy recovery: the other context's bytes (the region's mapping), which pages
+    /// of it hold data, and the checkpoint's checksums.
+    check: Option<(&'e [u8], Vec<bool>, &'e [u32])>,
+    zero_crc: u32,
+}
+
+impl<'e> CheckpointPages<'e> {
+    /// Region `name` of `engine`, whose pages are `len` bytes at least.
+    pub fn of(engine: &'e Engine<ShadowSpace>, name: &'e str, len: usize) -> Result<Self> {
+        let short = || RunError::NotAProcessCheckpoint {
+            detail: format!("region {name} is shorter than its memory"),
+        };
+        let region = engine
+            .region(name)
+            .ok_or_else(|| RunError::NotAProcessCheckpoint {
+                detail: format!("image names region {name} which the pool lacks"),
+            })?;
+        let valid = engine.committed(name).unwrap_or(&[]);
+        if valid.len() < len || region.len < len {
+            return Err(short());
         }
+        let ps = kioku_track::page_size();
+        let check = if engine.recovery_pending() {
+            // SAFETY: the region's mapping (its running context) is `region.len` readable
+            // bytes, alive with the engine; its holes are not read (`running_data`).
+            let other = unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.len) };
+            let data = engine.running_data(name).unwrap_or_default();
+            let crcs = engine.page_checksums(name).unwrap_or(&[]);
+            if crcs.len() * ps < len {
+                return Err(short());
+            }
+            Some((other, data, crcs))
+        } else {
+            None
+        };
+        Ok(CheckpointPages {
+            name,
+            valid,
+            valid_data: engine.committed_data(name).unwrap_or_default(),
+            check,
+            zero_crc: crc32c::crc32c(&vec![0u8; ps]),
+        })
     }
-    Err(RunError::DamagedCheckpoint {
-        what: format!(
-            "page {index} of region {name} fails its checksum in both contexts of the pool"
-        ),
-    })
+
+    /// The valid context's bytes of the region (holes included: not to be read blindly).
+    pub fn valid(&self) -> &'e [u8] {
+        self.valid
+    }
+
+    /// Page `index`: its bytes, or `None` for a zero page (a hole, not read). Fails when a
+    /// lazily recovered page fails its checksum in both contexts.
+    pub fn page(&self, index: usize) -> Result<Option<&'e [u8]>> {
+        let ps = kioku_track::page_size();
+        let at = index * ps;
+        // A medium that cannot tell holes reports data everywhere (`data_map`).
+        let held = |data: &[bool]| data.get(index).copied().unwrap_or(true);
+        let Some((other, other_data, crcs)) = &self.check else {
+            return Ok(held(&self.valid_data).then(|| &self.valid[at..at + ps]));
+        };
+        let want = crcs[index];
+        for (bytes, data) in [(self.valid, &self.valid_data), (*other, other_data)] {
+            if !held(data) {
+                if want == self.zero_crc {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let Some(b) = bytes.get(at..at + ps) else {
+                continue;
+            };
+            if crc32c::crc32c(b) == want {
+                return Ok(Some(b));
+            }
+        }
+        Err(RunError::DamagedCheckpoint {
+            what: format!(
+                "page {index} of region {} fails its checksum in both contexts of the pool",
+                self.name
+            ),
+        })
+    }
 }
 
 impl Rebuild<'_> {
@@ -488,18 +547,11 @@ impl Rebuild<'_> {
         let mut chunks: Vec<(usize, usize, usize)> = Vec::new();
         let mut open: HashMap<usize, std::fs::File> = HashMap::new();
         let mut filebuf = vec![0u8; ps];
+        let zero_page = vec![0u8; ps];
         for a in &self.image.areas {
-            let region =
-                engine
-                    .region(&a.region)
-                    .ok_or_else(|| RunError::NotAProcessCheckpoint {
-                        detail: format!("image names region {} which the pool lacks", a.region),
-                    })?;
-            if region.len < a.end - a.start {
-                return Err(RunError::NotAProcessCheckpoint {
-                    detail: format!("region {} is shorter than its area", a.region),
-                });
-            }
+            // The checkpoint's bytes (the valid context's: a sparse engine's running context is
+            // empty after a recovery), read only for pages not left to the lazy fill.
+            let mut pages: Option<CheckpointPages<'_>> = None;
             for v in self
                 .image
                 .vmas
@@ -512,8 +564,16 @@ impl Rebuild<'_> {
                     if self.is_lazy(page) {
                         continue;
                     }
-                    let local = region.addr + (page - a.start);
-                    let bytes = checkpoint_page(engine, &a.region, (page - a.start) / ps, local)?;
+                    if pages.is_none() {
+                        pages = Some(CheckpointPages::of(engine, &a.region, a.end - a.start)?);
+                    }
+                    let pages = pages.as_ref().expect("made just above");
+                    let bytes: &[u8] = match pages.page((page - a.start) / ps)? {
+                        Some(b) => b,
+                        // A hole: zero, as the fresh anonymous mapping shows.
+                        None if !matches!(v.backing, Backing::File { .. }) => continue,
+                        None => &zero_page[..],
+                    };
                     let local = bytes.as_ptr() as usize;
                     let differs = match v.backing {
                         Backing::File { index, offset } => {
