@@ -8,6 +8,8 @@
 #[path = "common/programs.rs"]
 mod programs;
 
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -49,7 +51,10 @@ fn lazymem() -> std::path::PathBuf {
 }
 
 fn checkpoint(dir: &RunDir) {
-    let pool = dir.pool();
+    checkpoint_pool(dir, &dir.pool());
+}
+
+fn checkpoint_pool(dir: &RunDir, pool: &Path) {
     let o = kioku_in(dir, &["checkpoint", "--pool", pool.to_str().unwrap()]);
     assert!(
         o.status.success(),
@@ -65,7 +70,10 @@ fn kill(child: &mut Child) {
 }
 
 fn restore(dir: &RunDir) -> Child {
-    let pool = dir.pool();
+    restore_pool(dir, &dir.pool())
+}
+
+fn restore_pool(dir: &RunDir, pool: &Path) -> Child {
     spawn_kioku(
         &[
             "restore",
@@ -82,8 +90,13 @@ fn restore(dir: &RunDir) -> Child {
 /// `lazymem MIB` run, checkpointed once it is ready, killed.
 fn checkpointed(mib: &str) -> RunDir {
     let dir = RunDir::new();
+    checkpointed_in(mib, &dir, &dir.pool());
+    dir
+}
+
+/// [`checkpointed`] with the pool at `pool`.
+fn checkpointed_in(mib: &str, dir: &RunDir, pool: &Path) {
     let prog = lazymem();
-    let pool = dir.pool();
     let mut run = spawn_kioku(
         &[
             "run",
@@ -95,12 +108,11 @@ fn checkpointed(mib: &str) -> RunDir {
             prog.to_str().unwrap(),
             mib,
         ],
-        &dir,
+        dir,
     );
-    wait_line(&dir, &mut run, "ready");
-    checkpoint(&dir);
+    wait_line(dir, &mut run, "ready");
+    checkpoint_pool(dir, pool);
     kill(&mut run);
-    dir
 }
 
 fn no_errors(dir: &RunDir) {
@@ -136,6 +148,70 @@ fn a_lazily_restored_program_sees_its_checkpoint_and_anonymous_memory_semantics(
         log.contains("MiB mapped to fill on first touch") && !log.contains(", 0.0 MiB mapped"),
         "the restore did not map memory lazily:\n{log}"
     );
+    no_errors(&dir);
+}
+
+/// What `pool` takes of its medium (allocated bytes, not its length).
+fn allocated(pool: &Path) -> u64 {
+    std::fs::metadata(pool)
+        .map(|m| m.blocks() * 512)
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_lazy_restore_of_a_sparse_pool_reads_no_hole_and_keeps_one_copy() {
+    // On tmpfs the engine is sparse: pages that are zero at a checkpoint are holes, and the
+    // running context is emptied after each checkpoint. A lazy restore must never read a hole
+    // (reading one through a mapping fills it: the pool would grow by every zero page) nor
+    // copy it, and the recovery it completes at the next checkpoint must leave one copy.
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("SKIPPED: no /dev/shm (tmpfs) for the pool");
+        return;
+    };
+    const MIB: u64 = 1 << 20;
+    let dir = RunDir::new();
+    let pool = shm.path().join("lazy.pool");
+    // 48 MiB: a quarter of its pages zero (12 MiB), the rest a pattern.
+    checkpointed_in("48", &dir, &pool);
+    let before = allocated(&pool);
+    let mut r = restore_pool(&dir, &pool);
+    wait_restored(&dir, &mut r);
+    std::fs::write(dir.path("go"), b"").unwrap();
+    // Phase 1 reads every page: each was filled (or is a hole) by now.
+    wait_line(&dir, &mut r, "phase1 ok");
+    let filled = allocated(&pool);
+    eprintln!("pool allocated: {before} bytes before the restore, {filled} once filled");
+    assert!(
+        filled <= before + 2 * MIB,
+        "the pool grew from {before} to {filled} bytes while the restore filled memory: holes were read"
+    );
+    // The first checkpoint completes the recovery (verify, sync, commit) and must capture
+    // exactly (KIOKU_VERIFY_CAPTURE); afterwards the pool holds the memory once.
+    checkpoint_pool(&dir, &pool);
+    let t0 = Instant::now();
+    loop {
+        let now = allocated(&pool);
+        eprintln!("pool allocated after the checkpoint: {now}");
+        // The memory once, as before the restore (36 MiB of data pages, the file journal and
+        // metadata); a copy of the zero pages would be 12 MiB more.
+        if now <= before + 6 * MIB {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the pool takes {} MiB after a checkpoint, {} MiB before the restore",
+            now / MIB,
+            before / MIB
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    kill(&mut r);
+    let mut r = restore_pool(&dir, &pool);
+    wait_restored(&dir, &mut r);
+    std::fs::write(dir.path("go2"), b"").unwrap();
+    wait_line(&dir, &mut r, "phase2 ok");
+    let st = r.wait().unwrap();
+    assert!(st.success(), "kioku restore: {st}\n{}", stderr_of(&dir));
     no_errors(&dir);
 }
 

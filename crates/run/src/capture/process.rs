@@ -762,6 +762,16 @@ impl ProcessCapture {
             let base = st.engine.region(&a.region).expect("region").addr;
             let data = st.engine.running_data(&a.region).unwrap_or_default();
             let committed = st.engine.committed(&a.region).unwrap_or(&[]);
+            // The last checkpoint's holes read as zeros and are not read (on tmpfs, reading one
+            // through the mapping fills it: verifying would grow the pool).
+            let committed_data = st.engine.committed_data(&a.region).unwrap_or_default();
+            let committed_page = |k: usize| -> Option<&[u8]> {
+                let c = committed.get(k..k + ps)?;
+                Some(match committed_data.get(k / ps) {
+                    Some(false) => &zero[..],
+                    _ => c,
+                })
+            };
             for page in (a.start..a.end).step_by(ps) {
                 if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
                     .is_err()
@@ -775,7 +785,7 @@ impl ProcessCapture {
                     marked.get(i).is_some_and(|r| r.start <= local)
                 };
                 let differs = if !is_marked {
-                    match committed.get(k..k + ps) {
+                    match committed_page(k) {
                         Some(c) => c != &buf[..],
                         None => buf != zero,
                     }
@@ -789,13 +799,13 @@ impl ProcessCapture {
                 if differs {
                     let v = vmas.iter().find(|v| v.start <= page && page < v.end);
                     let hole = data.get(k / ps) == Some(&false);
-                    let in_committed = committed.get(k..k + ps).map(|c| c == &buf[..]);
+                    let in_committed = committed_page(k).map(|c| c == &buf[..]);
                     let stored = st
                         .engine
                         .page_checksums(&a.region)
                         .and_then(|c| c.get(k / ps).copied());
                     let prog_crc = crc32c::crc32c(&buf);
-                    let com_crc = committed.get(k..k + ps).map(crc32c::crc32c);
+                    let com_crc = committed_page(k).map(crc32c::crc32c);
                     tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, hole, ?in_committed, program_zero = buf == zero, is_marked, ?stored, prog_crc, ?com_crc, "capture differs from the program's memory");
                 }
             }
