@@ -111,15 +111,20 @@ pub(crate) fn rebuild_threads(r: &mut Rebuild<'_>) -> Result<()> {
     if crate::capture::verify_enabled() {
         // (Contents are compared at the next capture; the kernel may already have written
         // some, e.g. the rseq area's cpu number.)
+        // A mapping may be split where only part of it was registered with the lazy fill's
+        // userfaultfd (an area covers the parts of anonymous memory that hold pages): adjacent
+        // maps with the same rights together must cover it.
         let now = kioku_proc::read_maps(r.t.pid())?;
         for v in &r.image.vmas {
-            let ok = now.iter().any(|m| {
-                m.start <= v.start
-                    && v.end <= m.end
-                    && m.perms.read == v.read
-                    && m.perms.write == v.write
-                    && m.perms.exec == v.exec
-            });
+            let mut at = v.start;
+            for m in &now {
+                let same =
+                    m.perms.read == v.read && m.perms.write == v.write && m.perms.exec == v.exec;
+                if same && m.start <= at && at < m.end {
+                    at = m.end;
+                }
+            }
+            let ok = at >= v.end;
             if !ok {
                 tracing::error!(?v, "restored layout lacks this mapping");
             }
