@@ -302,7 +302,7 @@ fn a_lazy_recovery_of_sparse_checkpoints_cut_anywhere_gives_each_page_and_finish
             assert!(!eng.recovery_pending());
             assert_committed(&eng, model, &format!("{what}: finished"));
             // Emptied (the sim medium models a discard as zeros, not as a hole).
-            for (name, _) in model {
+            for name in model.keys() {
                 assert!(
                     region_mem(&eng, name).iter().all(|&b| b == 0),
                     "{what}: the running context of {name} holds pages after the recovery"
