@@ -151,6 +151,16 @@ fn a_lazily_restored_program_sees_its_checkpoint_and_anonymous_memory_semantics(
     no_errors(&dir);
 }
 
+/// Whether `path` lies on tmpfs (where the monitor's engine is sparse: one copy).
+fn on_tmpfs(path: &Path) -> bool {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a plain C structure, for which all zero bytes are a valid value.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid C string and a structure we own, which statfs fills.
+    let rc = unsafe { libc::statfs(c.as_ptr(), &mut st) };
+    rc == 0 && st.f_type == libc::TMPFS_MAGIC
+}
+
 /// What `pool` takes of its medium (allocated bytes, not its length).
 fn allocated(pool: &Path) -> u64 {
     std::fs::metadata(pool)
@@ -305,9 +315,12 @@ fn a_page_damaged_in_both_contexts_kills_the_program_with_a_clear_message() {
         hits += 1;
         at = i + want.len();
     }
+    // Twice in a pool on a disk (two contexts); once in a sparse pool on tmpfs (one copy:
+    // the other context holds a hole, which fails the page's checksum too).
+    let want_hits = if on_tmpfs(&pool) { 1 } else { 2 };
     assert_eq!(
-        hits, 2,
-        "page 1234 should be in both contexts of the pool once"
+        hits, want_hits,
+        "page 1234 should be in the pool once per context holding it"
     );
     std::fs::write(&pool, &bytes).unwrap();
     let mut r = restore(&dir);
