@@ -24,7 +24,7 @@
 use crate::error::{CkptError, Result};
 use crate::meta::{encode_parts, ContextMeta, RegionRecord, MAX_NAME};
 use crate::space::{AddressSpace, SelfSpace};
-use kioku_pool::{CreateOptions, Medium, MediumChoice, OpenOptions, Pool};
+use kioku_pool::{CreateOptions, Medium, MediumChoice, OpenOptions, Pool, SECTION_SPARSE};
 use kioku_track::{PageRange, PageTracker};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -63,6 +63,16 @@ pub struct EngineOptions {
     /// can rebuild it from elsewhere (the group library, from its parity). Without this,
     /// recovery fails with [`CkptError::ContextDamaged`] naming the page.
     pub keep_damaged_pages: bool,
+    /// Recover without reading the pages: the regions are mapped on the other context (not
+    /// yet equal to the valid one) and [`Engine::committed`] gives the valid context's bytes,
+    /// unverified — the caller verifies each page it uses against [`Engine::page_checksums`].
+    /// Verifying every page, making the other context equal and committing happen in
+    /// [`Engine::finish_recovery`], which must run before the regions are read or written
+    /// through their mapping (the next checkpoint runs it first). Until then the pool is as it
+    /// was: a crash recovers the same checkpoint again. Holes (of sparse sections, or never
+    /// written on tmpfs) are found with [`Engine::committed_data`] and [`Engine::running_data`]
+    /// instead of read: reading a hole through a mapping fills it.
+    pub lazy_recovery: bool,
 }
 
 /// A pool's last commit, read without changing the pool ([`commit_state`]).
@@ -181,7 +191,8 @@ pub fn scan_pages(pool: &Pool, rollback_prepared: bool, cap: usize) -> Result<Pa
     };
     for bad in bad_pages(pool, &meta, valid, usize::MAX) {
         if bad.copy_ok {
-            out.repairable += 1;
+            // A hole the other context fills is a sparse engine's single copy, not damage.
+            out.repairable += u64::from(!bad.hole);
         } else if out.damaged.len() < cap {
             out.damaged
                 .push((meta.regions[bad.region].name.clone(), bad.page));
@@ -212,6 +223,9 @@ fn check_roots(r: &[u64]) -> Result<(usize, u64, bool)> {
 /// A checkpoint made durable by [`Engine::prepare`] and not yet finished.
 struct Prepared {
     runs: Vec<(usize, usize, usize)>,
+    /// Per run (sparse engines): `(first page, pages)` of it that are zero now, holes in the
+    /// running context, to be made holes in the other context too instead of copied.
+    holes: Vec<Vec<(usize, usize)>>,
     meta: Vec<u8>,
     meta_crc: u32,
     dirty: Vec<PageRange>,
@@ -319,7 +333,33 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// checkpoint, so that it can be rolled back).
     committed_meta: (u64, u32),
     prepared: Option<Prepared>,
+    /// A recovery whose verification, sync of the other context and commit wait for
+    /// [`Engine::finish_recovery`] (`EngineOptions::lazy_recovery`).
+    lazy: Option<LazyRecovery>,
+    /// Region sections are sparse: space only for pages that hold data; a page that becomes
+    /// zero is punched (in both contexts); the running context holds only the pages written
+    /// in the current epoch. See [`Engine::set_sparse`].
+    sparse: bool,
+    /// The running context still holds pages of before (a full copy made by recovery): empty
+    /// it at the next checkpoint's end.
+    empty_running: bool,
 }
+
+/// What [`Engine::finish_recovery`] needs of a lazy recovery.
+struct LazyRecovery {
+    meta_bytes: Vec<u8>,
+    meta_crc: u32,
+    meta_damaged: [bool; 2],
+    keep_damaged_pages: bool,
+}
+
+/// A sparse engine moves a checkpoint's pages into the other context in batches of this much:
+/// each batch is made durable there, then punched from the running context.
+const MOVE_BATCH: u64 = 64 << 20;
+
+/// A sparse engine lets go of the pool pages it has mapped (its own reads and writes) after a
+/// checkpoint once they exceed this much, so that its resident memory stays small.
+const MAPPED_BUDGET: u64 = 32 << 20;
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
 const HOT_FRACTION: f64 = 0.5;
@@ -448,6 +488,9 @@ impl<S: AddressSpace> Engine<S> {
             adaptive: true,
             committed_meta: (0, 0),
             prepared: None,
+            lazy: None,
+            sparse: false,
+            empty_running: false,
         })
     }
 
@@ -538,65 +581,36 @@ impl<S: AddressSpace> Engine<S> {
                 ),
             });
         }
-        // The pages: the valid context's, each that fails its checksum repaired from the other
-        // context when that holds the same page intact (right after a checkpoint it is a
-        // complete copy; later, every page the program did not write since).
         let source = valid;
-        let mut repaired_pages = 0u64;
-        let mut damaged = Vec::new();
-        for bad in bad_pages(&pool, &meta, valid, usize::MAX) {
-            let name = meta.regions[bad.region].name.clone();
-            if !bad.copy_ok {
-                if !opts.keep_damaged_pages {
-                    return Err(CkptError::ContextDamaged {
-                        epoch,
-                        region: name,
-                        page: bad.page,
-                    });
-                }
-                damaged.push((name, bad.page));
-                continue;
-            }
-            let id = meta.regions[bad.region].id;
-            let (Some(src), Some(dst)) = (
-                pool.section(&section_name(id, 1 - valid)).map(|s| s.offset),
-                pool.section(&section_name(id, valid)).map(|s| s.offset),
-            ) else {
-                return Err(CkptError::ContextDamaged {
-                    epoch,
-                    region: name,
-                    page: bad.page,
-                });
-            };
-            let at = bad.page * page;
-            let copy = pool.bytes(src + at, page).to_vec();
-            pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
-            pool.flush(dst + at, page)?;
-            repaired_pages += 1;
-        }
-        if repaired_pages > 0 {
-            tracing::warn!(
-                epoch,
-                pages = repaired_pages,
-                "valid context damaged; pages repaired from the other context"
-            );
-        }
-        let used_copy = repaired_pages > 0;
         let target = 1 - source;
-        let pages_synced = sync_context(&mut pool, &meta.regions, page, source, target, None)?;
-        for ctx in [source, target] {
-            if ctx == target || meta_damaged[ctx] {
-                write_meta(&mut pool, ctx, &meta_bytes)?;
-            }
-        }
-        drop_foreign_sections(&mut pool, &meta)?;
-        pool.commit(&roots(
-            source,
-            target,
-            epoch,
-            &meta_bytes,
-            r[root::META_CRC] as u32,
-        ))?;
+        let meta_crc = r[root::META_CRC] as u32;
+        let (repaired_pages, damaged, pages_synced) = if opts.lazy_recovery {
+            // The other context gets its sections (copying nothing) so that it can be mapped;
+            // verifying, syncing and committing wait for `finish_recovery`. Until then the pool
+            // holds what it held: a crash recovers the same checkpoint again.
+            sync_context(
+                &mut pool,
+                &meta.regions,
+                page,
+                source,
+                target,
+                Some((&[], &[])),
+            )?;
+            (0, vec![], 0)
+        } else {
+            let (repaired, damaged) = settle_valid_context(&mut pool, &meta, source, epoch, opts)?;
+            let synced = sync_and_commit(
+                &mut pool,
+                &meta,
+                &meta_bytes,
+                (source, target),
+                epoch,
+                meta_crc,
+                meta_damaged,
+            )?;
+            (repaired, damaged, synced)
+        };
+        let used_copy = repaired_pages > 0;
 
         let next_id = meta.regions.iter().map(|r| r.id + 1).max().unwrap_or(1);
         if !space.relocatable() {
@@ -611,6 +625,14 @@ impl<S: AddressSpace> Engine<S> {
         }
         let mut engine = Engine::assemble(pool, space, target, epoch, next_id)?;
         engine.committed_meta = (meta_bytes.len() as u64, r[root::META_CRC] as u32);
+        if opts.lazy_recovery {
+            engine.lazy = Some(LazyRecovery {
+                meta_bytes: meta_bytes.clone(),
+                meta_crc,
+                meta_damaged,
+                keep_damaged_pages: opts.keep_damaged_pages,
+            });
+        }
         for (mut rec, crcs) in meta.regions.into_iter().zip(meta.crcs) {
             let want = (!engine.space.relocatable()).then_some(rec.addr);
             rec.addr = engine
@@ -632,6 +654,56 @@ impl<S: AddressSpace> Engine<S> {
         Ok((engine, recovered))
     }
 
+    /// Completes a recovery made with `EngineOptions::lazy_recovery`: verifies every page of
+    /// the valid context (repairing from the other one as a full recovery does, holes of a
+    /// sparse section included), makes the other context — the regions' mapping — equal to it
+    /// (sparse sections: empties it, as a full recovery does), and commits. Nothing to do after
+    /// a full recovery. Returns the pages copied into the other context.
+    pub fn finish_recovery(&mut self) -> Result<u64> {
+        let Some(lazy) = self.lazy.take() else {
+            return Ok(0);
+        };
+        let meta = ContextMeta::decode(&lazy.meta_bytes)
+            .map_err(|detail| CkptError::NotACheckpoint { detail })?;
+        let target = self.running;
+        let source = 1 - target;
+        let opts = EngineOptions {
+            keep_damaged_pages: lazy.keep_damaged_pages,
+            ..Default::default()
+        };
+        let (repaired, _) = settle_valid_context(&mut self.pool, &meta, source, self.epoch, &opts)?;
+        let synced = sync_and_commit(
+            &mut self.pool,
+            &meta,
+            &lazy.meta_bytes,
+            (source, target),
+            self.epoch,
+            lazy.meta_crc,
+            lazy.meta_damaged,
+        )?;
+        tracing::debug!(repaired, synced, "lazy recovery finished");
+        Ok(synced)
+    }
+
+    /// Where region `name`'s pages lie in the pool: the offsets of its section in the valid
+    /// context and in the other (running) one — for a caller that maps them itself (a lazy
+    /// restore's filler). `None` for an unknown region, or while a checkpoint is prepared.
+    pub fn context_offsets(&self, name: &str) -> Option<(u64, u64)> {
+        let i = self.regions.iter().position(|r| r.rec.name == name)?;
+        if self.prepared.is_some() {
+            return None;
+        }
+        let id = self.regions[i].rec.id;
+        let valid = self.pool.section(&section_name(id, 1 - self.running))?;
+        let other = self.pool.section(&section_name(id, self.running))?;
+        Some((valid.offset, other.offset))
+    }
+
+    /// Whether a lazy recovery awaits [`Engine::finish_recovery`].
+    pub fn recovery_pending(&self) -> bool {
+        self.lazy.is_some()
+    }
+
     /// Allows (default) or forbids switching regions written nearly whole in every epoch to
     /// being taken whole untracked. A caller whose tracker reports exactly what it copied (a
     /// process monitor) turns it off: taking a region whole would only add work.
@@ -651,15 +723,230 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
+    /// Makes the pool hold one copy of the regions instead of two, in pool space only for
+    /// the pages that hold data (off by default). For an engine whose regions only its owner
+    /// writes, by copying into them between [`Engine::allocate_running`] and the checkpoint
+    /// (the process monitor), not for regions a program writes directly:
+    /// * region sections are sparse: a page never written takes no space, and a page that is
+    ///   zero at a checkpoint becomes a hole again, in both contexts;
+    /// * the running context holds only the pages written in the current epoch: once a
+    ///   checkpoint has synced them into the other context (now the valid one, complete),
+    ///   they are punched from the running context. A checkpoint whose second commit a crash
+    ///   prevented is then the running context's pages over the other context's: recovery
+    ///   takes every page that is not in the running context (a hole that fails its checksum)
+    ///   from the other context, which holds it intact — the repair it always made, now by
+    ///   design. So the pool holds the memory once plus one epoch's written pages;
+    /// * after each checkpoint the engine lets go of the pool pages it mapped once they exceed
+    ///   a few tens of MiB (`MADV_DONTNEED`; the bytes stay in the pool): its own resident
+    ///   memory stays small.
+    ///
+    /// The owner's stores into the running context must be preceded by
+    /// [`Engine::allocate_running`] (a full medium fails there with `ENOSPC`, not as SIGBUS).
+    /// [`Engine::committed`] gives a region's checkpointed bytes; the running context's own
+    /// bytes are only those written in the epoch. Turned on after a recovery, the running
+    /// context (a full copy) is emptied at the next checkpoint.
+    pub fn set_sparse(&mut self, on: bool) -> Result<()> {
+        self.sparse = on;
+        self.empty_running = on;
+        if on {
+            self.release_mapped_pages(true)?;
+        }
+        Ok(())
+    }
+
+    /// Whether [`Engine::set_sparse`] is on.
+    pub fn is_sparse(&self) -> bool {
+        self.sparse
+    }
+
+    fn section_flags(&self) -> u32 {
+        if self.sparse {
+            SECTION_SPARSE
+        } else {
+            0
+        }
+    }
+
+    /// Reserves pool space for the running context's pages under `ranges` (`(address, length)`
+    /// in the regions) before the caller stores there (sparse engines; nothing otherwise).
+    /// Fails with the medium's `ENOSPC` when the medium is full, having changed nothing a
+    /// checkpoint needs.
+    pub fn allocate_running(&self, ranges: &[(usize, usize)]) -> Result<()> {
+        if !self.sparse {
+            return Ok(());
+        }
+        let page = self.page as usize;
+        // The running context holds only this epoch's pages: everything stored is reserved
+        // (adjacent ranges in one call).
+        let mut pending: Option<(u64, u64)> = None;
+        let mut sections: std::collections::HashMap<usize, u64> = Default::default();
+        for (i, p0, p1) in self.pages_under(ranges) {
+            let off = *sections
+                .entry(i)
+                .or_insert_with(|| self.section_off(i, self.running));
+            let (a, b) = (off + (p0 * page) as u64, off + (p1 * page) as u64);
+            pending = match pending {
+                Some((x, y)) if y == a => Some((x, b)),
+                Some((x, y)) => {
+                    self.pool.allocate(x, y - x)?;
+                    Some((a, b))
+                }
+                None => Some((a, b)),
+            };
+        }
+        if let Some((x, y)) = pending {
+            self.pool.allocate(x, y - x)?;
+        }
+        Ok(())
+    }
+
+    /// Makes the running context's pages under `ranges` zero — holes in a sparse engine — as
+    /// a store would (the caller counts them written, as for any store).
+    pub fn zero_running(&mut self, ranges: &[(usize, usize)]) -> Result<()> {
+        let page = self.page as usize;
+        for (i, p0, p1) in self.pages_under(ranges) {
+            let off = self.section_off(i, self.running) + (p0 * page) as u64;
+            let len = ((p1 - p0) * page) as u64;
+            if self.sparse {
+                self.pool.zero(off, len)?;
+            } else {
+                self.pool.bytes_mut(off, len).fill(0);
+                self.pool.flush(off, len)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Which pages of region `name` hold data in the running context (`false`: a hole, which
+    /// reads as zeros; reading it through a mapping would fill it on tmpfs).
+    pub fn running_data(&self, name: &str) -> Option<Vec<bool>> {
+        let i = self.regions.iter().position(|r| r.rec.name == name)?;
+        let off = self.section_off(i, self.running);
+        let n = self.regions[i].crcs.len();
+        Some(data_map(&self.pool, off, n, self.page as usize))
+    }
+
+    /// Which pages of [`Engine::committed`]`(name)` hold data (`false`: a hole, zero).
+    pub fn committed_data(&self, name: &str) -> Option<Vec<bool>> {
+        let c = self.committed(name)?;
+        let base = self.pool.medium().as_ptr() as usize;
+        let off = (c.as_ptr() as usize - base) as u64;
+        let page = self.page as usize;
+        Some(data_map(&self.pool, off, c.len() / page, page))
+    }
+
+    /// `(region index, first page, end page)` of the regions under `(address, length)` ranges.
+    fn pages_under(&self, ranges: &[(usize, usize)]) -> Vec<(usize, usize, usize)> {
+        let page = self.page as usize;
+        let mut out = Vec::new();
+        for &(addr, len) in ranges {
+            let end = addr + len;
+            let mut start = addr;
+            while start < end {
+                let i = self
+                    .regions
+                    .partition_point(|r| r.rec.addr + r.rec.len as usize <= start);
+                let Some(r) = self.regions.get(i).filter(|r| r.rec.addr < end) else {
+                    break;
+                };
+                let lo = start.max(r.rec.addr);
+                let hi = end.min(r.rec.addr + r.rec.len as usize);
+                out.push((
+                    i,
+                    (lo - r.rec.addr) / page,
+                    (hi - r.rec.addr).div_ceil(page),
+                ));
+                start = hi;
+            }
+        }
+        out
+    }
+
+    /// A sparse engine after a checkpoint: the other context is valid and complete, so all of
+    /// the running context is given back (the epoch's pages were moved already; whatever else
+    /// it holds — a copy made by a recovery, pages stored there outside any checkpoint — is
+    /// not needed). Unordered: a page a crash brings back is one a recovery checks against its
+    /// checksum like any other.
+    fn empty_running_context(&mut self) -> Result<()> {
+        self.empty_running = false;
+        let run = self.running;
+        for i in 0..self.regions.len() {
+            let off = self.section_off(i, run);
+            // Only where it holds data: a punch costs a file system transaction on a disk.
+            for (a, b) in self.pool.data_extents(off, self.regions[i].rec.len)? {
+                self.pool.discard(a, b - a)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets go of the pool pages this process has mapped (the pool's mapping and the regions'),
+    /// when they exceed `MAPPED_BUDGET` or `always`: their bytes stay in the pool.
+    fn release_mapped_pages(&mut self, always: bool) -> Result<()> {
+        if !always && mapped_shared_bytes() <= MAPPED_BUDGET {
+            return Ok(());
+        }
+        let data_off = self.pool.header().data_off;
+        let len = self.pool.len();
+        if len > data_off {
+            self.pool.release_pages(data_off, len - data_off)?;
+        }
+        for r in &self.regions {
+            self.space.release_pages(r.rec.addr, r.rec.len as usize)?;
+        }
+        Ok(())
+    }
+
     /// Regions whose two contexts differ, with the first differing page (a debugging aid: after
-    /// a checkpoint they must be equal).
+    /// a checkpoint they must be equal). For a sparse engine, whose running context is scratch:
+    /// regions whose valid context fails the checkpoint's checksums, with the first such page.
     pub fn contexts_differ(&self) -> Vec<(String, u64)> {
         let page = self.page;
         let mut out = Vec::new();
+        if self.sparse {
+            // The running context is scratch here: check that the valid one holds every page
+            // with the checkpoint's checksum instead.
+            for (i, r) in self.regions.iter().enumerate() {
+                let off = self.section_off(i, 1 - self.running);
+                let n = r.crcs.len();
+                let data = data_map(&self.pool, off, n, page as usize);
+                for (p, want) in r.crcs.iter().enumerate() {
+                    let got = if data[p] {
+                        crc32c::crc32c(self.pool.bytes(off + p as u64 * page, page))
+                    } else {
+                        self.zero_page_crc
+                    };
+                    if got != *want {
+                        out.push((r.rec.name.clone(), p as u64));
+                        break;
+                    }
+                }
+            }
+            return out;
+        }
         for (i, r) in self.regions.iter().enumerate() {
             let (a, b) = (self.section_off(i, 0), self.section_off(i, 1));
-            for p in 0..r.crcs.len() as u64 {
-                if self.pool.bytes(a + p * page, page) != self.pool.bytes(b + p * page, page) {
+            let n = r.crcs.len();
+            let (da, db) = (
+                data_map(&self.pool, a, n, page as usize),
+                data_map(&self.pool, b, n, page as usize),
+            );
+            for p in 0..n as u64 {
+                let (ha, hb) = (!da[p as usize], !db[p as usize]);
+                // A sparse engine's running context holds only the epoch's pages: its holes
+                // are the other context's pages.
+                if self.sparse && [ha, hb][self.running] {
+                    continue;
+                }
+                let differ = match (ha, hb) {
+                    (true, true) => false,
+                    (true, false) => !is_zero(self.pool.bytes(b + p * page, page)),
+                    (false, true) => !is_zero(self.pool.bytes(a + p * page, page)),
+                    (false, false) => {
+                        self.pool.bytes(a + p * page, page) != self.pool.bytes(b + p * page, page)
+                    }
+                };
+                if differ {
                     out.push((r.rec.name.clone(), p));
                     break;
                 }
@@ -790,8 +1077,9 @@ impl<S: AddressSpace> Engine<S> {
         let len = self.round(len)?;
         let reserve = self.round(opts.reserve.unwrap_or((2 * len).max(1 << 30)).max(len))?;
         let id = self.next_id;
+        let flags = self.section_flags();
         self.pool
-            .create_section(&section_name(id, self.running), len as u64, 0)?;
+            .create_section(&section_name(id, self.running), len as u64, flags)?;
         let addr = match self.space.reserve(name, opts.addr, reserve) {
             Ok(a) => a,
             Err(e) => {
@@ -850,11 +1138,19 @@ impl<S: AddressSpace> Engine<S> {
                 self.carried
                     .push(PageRange::new(rec.addr + old_len, rec.addr + new_len));
             } else {
-                // Moved in the pool: remap all of it; tracking restarts, so count it all written.
+                // Moved in the pool: remap all of it; tracking restarts, so count it all written
+                // — except in a sparse engine, whose tracker is its owner's marks (they survive
+                // the remap) and whose running context holds only the epoch's pages: taking the
+                // rest as written would take holes for the region's contents.
                 self.untrack_range(rec.id, PageRange::new(rec.addr, rec.addr + old_len))?;
                 self.attach(&grown, 0, new_len)?;
-                self.carried
-                    .push(PageRange::new(rec.addr, rec.addr + new_len));
+                if self.sparse {
+                    self.carried
+                        .push(PageRange::new(rec.addr + old_len, rec.addr + new_len));
+                } else {
+                    self.carried
+                        .push(PageRange::new(rec.addr, rec.addr + new_len));
+                }
             }
         }
         let zero = self.zero_page_crc;
@@ -937,6 +1233,7 @@ impl<S: AddressSpace> Engine<S> {
             .expect("committed region")
             .offset;
         let at = sec + page as u64 * self.page;
+        self.pool.allocate(at, self.page)?;
         self.pool.bytes_mut(at, self.page).copy_from_slice(bytes);
         self.pool.persist(at, self.page)?;
         Ok(true)
@@ -1028,6 +1325,8 @@ impl<S: AddressSpace> Engine<S> {
     /// recovery with [`EngineOptions::rollback_prepared`] can still return to it. A group of
     /// processes prepares everywhere, agrees, then finishes.
     pub fn prepare(&mut self, metadata: &[u8]) -> Result<()> {
+        // A lazy recovery's other context becomes the running one's copy first.
+        self.finish_recovery()?;
         if self.prepared.is_some() {
             return Err(CkptError::OutOfOrder {
                 detail: "a prepared checkpoint is not finished",
@@ -1049,11 +1348,24 @@ impl<S: AddressSpace> Engine<S> {
         let offsets: Vec<u64> = (0..self.regions.len())
             .map(|i| self.section_off(i, run))
             .collect();
+        let mut holes = Vec::with_capacity(if self.sparse { runs.len() } else { 0 });
+        if self.sparse {
+            // The owner's stores mapped the pages at the regions' addresses; they are read
+            // from here on through the pool's mapping: map them once, not twice.
+            for &(i, first, n) in &runs {
+                let addr = self.regions[i].rec.addr + first * page;
+                self.space.release_pages(addr, n * page)?;
+            }
+        }
         for &(i, first, n) in &runs {
             let off = offsets[i] + (first * page) as u64;
-            let bytes = self.pool.bytes(off, (n * page) as u64);
-            for (k, p) in bytes.chunks_exact(page).enumerate() {
-                self.regions[i].crcs[first + k] = crc32c::crc32c(p);
+            if self.sparse {
+                holes.push(self.sparse_run_crcs(i, first, n, off)?);
+            } else {
+                let bytes = self.pool.bytes(off, (n * page) as u64);
+                for (k, p) in bytes.chunks_exact(page).enumerate() {
+                    self.regions[i].crcs[first + k] = crc32c::crc32c(p);
+                }
             }
             self.pool.flush(off, (n * page) as u64)?;
             dirty_pages += n as u64;
@@ -1077,6 +1389,7 @@ impl<S: AddressSpace> Engine<S> {
         let t_durable = t0.elapsed();
         self.prepared = Some(Prepared {
             runs,
+            holes,
             meta,
             meta_crc,
             dirty,
@@ -1126,13 +1439,17 @@ impl<S: AddressSpace> Engine<S> {
             self.page,
             run,
             other,
-            Some(&p.runs),
+            Some((&p.runs, &p.holes)),
         )?;
         write_meta(&mut self.pool, other, &p.meta)?;
         self.pool
             .commit(&roots(other, run, epoch, &p.meta, p.meta_crc))?;
         self.committed_meta = (p.meta.len() as u64, p.meta_crc);
         self.adapt_tracking(&p.runs)?;
+        if self.sparse {
+            self.empty_running_context()?;
+            self.release_mapped_pages(false)?;
+        }
 
         self.scratch = p.dirty;
         let total = p.t0.elapsed();
@@ -1145,6 +1462,43 @@ impl<S: AddressSpace> Engine<S> {
             sync: total - p.t_durable,
             total,
         })
+    }
+
+    /// The checksums of run `first..first+n` of region `i` (at pool offset `off`) in a sparse
+    /// engine: holes are not read (zero's checksum), data pages that are all zero are punched
+    /// (holes from now on). Returns the run's zero pages as `(first page, pages)`.
+    fn sparse_run_crcs(
+        &mut self,
+        i: usize,
+        first: usize,
+        n: usize,
+        off: u64,
+    ) -> Result<Vec<(usize, usize)>> {
+        let page = self.page as usize;
+        let data = data_map(&self.pool, off, n, page);
+        let mut zeros: Vec<(usize, usize)> = Vec::new();
+        let mut punch: Vec<(usize, usize)> = Vec::new();
+        for (k, &is_data) in data.iter().enumerate() {
+            let zero = if is_data {
+                let p = self.pool.bytes(off + (k * page) as u64, page as u64);
+                let c = crc32c::crc32c(p);
+                self.regions[i].crcs[first + k] = c;
+                c == self.zero_page_crc && is_zero(p)
+            } else {
+                self.regions[i].crcs[first + k] = self.zero_page_crc;
+                true
+            };
+            if zero {
+                push_page(&mut zeros, first + k);
+                if is_data {
+                    push_page(&mut punch, k);
+                }
+            }
+        }
+        for (k, m) in punch {
+            self.pool.zero(off + (k * page) as u64, (m * page) as u64)?;
+        }
+        Ok(zeros)
     }
 
     /// Switches regions written (nearly) whole in every recent epoch to being taken whole, and
@@ -1292,6 +1646,91 @@ fn read_meta(pool: &Pool, ctx: usize, len: u64, crc: u64) -> Option<Vec<u8>> {
     (crc32c::crc32c(b) as u64 == crc).then(|| b.to_vec())
 }
 
+/// Verifies every page of the valid context `valid` against the metadata's checksums, repairing
+/// each that fails from the other context when that holds the same page intact (right after a
+/// checkpoint it is a complete copy; later, every page the program did not write since). A
+/// sparse engine's valid context may lack the pages a checkpoint did not write (a crash between
+/// its two commits): those holes are filled from the other context, space allocated first, and
+/// not counted as repairs. Returns the pages repaired and (with `keep_damaged_pages`) those left
+/// damaged.
+fn settle_valid_context(
+    pool: &mut Pool,
+    meta: &ContextMeta,
+    valid: usize,
+    epoch: u64,
+    opts: &EngineOptions,
+) -> Result<(u64, Vec<(String, u64)>)> {
+    let page = meta.page_size as u64;
+    let mut repaired_pages = 0u64;
+    let mut damaged = Vec::new();
+    for bad in bad_pages(pool, meta, valid, usize::MAX) {
+        let name = meta.regions[bad.region].name.clone();
+        if !bad.copy_ok {
+            if !opts.keep_damaged_pages {
+                return Err(CkptError::ContextDamaged {
+                    epoch,
+                    region: name,
+                    page: bad.page,
+                });
+            }
+            damaged.push((name, bad.page));
+            continue;
+        }
+        let id = meta.regions[bad.region].id;
+        let (Some(src), Some(dst)) = (
+            pool.section(&section_name(id, 1 - valid)).map(|s| s.offset),
+            pool.section(&section_name(id, valid)).map(|s| s.offset),
+        ) else {
+            return Err(CkptError::ContextDamaged {
+                epoch,
+                region: name,
+                page: bad.page,
+            });
+        };
+        let at = bad.page * page;
+        let copy = pool.bytes(src + at, page).to_vec();
+        // The page may be a hole of a sparse section: reserve it before storing.
+        pool.allocate(dst + at, page)?;
+        pool.bytes_mut(dst + at, page).copy_from_slice(&copy);
+        pool.flush(dst + at, page)?;
+        // A hole filled from the other context is a sparse engine's single copy at work.
+        repaired_pages += u64::from(!bad.hole);
+    }
+    if repaired_pages > 0 {
+        tracing::warn!(
+            epoch,
+            pages = repaired_pages,
+            "valid context damaged; pages repaired from the other context"
+        );
+    }
+    Ok((repaired_pages, damaged))
+}
+
+/// The end of a recovery: the other context made equal to the valid one (`ctxs`: valid,
+/// other) — or, for sparse sections, emptied (a sparse engine's running context holds only an
+/// epoch's pages) —, the metadata written where it is missing or damaged, stale sections
+/// dropped, and the roots committed. Returns the pages copied.
+fn sync_and_commit(
+    pool: &mut Pool,
+    meta: &ContextMeta,
+    meta_bytes: &[u8],
+    (source, target): (usize, usize),
+    epoch: u64,
+    meta_crc: u32,
+    meta_damaged: [bool; 2],
+) -> Result<u64> {
+    let page = meta.page_size as u64;
+    let pages_synced = sync_context(pool, &meta.regions, page, source, target, None)?;
+    for ctx in [source, target] {
+        if ctx == target || meta_damaged[ctx] {
+            write_meta(pool, ctx, meta_bytes)?;
+        }
+    }
+    drop_foreign_sections(pool, meta)?;
+    pool.commit(&roots(source, target, epoch, meta_bytes, meta_crc))?;
+    Ok(pages_synced)
+}
+
 /// A page of the valid context that fails its checksum.
 pub(crate) struct BadPage {
     /// Index into the metadata's regions.
@@ -1299,6 +1738,9 @@ pub(crate) struct BadPage {
     pub page: u64,
     /// Whether the other context holds the page intact (same checksum).
     pub copy_ok: bool,
+    /// The page is a hole in the context checked: with a sparse engine's single copy, a page
+    /// the checkpoint did not write, which the other context holds — not damage.
+    pub hole: bool,
 }
 
 /// Every page of context `ctx` that fails the metadata's checksum (at most `cap`), each with
@@ -1306,26 +1748,40 @@ pub(crate) struct BadPage {
 /// short counts as all its pages failing.
 pub(crate) fn bad_pages(pool: &Pool, meta: &ContextMeta, ctx: usize, cap: usize) -> Vec<BadPage> {
     let page = meta.page_size as usize;
+    let zero_crc = crc32c::crc32c(&vec![0u8; page]);
     let mut out = Vec::new();
+    // A context's bytes of the region and which of its pages hold data (holes read as zeros
+    // and are not read: on tmpfs, reading fills them).
     let bytes_of = |id: u64, c: usize, len: u64| {
         pool.section(&section_name(id, c))
             .filter(|s| s.len >= len)
-            .map(|s| pool.bytes(s.offset, len))
+            .map(|s| {
+                let n = (len / page as u64) as usize;
+                (s.offset, data_map(pool, s.offset, n, page))
+            })
     };
     for (i, (r, crcs)) in meta.regions.iter().zip(&meta.crcs).enumerate() {
         let here = bytes_of(r.id, ctx, r.len);
         let there = bytes_of(r.id, 1 - ctx, r.len);
         for (p, want) in crcs.iter().enumerate() {
             let at = p * page;
-            let ok =
-                |b: Option<&[u8]>| b.is_some_and(|b| crc32c::crc32c(&b[at..at + page]) == *want);
-            if ok(here) {
+            let ok = |b: &Option<(u64, Vec<bool>)>| {
+                b.as_ref().is_some_and(|(off, data)| {
+                    if data[p] {
+                        crc32c::crc32c(pool.bytes(off + at as u64, page as u64)) == *want
+                    } else {
+                        zero_crc == *want
+                    }
+                })
+            };
+            if ok(&here) {
                 continue;
             }
             out.push(BadPage {
                 region: i,
                 page: p as u64,
-                copy_ok: ok(there),
+                copy_ok: ok(&there),
+                hole: here.as_ref().is_some_and(|(_, data)| !data[p]),
             });
             if out.len() >= cap {
                 return out;
@@ -1334,6 +1790,9 @@ pub(crate) fn bad_pages(pool: &Pool, meta: &ContextMeta, ctx: usize, cap: usize)
     }
     out
 }
+
+/// A checkpoint's `(region index, first page, pages)` runs and, per run, its zero pages.
+type RunsAndHoles<'a> = (&'a [(usize, usize, usize)], &'a [Vec<(usize, usize)>]);
 
 /// Makes context `to` equal to context `from` for the regions of `meta`: sections created,
 /// resized or deleted to match, then pages copied — only `runs` (region index, first page,
@@ -1344,7 +1803,7 @@ fn sync_context(
     page: u64,
     from: usize,
     to: usize,
-    runs: Option<&[(usize, usize, usize)]>,
+    runs: Option<RunsAndHoles<'_>>,
 ) -> Result<u64> {
     // Sections of `to` for regions that no longer exist.
     let wanted: std::collections::HashSet<String> =
@@ -1362,22 +1821,38 @@ fn sync_context(
         pool.delete_section(&name)?;
     }
     let mut offsets = Vec::with_capacity(regions.len());
+    let mut sparse = Vec::with_capacity(regions.len());
+    let mut movable = Vec::with_capacity(regions.len());
     for r in regions {
         let name = section_name(r.id, to);
-        let dst = match pool.section(&name) {
-            Some(s) if s.len == r.len => s.clone(),
-            Some(_) => pool.resize_section(&name, r.len)?,
-            None => pool.create_section(&name, r.len, 0)?,
-        };
         let src = pool
             .section(&section_name(r.id, from))
             .expect("source section")
-            .offset;
-        offsets.push((src, dst.offset));
+            .clone();
+        let dst = match pool.section(&name) {
+            Some(s) if s.len == r.len => s.clone(),
+            Some(_) => pool.resize_section(&name, r.len)?,
+            // Sparse like its source.
+            None => pool.create_section(&name, r.len, src.flags & SECTION_SPARSE)?,
+        };
+        offsets.push((src.offset, dst.offset));
+        sparse.push(dst.is_sparse());
+        // Pages may be moved out of `from` only where a recovery finds them in `to`: a section
+        // the last commit names as it is now.
+        movable.push(
+            dst.is_sparse()
+                && pool
+                    .committed_sections()
+                    .iter()
+                    .any(|c| c.name == dst.name && c.offset == dst.offset && c.len == dst.len),
+        );
     }
     let base = pool.medium().as_ptr();
     let mut copied = 0u64;
-    let copy = |pool: &Pool, src: u64, dst: u64, len: u64| -> Result<()> {
+    let copy = |pool: &Pool, src: u64, dst: u64, len: u64, sparse: bool| -> Result<()> {
+        if sparse {
+            pool.allocate(dst, len)?;
+        }
         // SAFETY: `src` and `dst` ranges lie inside two distinct sections of the pool's mapping
         // (checked by the section table), so they are in bounds and do not overlap; no slice
         // of either is alive.
@@ -1392,20 +1867,99 @@ fn sync_context(
         Ok(())
     };
     match runs {
-        Some(runs) => {
-            for &(i, first, n) in runs {
+        Some((runs, holes)) => {
+            // Sparse sections: the pages are moved, not copied — once a batch of them is
+            // durable in `to`, it is punched from `from`, so the pool never holds more than
+            // the memory once plus one batch besides the checkpoint's new pages. Safe because
+            // `from` is the valid context here: recovery takes each page from whichever
+            // context holds it with the checkpoint's checksum.
+            // (This process's mappings of the moved pages go too: the punch unmaps the source,
+            // `release_pages` the destination.)
+            let mut moved: Vec<(u64, u64, u64)> = Vec::new();
+            let mut batch = 0u64;
+            let mut take = |pool: &Pool, src: u64, dst: u64, len: u64, i: usize| -> Result<()> {
+                copy(pool, src, dst, len, sparse[i])?;
+                if movable[i] {
+                    moved.push((src, dst, len));
+                    batch += len;
+                    if batch >= MOVE_BATCH {
+                        pool.drain()?;
+                        for (s, d, l) in moved.drain(..) {
+                            pool.discard(s, l)?;
+                            pool.release_pages(d, l)?;
+                        }
+                        batch = 0;
+                    }
+                }
+                Ok(())
+            };
+            for (ri, &(i, first, n)) in runs.iter().enumerate() {
                 let (src, dst) = offsets[i];
-                let at = first as u64 * page;
-                copy(pool, src + at, dst + at, n as u64 * page)?;
+                // Zero pages of the run (sparse engines) become holes here too; the rest is
+                // copied.
+                let mut k = first;
+                for &(h, m) in holes.get(ri).map(|v| v.as_slice()).unwrap_or(&[]) {
+                    if h > k {
+                        let at = k as u64 * page;
+                        take(pool, src + at, dst + at, (h - k) as u64 * page, i)?;
+                    }
+                    // Only where it holds data (a punch costs a transaction, and on a disk an
+                    // fsync at the next drain).
+                    for (a, b) in pool.data_extents(dst + h as u64 * page, m as u64 * page)? {
+                        pool.zero(a, b - a)?;
+                    }
+                    k = h + m;
+                }
+                if k < first + n {
+                    let at = k as u64 * page;
+                    take(pool, src + at, dst + at, (first + n - k) as u64 * page, i)?;
+                }
                 copied += n as u64;
+            }
+            if !moved.is_empty() {
+                pool.drain()?;
+                for (s, d, l) in moved.drain(..) {
+                    pool.discard(s, l)?;
+                    pool.release_pages(d, l)?;
+                }
             }
         }
         None => {
-            for (r, &(src, dst)) in regions.iter().zip(&offsets) {
-                for at in (0..r.len).step_by(page as usize) {
-                    if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
-                        copy(pool, src + at, dst + at, page)?;
-                        copied += 1;
+            for (i, (r, &(src, dst))) in regions.iter().zip(&offsets).enumerate() {
+                let n = (r.len / page) as usize;
+                if sparse[i] {
+                    // A sparse engine's running context holds only an epoch's pages: it starts
+                    // empty (nothing of it is needed, the source is complete).
+                    pool.discard(dst, r.len)?;
+                    continue;
+                }
+                let (sd, dd) = (
+                    data_map(pool, src, n, page as usize),
+                    data_map(pool, dst, n, page as usize),
+                );
+                for p in 0..n {
+                    let at = p as u64 * page;
+                    // Holes are not read (on tmpfs, reading fills them).
+                    match (sd[p], dd[p]) {
+                        (false, false) => {}
+                        (false, true) => {
+                            if !is_zero(pool.bytes(dst + at, page)) {
+                                zero_range(pool, dst + at, page, sparse[i])?;
+                                copied += 1;
+                            }
+                        }
+                        (true, false) => {
+                            if !is_zero(pool.bytes(src + at, page)) {
+                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copied += 1;
+                            }
+                        }
+                        (true, true) => {
+                            if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
+                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copied += 1;
+                            }
+                        }
                     }
                 }
             }
@@ -1432,4 +1986,59 @@ fn drop_foreign_sections(pool: &mut Pool, meta: &ContextMeta) -> Result<()> {
         pool.delete_section(&name)?;
     }
     Ok(())
+}
+
+/// Which of the `pages` pages at pool offset `off` hold data (`false`: a hole, reading as
+/// zeros). A medium that cannot tell reports all of them as data.
+fn data_map(pool: &Pool, off: u64, pages: usize, page: usize) -> Vec<bool> {
+    let len = (pages * page) as u64;
+    let Ok(extents) = pool.data_extents(off, len) else {
+        return vec![true; pages];
+    };
+    let mut v = vec![false; pages];
+    for (a, b) in extents {
+        let p0 = ((a - off) / page as u64) as usize;
+        let p1 = ((b - off).div_ceil(page as u64) as usize).min(pages);
+        for x in &mut v[p0..p1] {
+            *x = true;
+        }
+    }
+    v
+}
+
+fn is_zero(b: &[u8]) -> bool {
+    b.iter().all(|&x| x == 0)
+}
+
+/// Appends page `p` to sorted `(first, pages)` runs.
+fn push_page(runs: &mut Vec<(usize, usize)>, p: usize) {
+    match runs.last_mut() {
+        Some((f, n)) if *f + *n == p => *n += 1,
+        _ => runs.push((p, 1)),
+    }
+}
+
+/// Makes `[off, off+len)` zero: a hole in a sparse section, stored zeros otherwise (a dense
+/// section stays allocated: a program may write it through its own mapping). Flushed.
+fn zero_range(pool: &mut Pool, off: u64, len: u64, sparse: bool) -> Result<()> {
+    if sparse {
+        pool.zero(off, len)?;
+    } else {
+        pool.bytes_mut(off, len).fill(0);
+        pool.flush(off, len)?;
+    }
+    Ok(())
+}
+
+/// Bytes of pool pages (any shared file pages) this process has mapped (`/proc/self/statm`).
+fn mapped_shared_bytes() -> u64 {
+    let Ok(s) = std::fs::read_to_string("/proc/self/statm") else {
+        return 0;
+    };
+    let shared: u64 = s
+        .split_whitespace()
+        .nth(2)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    shared * kioku_track::page_size() as u64
 }

@@ -27,6 +27,14 @@ pub trait AddressSpace {
     fn relocatable(&self) -> bool {
         false
     }
+    /// Drops the page mappings of `[addr, addr+len)` (pool pages mapped by `map_pool`; their
+    /// bytes stay in the pool), so that pages the engine touched there stop counting as the
+    /// space's resident memory. For a space whose regions only the engine's owner reads (a
+    /// monitor's shadow of another process); the default does nothing.
+    fn release_pages(&mut self, addr: usize, len: usize) -> Result<()> {
+        let _ = (addr, len);
+        Ok(())
+    }
 }
 
 /// The calling process.

@@ -246,3 +246,74 @@ fn crash_at_every_ordering_point_of_prepare_and_of_its_rollback() {
     }
     eprintln!("{checked} crash images of prepared checkpoints recovered");
 }
+
+/// `EngineOptions::lazy_recovery`: the valid context's bytes are the checkpoint's before anything
+/// is verified or synced, a crash before `finish_recovery` recovers the same epoch, and so does a
+/// power cut at every ordering point of the `finish_recovery` that completes it.
+#[test]
+fn a_lazy_recovery_changes_nothing_until_finished_and_its_finish_is_crash_safe() {
+    use kioku_ckpt::{EngineOptions, SelfSpace};
+    use kioku_pool::{OpenOptions, Pool};
+    let base = 0x2400_0000_0000;
+    let (seed, epochs) = (14, 4);
+    // A crash in the middle of the 4th checkpoint leaves the other context to sync.
+    let (ctl, _, spans, _) = run(base, seed, epochs, None);
+    let mid = (spans[4].0 + spans[4].1) / 2;
+    let (ctl2, models, spans, _) = run(base, seed, epochs, Some(mid - spans[1].0));
+    drop(ctl);
+    let (lo, hi) = allowed(mid, &spans);
+    let lazily = |img: &[u8]| {
+        let sim = SimMedium::from_image(img.to_vec()).unwrap();
+        let c = sim.control();
+        let o = OpenOptions {
+            kind: Some(kioku_ckpt::POOL_KIND.into()),
+            ..Default::default()
+        };
+        let pool = Pool::open_on(Box::new(sim), &o).unwrap();
+        let opts = EngineOptions {
+            lazy_recovery: true,
+            ..Default::default()
+        };
+        let (eng, rec) = Engine::recover_in_opts(pool, SelfSpace, &opts).unwrap();
+        (eng, rec, c)
+    };
+    let mut checked = 0;
+    for img in images(&ctl2, 2) {
+        let (eng, rec, c) = lazily(&img);
+        assert!(eng.recovery_pending());
+        // The checkpoint's bytes, before anything was verified or synced.
+        for (name, bytes) in &models[rec.epoch as usize] {
+            let got = eng.committed(name).expect("committed bytes");
+            assert!(
+                got == &bytes[..got.len()] && bytes[got.len()..].iter().all(|&b| b == 0),
+                "lazy recovery: region {name}'s valid context differs from epoch {}",
+                rec.epoch
+            );
+        }
+        // A crash now recovers the same epoch.
+        let now = c.crash(CrashMode::DrainedOnly).unwrap();
+        drop(eng);
+        let e = recover_and_check(now, &models, lo, hi, "after a lazy recovery");
+        assert_eq!(e, rec.epoch);
+        let (mut eng, _, c) = lazily(&img);
+        let at_recovery = c.ordering_points();
+        eng.finish_recovery().unwrap();
+        assert!(!eng.recovery_pending());
+        assert_matches(&eng, &models[rec.epoch as usize], "finished lazy recovery");
+        let points = c.ordering_points() - at_recovery;
+        drop(eng);
+        for q in 0..=points {
+            let (mut eng, _, c) = lazily(&img);
+            c.cut_power_at(c.ordering_points() + q);
+            let _ = eng.finish_recovery();
+            drop(eng);
+            for img2 in images(&c, 4) {
+                let e = recover_and_check(img2, &models, lo, hi, &format!("finish cut at {q}"));
+                assert_eq!(e, rec.epoch, "a crash while finishing changed the epoch");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 0);
+    eprintln!("{checked} crash images of interrupted lazy recoveries recovered");
+}

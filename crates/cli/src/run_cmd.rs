@@ -333,11 +333,12 @@ pub fn restore(a: RestoreArgs) -> Result<i32> {
     );
     if a.summary {
         eprintln!(
-            "kioku: restored {} from epoch {} in {:.1} ms ({:.1} MiB written back), {} processes, pid {}",
+            "kioku: restored {} from epoch {} in {:.1} ms ({:.1} MiB written back, {:.1} MiB mapped to fill on first touch), {} processes, pid {}",
             program_of(&r.image),
             r.epoch,
             t0.elapsed().as_secs_f64() * 1e3,
             r.bytes_written as f64 / (1 << 20) as f64,
+            r.bytes_lazy as f64 / (1 << 20) as f64,
             r.tree.processes().len(),
             r.tree.root_pid()
         );

@@ -281,13 +281,18 @@ impl Slot {
     }
 }
 
+/// Section flag bit the pool itself acts on (the others are the owner's): the section is
+/// *sparse* — space is taken only for pages written into it (after [`crate::Pool::allocate`]),
+/// the rest stays holes that read as zeros.
+pub const SECTION_SPARSE: u32 = 1 << 30;
+
 /// One named, page-aligned extent of the data area.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Section {
     pub name: String,
     pub offset: u64,
     pub len: u64,
-    /// Owner-defined bits.
+    /// Owner-defined bits, except [`SECTION_SPARSE`].
     pub flags: u32,
 }
 
@@ -295,6 +300,11 @@ impl Section {
     /// One past the last byte.
     pub fn end(&self) -> u64 {
         self.offset + self.len
+    }
+
+    /// Whether space is taken only for the pages written into it ([`SECTION_SPARSE`]).
+    pub fn is_sparse(&self) -> bool {
+        self.flags & SECTION_SPARSE != 0
     }
 }
 

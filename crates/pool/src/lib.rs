@@ -30,6 +30,6 @@ pub mod media;
 mod pool;
 
 pub use error::{PoolError, Result};
-pub use format::Section;
+pub use format::{Section, SECTION_SPARSE};
 pub use media::{Medium, MediumChoice, MediumError, MediumKind};
 pub use pool::{refuse_planted_link, system_page_size, CreateOptions, OpenOptions, Pool};

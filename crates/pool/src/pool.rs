@@ -566,8 +566,9 @@ impl Pool {
     }
 
     /// First free extent of `len` bytes, growing the file when no gap fits. The extent is
-    /// zero-filled durably (space freed earlier, or written before a crash, is not zero).
-    fn allocate(&mut self, len: u64, except: Option<&str>) -> Result<u64> {
+    /// zero-filled durably (space freed earlier, or written before a crash, is not zero); a
+    /// `sparse` one is left (or made) a hole, taking no space.
+    fn place(&mut self, len: u64, except: Option<&str>, sparse: bool) -> Result<u64> {
         let mut at = self.header.data_off;
         for (start, end) in self.busy_extents(except) {
             if start >= at + len {
@@ -575,7 +576,11 @@ impl Pool {
             }
             at = at.max(end);
         }
-        self.grow_zeroed(at, len)?;
+        if sparse {
+            self.grow_holes(at, len)?;
+        } else {
+            self.grow_zeroed(at, len)?;
+        }
         Ok(at)
     }
 
@@ -585,9 +590,106 @@ impl Pool {
         let old_len = self.len();
         self.grow(off + len)?;
         let end = (off + len).min(old_len);
+        if end > off {
+            // Space below the old end may be a hole (freed, or a sparse section's): reserve it.
+            self.medium.allocate(off, end - off)?;
+        }
         if end > off && self.bytes(off, end - off).iter().any(|&b| b != 0) {
             self.bytes_mut(off, end - off).fill(0);
             self.persist(off, end - off)?;
+        }
+        Ok(())
+    }
+
+    /// Makes `[off, off+len)` exist and read as zeros, durably, as holes where the file system
+    /// keeps them: growing the file sparsely, zeroing (punching) only what holds data below
+    /// the old end.
+    fn grow_holes(&mut self, off: u64, len: u64) -> Result<()> {
+        let old_len = self.len();
+        let new_len = round_up(off + len, self.header.page_size as u64);
+        if new_len > old_len {
+            self.medium.grow_sparse(new_len)?;
+        }
+        let end = (off + len).min(old_len);
+        if end > off {
+            let data = self.medium.data_extents(off, end - off)?;
+            for &(a, b) in &data {
+                self.medium.zero(a, b - a)?;
+            }
+            if !data.is_empty() {
+                self.medium.drain()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reserves space for `[off, off+len)` of a sparse section before storing there (a full
+    /// medium fails here with `ENOSPC` instead of as SIGBUS on the store).
+    pub fn allocate(&self, off: u64, len: u64) -> Result<()> {
+        self.check_range(off, len);
+        Ok(self.medium.allocate(off, len)?)
+    }
+
+    /// Makes `[off, off+len)` read as zeros, as a hole where the medium keeps holes; ordered
+    /// like a store and `flush` (durable after the next `drain` or commit). Page-aligned.
+    pub fn zero(&self, off: u64, len: u64) -> Result<()> {
+        self.check_range(off, len);
+        Ok(self.medium.zero(off, len)?)
+    }
+
+    /// The parts of `[off, off+len)` holding data, as `(start, end)` offsets; the rest read as
+    /// zeros without being read (reading a hole through the mapping would fill it on tmpfs).
+    pub fn data_extents(&self, off: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        self.check_range(off, len);
+        Ok(self.medium.data_extents(off, len)?)
+    }
+
+    /// Gives `[off, off+len)` back to the file system (a hole where it can punch one, else
+    /// zeros), unordered: after a crash the range may read as zeros or as before. Only for
+    /// bytes no committed state needs. Page-aligned.
+    pub fn discard(&self, off: u64, len: u64) -> Result<()> {
+        self.check_range(off, len);
+        Ok(self.medium.discard(off, len)?)
+    }
+
+    /// Drops this process's page mappings of `[off, off+len)` (the bytes stay in the pool):
+    /// pages it read or wrote there stop counting as its resident memory.
+    pub fn release_pages(&self, off: u64, len: u64) -> Result<()> {
+        self.check_range(off, len);
+        Ok(self.medium.release_pages(off, len)?)
+    }
+
+    /// Gives the parts of `extents` (freed space of sparse sections) that no section uses now
+    /// and the last commit does not name back to the file system (holes): freed space takes
+    /// no memory or disk.
+    fn release_unused(&self, extents: &[(u64, u64)]) -> Result<()> {
+        let page = self.header.page_size as u64;
+        let busy = self.busy_extents(None);
+        for &(start, end) in extents {
+            let mut at = start;
+            for &(b0, b1) in &busy {
+                if b1 <= at || b0 >= end {
+                    continue;
+                }
+                if b0 > at {
+                    self.discard_free(at, b0.min(end), page)?;
+                }
+                at = at.max(b1);
+                if at >= end {
+                    break;
+                }
+            }
+            if at < end {
+                self.discard_free(at, end, page)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn discard_free(&self, start: u64, end: u64, page: u64) -> Result<()> {
+        let (a, b) = (round_up(start, page), end / page * page);
+        if b > a && b <= self.len() {
+            self.medium.discard(a, b - a)?;
         }
         Ok(())
     }
@@ -612,7 +714,7 @@ impl Pool {
             });
         }
         let len = round_up(len.max(1), self.header.page_size as u64);
-        let offset = self.allocate(len, None)?;
+        let offset = self.place(len, None, flags & format::SECTION_SPARSE != 0)?;
         let s = Section {
             name: name.into(),
             offset,
@@ -634,8 +736,12 @@ impl Pool {
             .ok_or_else(|| PoolError::NoSuchSection { name: name.into() })?;
         let old = self.sections[idx].clone();
         let new_len = round_up(new_len.max(1), self.header.page_size as u64);
+        let sparse = old.is_sparse();
         if new_len <= old.len {
             self.sections[idx].len = new_len;
+            if sparse {
+                self.release_unused(&[(old.offset + new_len, old.end())])?;
+            }
             return Ok(self.sections[idx].clone());
         }
         let new_end = old.offset + new_len;
@@ -645,22 +751,41 @@ impl Pool {
             // Its own committed extent (same start) may be reused: it is this section's data.
             .any(|(s, e)| s < new_end && old.end() < e && s != old.offset);
         let offset = if blocked {
-            let at = self.allocate(new_len, None)?;
-            let (src, dst) = (old.offset as usize, at as usize);
-            // SAFETY: both extents are inside the mapping and disjoint (the new one was
-            // allocated outside every busy extent, including the old one).
-            unsafe {
-                let base = self.medium.as_ptr();
-                std::ptr::copy_nonoverlapping(base.add(src), base.add(dst), old.len as usize);
+            let at = self.place(new_len, None, sparse)?;
+            // Only what holds data is copied: holes stay holes (and are not read, which would
+            // fill them on tmpfs).
+            for (a, b) in self.medium.data_extents(old.offset, old.len)? {
+                let dst = at + (a - old.offset);
+                if sparse {
+                    self.medium.allocate(dst, b - a)?;
+                }
+                // SAFETY: both extents are inside the mapping and disjoint (the new one was
+                // allocated outside every busy extent, including the old one).
+                unsafe {
+                    let base = self.medium.as_ptr();
+                    std::ptr::copy_nonoverlapping(
+                        base.add(a as usize),
+                        base.add(dst as usize),
+                        (b - a) as usize,
+                    );
+                }
+                self.flush(dst, b - a)?;
             }
-            self.persist(at, old.len)?;
+            self.drain()?;
             at
         } else {
-            self.grow_zeroed(old.end(), new_len - old.len)?;
+            if sparse {
+                self.grow_holes(old.end(), new_len - old.len)?;
+            } else {
+                self.grow_zeroed(old.end(), new_len - old.len)?;
+            }
             old.offset
         };
         self.sections[idx].offset = offset;
         self.sections[idx].len = new_len;
+        if blocked && sparse {
+            self.release_unused(&[(old.offset, old.end())])?;
+        }
         Ok(self.sections[idx].clone())
     }
 
@@ -689,7 +814,11 @@ impl Pool {
             .iter()
             .position(|s| s.name == name)
             .ok_or_else(|| PoolError::NoSuchSection { name: name.into() })?;
-        self.sections.remove(idx);
+        let s = self.sections.remove(idx);
+        if s.is_sparse() {
+            // Space the last commit does not name either is free now.
+            self.release_unused(&[(s.offset, s.end())])?;
+        }
         Ok(())
     }
 
@@ -740,8 +869,16 @@ impl Pool {
         self.medium.persist(format::INDEX_OFF, 8)?;
         self.live = next;
         self.committed = slot;
-        self.committed_sections = sections;
+        let before = std::mem::replace(&mut self.committed_sections, sections);
         self.rolled_back_from = None;
+        // Space of sparse sections only the commit before named is free now: give it back
+        // (holes). (Dense sections' free space keeps its bytes until reused.)
+        let freed: Vec<(u64, u64)> = before
+            .iter()
+            .filter(|s| s.is_sparse())
+            .map(|s| (s.offset, s.end()))
+            .collect();
+        self.release_unused(&freed)?;
         Ok(self.committed.epoch)
     }
 

@@ -50,6 +50,10 @@ pub enum RunError {
         "the program was {how} while being restored; its checkpoint is untouched — restore again"
     )]
     DiedDuringRestore { how: String },
+    /// A page of the checkpoint, checked as a lazy restore filled it in, is damaged in both
+    /// contexts: the restored tree was killed rather than run on it.
+    #[error("the checkpoint is damaged ({what}); the restored program was killed rather than run on wrong data — restore the pool from a copy")]
+    DamagedCheckpoint { what: String },
     /// The process answering under a monitor's name is not that monitor.
     #[error("process {pid} (uid {uid}) answers for that monitor but is not it ({why}); its answer is refused — ask by another pid or by --pool, and find who holds the name (`ss -xlp`)")]
     Impostor { pid: i32, uid: u32, why: String },

@@ -169,7 +169,8 @@ impl Monitor {
 
     fn checkpoint_once(&mut self) -> Result<Outcome> {
         match self.try_checkpoint() {
-            Err(RunError::Proc(ProcError::Busy { .. })) => {
+            Err(RunError::Proc(ProcError::Busy { what })) => {
+                tracing::debug!("checkpoint postponed: busy: {what}");
                 let _ = self.tree.resume_all();
                 Ok(Outcome::Postponed(RETRY))
             }
@@ -209,6 +210,8 @@ impl Monitor {
         let Some(cap) = self.capturer.as_mut() else {
             return Ok(Outcome::None);
         };
+        // A restore by mapping completes while the tree runs, not in its stop.
+        cap.finish_restore()?;
         let mut t0 = Instant::now();
         self.tree.stop_all()?;
         let pids: Vec<i32> = self.tree.processes().iter().map(|p| p.pid()).collect();
@@ -409,7 +412,10 @@ impl Monitor {
                             continue;
                         }
                         Ok(Outcome::Taken(r)) => Ok(Some(*r)),
-                        Ok(Outcome::None) => Ok(None),
+                        Ok(Outcome::None) => {
+                            tracing::debug!("no checkpoint taken");
+                            Ok(None)
+                        }
                         Err(e) => Err(e),
                     }
                 } else {

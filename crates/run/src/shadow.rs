@@ -23,6 +23,13 @@ impl Marks {
             self.0.borrow_mut().push(r);
         }
     }
+
+    /// The pages marked so far, sorted and merged.
+    pub fn snapshot(&self) -> Vec<PageRange> {
+        let mut v = self.0.borrow().clone();
+        crate::sys::normalize(&mut v);
+        v
+    }
 }
 
 /// The engine's tracker: reports what the monitor marked.
@@ -129,5 +136,21 @@ impl AddressSpace for ShadowSpace {
     }
     fn relocatable(&self) -> bool {
         true
+    }
+    fn release_pages(&mut self, addr: usize, len: usize) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `[addr, addr+len)` is a shared mapping of the pool made by `map_pool` (the
+        // engine passes its regions' ranges); dropping its page mappings keeps the bytes in the
+        // pool file, and the next access maps them again.
+        let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            return Err(kioku_ckpt::CkptError::Os {
+                what: "madvise(MADV_DONTNEED) of the shadow",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
     }
 }

@@ -292,7 +292,19 @@ impl Medium for DaxMedium {
     fn grow(&mut self, new_len: u64) -> Result<()> {
         // fsync makes the new size durable; a fresh MAP_SYNC mapping keeps the per-fault
         // metadata guarantee for the new pages.
-        self.mem.grow(new_len, true, true)
+        self.mem.grow(new_len, true, true, false)
+    }
+
+    fn zero(&self, off: u64, len: u64) -> Result<()> {
+        // A punched hole is file system metadata, which no store fence orders: write zeros.
+        let ptr = self.mem.checked_ptr(off, len)?;
+        // SAFETY: the range was checked against the live main mapping; the caller owns it.
+        unsafe { std::ptr::write_bytes(ptr, 0, len as usize) };
+        self.flush(off, len)
+    }
+
+    fn grow_sparse(&mut self, new_len: u64) -> Result<()> {
+        self.mem.grow(new_len, true, true, true)
     }
 
     fn move_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()> {

@@ -24,6 +24,9 @@ const EARLY_WRITEBACK_MIN: u64 = 256 << 10;
 #[derive(Debug)]
 pub struct FileMedium {
     mem: MappedFile,
+    /// Holes were punched since the last drain: that drain makes the file's block map durable
+    /// too (`fsync`, not `fdatasync`), so a zeroed range stays zero after a crash.
+    punched: std::sync::atomic::AtomicBool,
 }
 
 impl FileMedium {
@@ -37,6 +40,7 @@ impl FileMedium {
         }
         Ok(FileMedium {
             mem: MappedFile::open(file, path, libc::MAP_SHARED)?,
+            punched: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -91,8 +95,23 @@ impl Medium for FileMedium {
     }
 
     fn drain(&self) -> Result<()> {
+        let fd = self.mem.file().as_raw_fd();
+        if self
+            .punched
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            // SAFETY: fsync on our own descriptor; no memory is passed.
+            if unsafe { libc::fsync(fd) } != 0 {
+                return Err(MediumError::io(
+                    "fsync",
+                    self.mem.path(),
+                    std::io::Error::last_os_error(),
+                ));
+            }
+            return Ok(());
+        }
         // SAFETY: fdatasync on our own descriptor; no memory is passed.
-        if unsafe { libc::fdatasync(self.mem.file().as_raw_fd()) } != 0 {
+        if unsafe { libc::fdatasync(fd) } != 0 {
             return Err(MediumError::io(
                 "fdatasync",
                 self.mem.path(),
@@ -103,7 +122,32 @@ impl Medium for FileMedium {
     }
 
     fn grow(&mut self, new_len: u64) -> Result<()> {
-        self.mem.grow(new_len, true, false)
+        self.mem.grow(new_len, true, false, false)
+    }
+
+    fn grow_sparse(&mut self, new_len: u64) -> Result<()> {
+        self.mem.grow(new_len, true, false, true)
+    }
+
+    fn zero(&self, off: u64, len: u64) -> Result<()> {
+        self.mem.checked_ptr(off, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        match super::mapping::punch_hole(self.fd(), off, len) {
+            Ok(true) => {
+                self.punched
+                    .store(true, std::sync::atomic::Ordering::Release);
+                Ok(())
+            }
+            Ok(false) => {
+                // SAFETY: the range was checked against the live mapping above; the caller owns
+                // these bytes while it zeroes them.
+                unsafe { std::ptr::write_bytes(self.as_ptr().add(off as usize), 0, len as usize) };
+                self.flush(off, len)
+            }
+            Err(e) => Err(MediumError::io("fallocate(PUNCH_HOLE)", self.mem.path(), e)),
+        }
     }
 
     fn move_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()> {

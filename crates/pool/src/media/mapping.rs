@@ -331,6 +331,69 @@ pub fn punch_hole(fd: std::os::fd::RawFd, off: u64, len: u64) -> io::Result<bool
     }
 }
 
+/// Reserves the file system's space for `[off, off+len)` of the file behind `fd` (its size
+/// stays), so that stores through a mapping there cannot fail for want of space: a full file
+/// system fails here, with `ENOSPC`. A file system that cannot (`EOPNOTSUPP`) is left as it is.
+pub fn allocate(fd: std::os::fd::RawFd, off: u64, len: u64) -> io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let start =
+        libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let count =
+        libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: fallocate only acts on the descriptor; no memory is passed.
+        let rc = unsafe { libc::fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, start, count) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) => return Ok(()),
+            _ => return Err(err),
+        }
+    }
+}
+
+/// The parts of `[off, off+len)` of the file behind `fd` that hold data (`SEEK_DATA` /
+/// `SEEK_HOLE`), as `(start, end)` offsets; the rest are holes, which read as zeros. A file
+/// system without hole reporting reports all of it as data.
+pub fn data_extents(fd: std::os::fd::RawFd, off: u64, len: u64) -> io::Result<Vec<(u64, u64)>> {
+    let end = off + len;
+    let mut out = Vec::new();
+    let mut at = off;
+    while at < end {
+        // SAFETY: lseek only acts on the descriptor.
+        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            let err = io::Error::last_os_error();
+            return match err.raw_os_error() {
+                // No data at or after `at`.
+                Some(libc::ENXIO) => Ok(out),
+                Some(libc::EINVAL) | Some(libc::EOPNOTSUPP) if out.is_empty() && at == off => {
+                    Ok(vec![(off, end)])
+                }
+                _ => Err(err),
+            };
+        }
+        let data = data as u64;
+        if data >= end {
+            break;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data as libc::off_t, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let hole = (hole as u64).min(end);
+        out.push((data, hole));
+        at = hole;
+    }
+    Ok(out)
+}
+
 /// Extends `file` from `old_len` to `new_len` bytes of zeros. Blocks are reserved with
 /// fallocate where the filesystem can, so a full disk fails here rather than as SIGBUS on a
 /// later store through the mapping.
@@ -432,7 +495,15 @@ impl MappedFile {
     /// (and, the first time, the directory entry, in case the file was just created).
     /// `fresh_mapping` maps anew instead of mremap (for MAP_SYNC, whose guarantee we want the
     /// kernel to establish from scratch).
-    pub(crate) fn grow(&mut self, new_len: u64, durable: bool, fresh_mapping: bool) -> Result<()> {
+    /// With `sparse`, the new bytes get no space reserved (a hole: stores into it need
+    /// [`allocate`] first, else a full file system shows as SIGBUS).
+    pub(crate) fn grow(
+        &mut self,
+        new_len: u64,
+        durable: bool,
+        fresh_mapping: bool,
+        sparse: bool,
+    ) -> Result<()> {
         if new_len < self.len {
             return Err(MediumError::Shrink {
                 path: self.path.display().to_string(),
@@ -443,8 +514,14 @@ impl MappedFile {
         if new_len == self.len {
             return Ok(());
         }
-        extend_file(&self.file, self.len, new_len)
-            .map_err(|e| MediumError::io("fallocate", &self.path, e))?;
+        if sparse {
+            self.file
+                .set_len(new_len)
+                .map_err(|e| MediumError::io("ftruncate", &self.path, e))?;
+        } else {
+            extend_file(&self.file, self.len, new_len)
+                .map_err(|e| MediumError::io("fallocate", &self.path, e))?;
+        }
         if durable {
             self.file
                 .sync_all()

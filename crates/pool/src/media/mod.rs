@@ -224,6 +224,78 @@ pub trait Medium: Send + Sync + fmt::Debug {
     }
     /// Extend to `new_len` bytes (zero-filled), durably; the mapping may move.
     fn grow(&mut self, new_len: u64) -> Result<()>;
+    /// `grow` without reserving space for the new bytes where the file system allows (a
+    /// sparse file): they take memory or disk only once written, and a store into them must
+    /// be preceded by [`Medium::allocate`] (else a full medium shows as SIGBUS). The default
+    /// grows as `grow` does.
+    fn grow_sparse(&mut self, new_len: u64) -> Result<()> {
+        self.grow(new_len)
+    }
+    /// Reserves the space of `[off, off+len)` (where the file system keeps holes), so that
+    /// stores there cannot fail for want of it: a full medium fails here, with `ENOSPC`.
+    fn allocate(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len, self.len())?;
+        mapping::allocate(self.fd(), off, len).map_err(|e| MediumError::Io {
+            op: "fallocate",
+            path: "the pool file".into(),
+            source: e,
+        })
+    }
+    /// Makes `[off, off+len)` read as zeros, as a hole where the file system keeps holes (it
+    /// then takes no memory or disk). Ordered like a store and `flush`: durable after the next
+    /// `drain`. `off` and `len` must be multiples of the page size.
+    fn zero(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len, self.len())?;
+        if len == 0
+            || mapping::punch_hole(self.fd(), off, len).map_err(|e| MediumError::Io {
+                op: "fallocate(PUNCH_HOLE)",
+                path: "the pool file".into(),
+                source: e,
+            })?
+        {
+            return Ok(());
+        }
+        // SAFETY: the range was checked against the mapping length above, and the caller owns
+        // these bytes (nothing borrows them while it zeroes them).
+        unsafe { std::ptr::write_bytes(self.as_ptr().add(off as usize), 0, len as usize) };
+        self.flush(off, len)
+    }
+    /// The parts of `[off, off+len)` that hold data, as `(start, end)` offsets; the rest are
+    /// holes, which read as zeros (reading them through the mapping would fill them).
+    fn data_extents(&self, off: u64, len: u64) -> Result<Vec<(u64, u64)>> {
+        check_range(off, len, self.len())?;
+        mapping::data_extents(self.fd(), off, len).map_err(|e| MediumError::Io {
+            op: "lseek(SEEK_DATA)",
+            path: "the pool file".into(),
+            source: e,
+        })
+    }
+    /// Drops this process's page mappings of `[off, off+len)` of the main mapping
+    /// (`MADV_DONTNEED`; the bytes stay in the file): pages read or written through it stop
+    /// counting as this process's resident memory. Nothing else changes.
+    fn release_pages(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len, self.len())?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: the range lies inside the live shared mapping (checked above); dropping the
+        // page mappings of a shared file mapping leaves its contents in the file.
+        let rc = unsafe {
+            libc::madvise(
+                self.as_ptr().add(off as usize).cast(),
+                len as usize,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(MediumError::Io {
+                op: "madvise(MADV_DONTNEED)",
+                path: "the pool file".into(),
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        Ok(())
+    }
     /// Moves the mapping of `[0, len())` to addresses outside every range of `avoid` (no-op if
     /// it is already clear of them); pointers from `as_ptr` become stale, as after `grow`.
     fn move_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()>;

@@ -71,7 +71,11 @@ impl Medium for ShmMedium {
 
     fn grow(&mut self, new_len: u64) -> Result<()> {
         // fsync on tmpfs does nothing: the size change is visible to other processes at once.
-        self.mem.grow(new_len, false, false)
+        self.mem.grow(new_len, false, false, false)
+    }
+
+    fn grow_sparse(&mut self, new_len: u64) -> Result<()> {
+        self.mem.grow(new_len, false, false, true)
     }
 
     fn move_clear_of(&mut self, avoid: &[std::ops::Range<usize>]) -> Result<()> {

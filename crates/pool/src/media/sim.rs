@@ -326,10 +326,35 @@ impl Medium for SimMedium {
         Ok(())
     }
 
+    fn discard(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len, self.len())?;
+        // Modelled as zeros at once, on the working and the durable side: one of the two
+        // outcomes the contract allows (the other, the bytes as before, needs no model).
+        // SAFETY: the range was checked against the live mapping; the caller owns it.
+        unsafe { std::ptr::write_bytes(self.mem.as_ptr().add(off as usize), 0, len as usize) };
+        let mut state = self.shared.lock();
+        if state.cut.is_none() {
+            let (a, b) = (off as usize, (off + len) as usize);
+            if b <= state.persisted.len() {
+                state.persisted[a..b].fill(0);
+                state.flushed[a..b].fill(0);
+            }
+        }
+        Ok(())
+    }
+
+    fn zero(&self, off: u64, len: u64) -> Result<()> {
+        check_range(off, len, self.len())?;
+        // Modelled as stores of zeros and a flush, so crash images see it like any store.
+        // SAFETY: the range was checked against the live mapping; the caller owns it.
+        unsafe { std::ptr::write_bytes(self.mem.as_ptr().add(off as usize), 0, len as usize) };
+        self.flush(off, len)
+    }
+
     fn grow(&mut self, new_len: u64) -> Result<()> {
         let shared = Arc::clone(&self.shared);
         let mut state = shared.lock();
-        self.mem.grow(new_len, false, false)?;
+        self.mem.grow(new_len, false, false, false)?;
         // A size change is durable at once (as a file's fsynced size would be) — unless the
         // power is already cut, in which case the image keeps the size it had.
         if state.cut.is_none() {

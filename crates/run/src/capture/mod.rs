@@ -110,6 +110,9 @@ pub struct Capturer {
     escalated: std::collections::HashSet<i32>,
     last: Option<TreeImage>,
     recent: Vec<EpochStat>,
+    /// A restore by mapping still filling (or serving events): the next checkpoint waits for
+    /// it first ([`Capturer::finish_restore`]).
+    lazy: Option<crate::restore::lazy::LazyFill>,
     /// Pages copied out of the stopped tree for a pool on a disk file, written into the pool
     /// file after the tree resumes (`None`: copied straight into the running context).
     staging: Option<staging::Staging>,
@@ -146,6 +149,12 @@ impl Capturer {
         let marks = Marks::default();
         let mut engine = Engine::init(pool, ShadowSpace::new(marks.clone()))?;
         engine.set_adaptive(false)?;
+        // The monitor alone writes the regions (by copying): pool space only for pages that
+        // hold data, and its own mapped pool pages let go of after each checkpoint.
+        // (On memory only: on a disk the dense two contexts are kept — see docs/run.md.)
+        if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+            engine.set_sparse(true)?;
+        }
         let journal = if journal {
             Some(Journal::create(&mut engine, JournalOptions::default())?)
         } else {
@@ -167,6 +176,7 @@ impl Capturer {
             escalated: Default::default(),
             last: None,
             recent: vec![],
+            lazy: None,
             staging: None,
         };
         c.staging = c.new_staging();
@@ -184,6 +194,7 @@ impl Capturer {
         journal: Option<Journal>,
         escalated: std::collections::HashSet<i32>,
         image: &TreeImage,
+        lazy: Option<crate::restore::lazy::LazyFill>,
     ) -> Capturer {
         Capturer {
             engine,
@@ -199,6 +210,7 @@ impl Capturer {
             escalated,
             last: Some(image.clone()),
             recent: image.recent.clone(),
+            lazy,
             staging: None,
         }
         .with_staging()
@@ -226,6 +238,22 @@ impl Capturer {
             Some(s) if !s.is_empty() => s.write_out(self.engine.space().pool_mappings()),
             _ => Ok(0),
         }
+    }
+
+    /// After a restore by mapping: waits until every page is in, tells each process's capture
+    /// what the program dropped meanwhile, and completes the engine's recovery (verifying the
+    /// pool, syncing its other context). Call while the tree runs, before a checkpoint stops
+    /// it; checkpoints call it too. Fails when a damaged page killed the tree.
+    pub fn finish_restore(&mut self) -> Result<()> {
+        if let Some(lazy) = self.lazy.as_mut().filter(|l| !l.filled()) {
+            for (pid, dropped) in lazy.wait_filled()? {
+                if let Some(pc) = self.procs.get_mut(&pid) {
+                    pc.restored_populated(&dropped)?;
+                }
+            }
+        }
+        self.engine.finish_recovery()?;
+        Ok(())
     }
 
     /// Whether the tree's file changes are journaled.
@@ -412,8 +440,10 @@ impl Capturer {
     /// it to be copied by [`Capturer::precopy`] while the tree runs (pages written meanwhile
     /// are found written at the capture). `None`: nothing worth it.
     pub fn prepare(&mut self, tree: &Tree) -> Result<Option<Precopies>> {
-        // Never copy into the running context while it is the valid checkpoint (the monitor
-        // syncs before it stops the tree; this is the safety net).
+        // A restore by mapping completes, and the running context is never copied into while
+        // it is the valid checkpoint (the monitor does both before it stops the tree; this is
+        // the safety net).
+        self.finish_restore()?;
         self.sync()?;
         self.survey(tree)?;
         let mut st = Store {
@@ -637,6 +667,7 @@ impl Capturer {
             return Ok(());
         };
         image.finished = Some(how);
+        self.finish_restore()?;
         self.engine.checkpoint(&image.encode())?;
         Ok(())
     }

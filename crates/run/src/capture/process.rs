@@ -72,6 +72,12 @@ impl Precopy {
     }
 }
 
+/// Anonymous memory is captured in aligned pieces of this size around the pages it holds.
+const AREA_GRANULE: usize = 2 << 20;
+/// Untouched stretches up to this long between captured pieces are captured too (holes in the
+/// pool, 4 bytes of checksum a page) rather than splitting the area.
+const AREA_GAP: usize = 64 << 20;
+
 /// Below this much to copy for new mappings, the capture copies them while the program is
 /// stopped (a second stop would cost more).
 pub const PRECOPY_MIN: usize = 8 << 20;
@@ -168,8 +174,32 @@ impl ProcessCapture {
     /// Starts checkpointing stopped process `tracee` (`image_pid`: its id in the namespace),
     /// whose captured areas are `areas` (empty for a process new to the pool).
     pub fn new(tracee: &Tracee, image_pid: i32, areas: Vec<AreaState>) -> Result<ProcessCapture> {
-        let pid = tracee.pid();
         let tracker = kioku_proc::tracker_for(tracee)?;
+        Self::with_tracker(tracee, image_pid, areas, tracker)
+    }
+
+    /// [`ProcessCapture::new`] tracking through `uffd`, a userfaultfd of the process set up
+    /// already (a restore by mapping's, which must be the one tracking writes: a range is
+    /// registered with one userfaultfd only).
+    pub(crate) fn with_uffd(
+        tracee: &Tracee,
+        image_pid: i32,
+        areas: Vec<AreaState>,
+        uffd: std::os::fd::OwnedFd,
+    ) -> Result<ProcessCapture> {
+        let tracker = kioku_track::Tracker::builder()
+            .process(tracee.pid(), uffd)
+            .build()?;
+        Self::with_tracker(tracee, image_pid, areas, tracker)
+    }
+
+    fn with_tracker(
+        tracee: &Tracee,
+        image_pid: i32,
+        areas: Vec<AreaState>,
+        tracker: kioku_track::Tracker,
+    ) -> Result<ProcessCapture> {
+        let pid = tracee.pid();
         if tracker.backend() != kioku_track::BackendKind::UffdPagemapScan {
             return Err(RunError::Unsupported {
                 what: "the kernel lacks userfaultfd async write-protect or PAGEMAP_SCAN (Linux ≥ 6.7); no way to find the pages another process wrote".into(),
@@ -229,6 +259,20 @@ impl ProcessCapture {
         Ok(())
     }
 
+    /// After a restore by mapping filled every page: the pages populated as of the checkpoint
+    /// are those present now plus `dropped`, which the program dropped before they were filled
+    /// (so the next capture finds those zero, as the program reads them).
+    pub fn restored_populated(&mut self, dropped: &[PageRange]) -> Result<()> {
+        let mut pop = dropped.to_vec();
+        for a in &self.areas {
+            self.query
+                .scan(PageRange::new(a.start, a.end), Query::populated(), &mut pop)?;
+        }
+        normalize(&mut pop);
+        self.populated = pop;
+        Ok(())
+    }
+
     /// Bytes of the process's memory the pool holds.
     pub fn captured_bytes(&self) -> u64 {
         self.areas.iter().map(|a| (a.end - a.start) as u64).sum()
@@ -268,7 +312,7 @@ impl ProcessCapture {
             Some(s) => s.vmas.clone(),
             None => return Ok(None),
         };
-        let want = area_ranges(&vmas);
+        let want = self.wanted_areas(&vmas)?;
         let mut estimate = Vec::new();
         for a in &self.tracked_part(&want) {
             self.query
@@ -298,11 +342,12 @@ impl ProcessCapture {
         populated.extend_from_slice(&pre_pop);
         normalize(&mut populated);
         self.populated = populated;
-        self.zero_shadow(&zero, st);
+        self.zero_shadow(&zero, st)?;
         let mut chunks = Vec::new();
         for r in &retake {
             self.shadow_chunks(*r, st, &mut chunks);
         }
+        allocate_shadow(&chunks, st)?;
         Ok(Some(Precopy {
             pid: self.pid,
             chunks,
@@ -459,17 +504,18 @@ impl ProcessCapture {
         (retake, zero)
     }
 
-    fn zero_shadow(&self, zero: &[PageRange], st: &mut Store<'_>) {
+    /// Makes the running context zero under program ranges `zero` (holes: no pool space).
+    fn zero_shadow(&self, zero: &[PageRange], st: &mut Store<'_>) -> Result<()> {
         let mut zchunks = Vec::new();
         for r in zero {
             self.shadow_chunks(*r, st, &mut zchunks);
         }
+        let ranges: Vec<(usize, usize)> = zchunks.iter().map(|c| (c.1, c.2)).collect();
+        st.engine.zero_running(&ranges)?;
         for &(_, local, len) in &zchunks {
-            // SAFETY: `local..local+len` lies inside a region of the engine (mapped shared and
-            // writable in this process, see `shadow_chunks`); nothing else refers to it now.
-            unsafe { std::ptr::write_bytes(local as *mut u8, 0, len) };
             st.marks.add(PageRange::new(local, local + len));
         }
+        Ok(())
     }
 
     /// Copies the stopped process's changed memory into the running context (after
@@ -489,8 +535,8 @@ impl ProcessCapture {
             what: "internal: capture without a survey".into(),
         })?;
 
-        // (1) Areas: runs of captured mappings; regions follow them.
-        let want = area_ranges(&vmas);
+        // (1) Areas: runs of captured mappings that hold data; regions follow them.
+        let want = self.wanted_areas(&vmas)?;
         let fresh = self.reconcile_areas(&want, st)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
@@ -535,6 +581,9 @@ impl ProcessCapture {
             st.shared
                 .chunks(*object, *offset, r.start, r.len(), st.engine, &mut chunks);
         }
+        // Pool space is reserved before anything is copied (a sparse section: a full medium
+        // fails here, not with SIGBUS when the staged pages are written out).
+        allocate_shadow(&chunks, st)?;
         let copied = match st.staging.as_mut() {
             Some(s) => {
                 let staged = s.stage(&chunks)?;
@@ -545,7 +594,7 @@ impl ProcessCapture {
         for &(_, local, len) in &chunks {
             st.marks.add(PageRange::new(local, local + len));
         }
-        self.zero_shadow(&zero, st);
+        self.zero_shadow(&zero, st)?;
         if verify_enabled() {
             // Staged pages are written out first (inside the stop: a debugging aid), so that
             // the comparison also checks where the staging put them.
@@ -705,20 +754,59 @@ impl ProcessCapture {
     fn verify(&self, vmas: &[Vma], st: &Store<'_>) -> Result<()> {
         let ps = self.page;
         let mut buf = vec![0u8; ps];
+        let zero = vec![0u8; ps];
+        // What the checkpoint will hold: the running context's page where this epoch marked
+        // it (copied or zeroed), else the last checkpoint's (zero for a page it lacks).
+        let marked = st.marks.snapshot();
         for a in &self.areas {
             let base = st.engine.region(&a.region).expect("region").addr;
+            let data = st.engine.running_data(&a.region).unwrap_or_default();
+            let committed = st.engine.committed(&a.region).unwrap_or(&[]);
+            // The last checkpoint's holes read as zeros and are not read (on tmpfs, reading one
+            // through the mapping fills it: verifying would grow the pool).
+            let committed_data = st.engine.committed_data(&a.region).unwrap_or_default();
+            let committed_page = |k: usize| -> Option<&[u8]> {
+                let c = committed.get(k..k + ps)?;
+                Some(match committed_data.get(k / ps) {
+                    Some(false) => &zero[..],
+                    _ => c,
+                })
+            };
             for page in (a.start..a.end).step_by(ps) {
                 if sys::copy_pages(self.pid, &[(page, buf.as_mut_ptr() as usize, ps)], true)
                     .is_err()
                 {
                     continue;
                 }
-                // SAFETY: a page inside the region's mapping.
-                let shadow =
-                    unsafe { std::slice::from_raw_parts((base + page - a.start) as *const u8, ps) };
-                if shadow != &buf[..] {
+                let k = page - a.start;
+                let local = base + k;
+                let is_marked = {
+                    let i = marked.partition_point(|r| r.end <= local);
+                    marked.get(i).is_some_and(|r| r.start <= local)
+                };
+                let differs = if !is_marked {
+                    match committed_page(k) {
+                        Some(c) => c != &buf[..],
+                        None => buf != zero,
+                    }
+                } else if data.get(k / ps) == Some(&false) {
+                    buf != zero
+                } else {
+                    // SAFETY: a page inside the region's mapping.
+                    let shadow = unsafe { std::slice::from_raw_parts(local as *const u8, ps) };
+                    shadow != &buf[..]
+                };
+                if differs {
                     let v = vmas.iter().find(|v| v.start <= page && page < v.end);
-                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, "capture differs from the program's memory");
+                    let hole = data.get(k / ps) == Some(&false);
+                    let in_committed = committed_page(k).map(|c| c == &buf[..]);
+                    let stored = st
+                        .engine
+                        .page_checksums(&a.region)
+                        .and_then(|c| c.get(k / ps).copied());
+                    let prog_crc = crc32c::crc32c(&buf);
+                    let com_crc = committed_page(k).map(crc32c::crc32c);
+                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, hole, ?in_committed, program_zero = buf == zero, is_marked, ?stored, prog_crc, ?com_crc, "capture differs from the program's memory");
                 }
             }
         }
@@ -738,8 +826,8 @@ impl ProcessCapture {
                     continue;
                 }
                 let off = v.offset + (page - v.range.start) as u64;
-                if let Some(shadow) = st.shared.page(v.object, off, st.engine) {
-                    if shadow != &buf[..] {
+                if let Some(may) = st.shared.page_candidates(v.object, off, st.engine) {
+                    if may.iter().all(|m| *m != &buf[..]) {
                         tracing::error!(
                             pid = self.image_pid,
                             page = format_args!("{page:#x}"),
@@ -836,6 +924,41 @@ impl ProcessCapture {
         self.areas = next;
         normalize(&mut fresh);
         Ok(fresh)
+    }
+
+    /// The areas to capture: the runs of captured mappings, but of anonymous memory only the
+    /// parts that hold pages (rounded out to `AREA_GRANULE`, gaps up to `AREA_GAP` bridged) or
+    /// were captured before. Reserved but untouched memory (a runtime's heap reservation, the
+    /// unused bulk of thread stacks) takes nothing; once the program touches it, its pages are
+    /// not write-tracked yet and are taken at that capture. Private file mappings are taken
+    /// whole (their untouched pages read the file, not zeros).
+    fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<Vec<PageRange>> {
+        let full = area_ranges(vmas);
+        let mut pop = Vec::new();
+        for a in &full {
+            self.query.scan(*a, Query::populated(), &mut pop)?;
+        }
+        let g = AREA_GRANULE;
+        let mut keep: Vec<PageRange> = pop
+            .iter()
+            .map(|r| PageRange::new(r.start & !(g - 1), (r.end + g - 1) & !(g - 1)))
+            .collect();
+        keep.extend(self.areas.iter().map(|a| PageRange::new(a.start, a.end)));
+        keep.extend(
+            vmas.iter()
+                .filter(|v| v.captured && matches!(v.backing, Backing::File { .. }))
+                .map(|v| PageRange::new(v.start, v.end)),
+        );
+        normalize(&mut keep);
+        // Bridge short gaps: fewer regions, for 4 bytes of checksums per page bridged.
+        let mut bridged: Vec<PageRange> = Vec::with_capacity(keep.len());
+        for r in keep {
+            match bridged.last_mut() {
+                Some(l) if r.start <= l.end + AREA_GAP => l.end = l.end.max(r.end),
+                _ => bridged.push(r),
+            }
+        }
+        Ok(intersect(&full, &bridged))
     }
 
     fn create_region(&mut self, w: &PageRange, st: &mut Store<'_>) -> Result<()> {
@@ -1283,6 +1406,15 @@ fn tid_address(tracee: &Tracee, tid: i32) -> Result<u64> {
         tracee.read_mem(at, &mut b)
     })?;
     Ok(u64::from_le_bytes(b))
+}
+
+/// Reserves pool space for the shadow ranges of `chunks` (program, shadow, length) before they
+/// are copied into: the regions are sparse, and a full medium must fail here, with a reason,
+/// not as SIGBUS (or a short copy) in the middle of the copy.
+fn allocate_shadow(chunks: &[(usize, usize, usize)], st: &Store<'_>) -> Result<()> {
+    let ranges: Vec<(usize, usize)> = chunks.iter().map(|c| (c.1, c.2)).collect();
+    st.engine.allocate_running(&ranges)?;
+    Ok(())
 }
 
 /// Runs of adjacent captured mappings.

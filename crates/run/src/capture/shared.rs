@@ -224,27 +224,40 @@ impl SharedObjects {
         out.push((at, region.addr + (lo - o.lo) as usize, (hi - lo) as usize));
     }
 
-    /// The region's copy of the page at `offset` of object `id`.
-    pub fn page<'e>(
+    /// What the page at `offset` of object `id` may hold now: the region's copy when the
+    /// running context has it (written in this epoch), else zero or the last checkpoint's
+    /// (a sparse engine's running context holds only the epoch's pages).
+    pub fn page_candidates<'e>(
         &self,
         id: u32,
         offset: u64,
         engine: &'e Engine<ShadowSpace>,
-    ) -> Option<&'e [u8]> {
+    ) -> Option<Vec<&'e [u8]>> {
         let o = self.objs.iter().find(|o| o.id == id)?;
-        let region = engine.region(o.region.as_ref()?)?;
+        let name = o.region.as_ref()?;
+        let region = engine.region(name)?;
         let ps = kioku_track::page_size() as u64;
         if offset < o.lo || offset + ps > o.hi {
             return None;
         }
+        let k = (offset - o.lo) as usize;
+        let data = engine.running_data(name).unwrap_or_default();
+        if data.get(k / ps as usize) == Some(&false) {
+            static ZERO: [u8; 4096] = [0; 4096];
+            let mut v: Vec<&[u8]> = vec![&ZERO[..ps.min(4096) as usize]];
+            if let Some(c) = engine
+                .committed(name)
+                .and_then(|c| c.get(k..k + ps as usize))
+            {
+                v.push(c);
+            }
+            return Some(v);
+        }
         // SAFETY: the page lies inside the region's mapping, which lives as long as the engine
         // borrowed for 'e; the monitor is the only writer and is not writing now.
-        Some(unsafe {
-            std::slice::from_raw_parts(
-                (region.addr + (offset - o.lo) as usize) as *const u8,
-                ps as usize,
-            )
-        })
+        Some(vec![unsafe {
+            std::slice::from_raw_parts((region.addr + k) as *const u8, ps as usize)
+        }])
     }
 
     /// The objects as the image records them.

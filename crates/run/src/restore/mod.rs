@@ -20,6 +20,7 @@
 //! Before any of it, when the tree's file changes were journaled, the journal returns the files
 //! to the checkpoint (and refuses, changing nothing, when it cannot).
 
+pub mod lazy;
 mod process;
 
 use std::collections::{BTreeMap, HashMap};
@@ -50,6 +51,8 @@ pub struct Restored {
     pub epoch: u64,
     /// Bytes written into the processes.
     pub bytes_written: u64,
+    /// Bytes mapped to be filled on first touch and in the background (restore by mapping).
+    pub bytes_lazy: u64,
 }
 
 /// Reads the image of the pool's last checkpoint and decides whether it can be restored —
@@ -152,9 +155,18 @@ pub fn restore(mut pool: Pool) -> Result<Restored> {
     let t0 = std::time::Instant::now();
     let (image, epoch, mut journal) = read_image(&mut pool)?;
     // From here on the pool changes (the recovery syncs its contexts), to the same checkpoint.
+    // Restoring by mapping, the recovery reads no page: each is checked as it is filled, and
+    // the contexts are synced before the next checkpoint.
     let marks = Marks::default();
-    let (mut engine, rec) = Engine::recover_in(pool, ShadowSpace::new(marks.clone()))?;
+    let opts = kioku_ckpt::EngineOptions {
+        lazy_recovery: lazy::enabled(),
+        ..Default::default()
+    };
+    let (mut engine, rec) = Engine::recover_in_opts(pool, ShadowSpace::new(marks.clone()), &opts)?;
     engine.set_adaptive(false)?;
+    if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+        engine.set_sparse(true)?;
+    }
     if rec.epoch != epoch {
         return Err(RunError::NotAProcessCheckpoint {
             detail: format!(
@@ -175,12 +187,13 @@ pub fn restore(mut pool: Pool) -> Result<Restored> {
     }
     cut_back_standard_streams(&image)?;
     match build(&image, engine, marks, journal) {
-        Ok((tree, capturer, written)) => Ok(Restored {
+        Ok((tree, capturer, (written, lazy))) => Ok(Restored {
             tree,
             capturer,
             image,
             epoch,
             bytes_written: written,
+            bytes_lazy: lazy,
         }),
         Err((e, true)) => {
             tracing::debug!("restore interrupted: {e}");
@@ -231,6 +244,9 @@ fn cut_back_standard_streams(image: &TreeImage) -> Result<()> {
     Ok(())
 }
 
+/// A rebuilt tree, its capturer, and the bytes written in and left to the lazy fill.
+type Built = (Tree, Capturer, (u64, u64));
+
 /// Everything after the engine recovered. On failure: the error, and whether a process of the
 /// tree died meanwhile (killed while being rebuilt).
 fn build(
@@ -238,7 +254,7 @@ fn build(
     engine: Engine<ShadowSpace>,
     marks: Marks,
     journal: Option<Journal>,
-) -> std::result::Result<(Tree, Capturer, u64), (RunError, bool)> {
+) -> std::result::Result<Built, (RunError, bool)> {
     // The channel first: its remote end, inheritable, reaches the namespace's init and from
     // there every placeholder.
     let (chan_mon, chan_remote) = socketpair().map_err(|e| (e, false))?;
@@ -256,7 +272,7 @@ fn build(
     };
     let mut made: BTreeMap<i32, Tracee> = BTreeMap::new();
     let filter = journal.as_ref().map(|_| Journal::filter());
-    let result = (|| -> Result<(Tree, Capturer, u64)> {
+    let result = (|| -> Result<Built> {
         let escalated = create_processes(image, ns.as_ref(), filter, &mut made)?;
         drop(chan_remote);
         let shared = shared_objects(image, &engine)?;
@@ -265,9 +281,17 @@ fn build(
             .iter()
             .filter(|p| p.zombie.is_none())
             .collect();
-        // (1) Memory and what comes before descriptors, process by process.
+        // (1) Memory and what comes before descriptors, process by process. Restoring by
+        // mapping, the fill runs from the first registration on.
+        let lazy_fill = if engine.recovery_pending() {
+            let mut kill: Vec<i32> = made.values().map(|t| t.pid()).collect();
+            kill.extend(ns.as_ref().map(|n| n.init_pid()));
+            Some(lazy::LazyFill::start(kill)?)
+        } else {
+            None
+        };
         let mut rebuilds = Vec::with_capacity(live.len());
-        let mut written = 0;
+        let (mut written, mut lazy_bytes) = (0, 0);
         for p in &live {
             let t = &made[&p.pid];
             let mut r = Rebuild {
@@ -279,8 +303,12 @@ fn build(
                 ns: ns.as_ref(),
                 fds: &image.fds,
                 tids: vec![],
+                lazy: lazy_fill.as_ref(),
+                lazy_ranges: None,
             };
-            written += process::rebuild_memory(&mut r, &engine)?;
+            let (w, l) = process::rebuild_memory(&mut r, &engine)?;
+            written += w;
+            lazy_bytes += l;
             rebuilds.push(r);
         }
         // (2) The tree's descriptors, all at once (shared descriptions, pipes between
@@ -312,8 +340,28 @@ fn build(
                     region: a.region.clone(),
                 })
                 .collect();
-            let mut pc = ProcessCapture::new(t, p.pid, areas)?;
-            pc.track_restored(p)?;
+            let pc = match r.lazy_ranges.take() {
+                Some((fd, ranges)) => {
+                    // The same descriptor tracks its writes (one userfaultfd per range).
+                    let tracking = fd
+                        .try_clone()
+                        .map_err(|e| RunError::io("duplicating a userfaultfd", e))?;
+                    let mut pc = ProcessCapture::with_uffd(t, p.pid, areas, tracking)?;
+                    pc.track_restored(p)?;
+                    // (Tracking registered the ranges for write-protect only.)
+                    for r in ranges {
+                        lazy::register_missing(fd.as_raw_fd(), r).map_err(|e| {
+                            RunError::io("registering memory for the lazy restore", e)
+                        })?;
+                    }
+                    pc
+                }
+                None => {
+                    let mut pc = ProcessCapture::new(t, p.pid, areas)?;
+                    pc.track_restored(p)?;
+                    pc
+                }
+            };
             procs.insert(t.pid(), pc);
         }
         let objects = SharedObjects::restored(&image.shared, &shared.keys, &shared.sizes);
@@ -329,8 +377,10 @@ fn build(
         for t in made.values() {
             tree.add(t.clone());
         }
-        let capturer = Capturer::restored(engine, marks, procs, objects, journal, escalated, image);
-        Ok((tree, capturer, written))
+        let capturer = Capturer::restored(
+            engine, marks, procs, objects, journal, escalated, image, lazy_fill,
+        );
+        Ok((tree, capturer, (written, lazy_bytes)))
     })();
     match result {
         Ok((mut tree, capturer, written)) => {
@@ -561,16 +611,36 @@ fn shared_objects(image: &TreeImage, engine: &Engine<ShadowSpace>) -> Result<Sha
             file.set_len(s.size)
                 .map_err(|e| RunError::io("sizing a shared-memory object", e))?;
         }
-        let region = engine
-            .region(&s.region)
-            .ok_or_else(|| RunError::NotAProcessCheckpoint {
-                detail: format!("image names region {} which the pool lacks", s.region),
-            })?;
-        // SAFETY: the region's mapping is `region.len` readable bytes, alive with the engine.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(region.addr as *const u8, (s.hi - s.lo) as usize) };
-        file.write_all_at(bytes, s.lo)
-            .map_err(|e| RunError::io("writing a shared-memory object", e))?;
+        // The checkpoint's bytes: the valid context's (a sparse engine's running context is
+        // empty after a recovery), each checked after a lazy recovery; holes are not read.
+        // Runs of the valid context's pages are written at once.
+        let len = (s.hi - s.lo) as usize;
+        let pages = process::CheckpointPages::of(engine, &s.region, len)?;
+        let ps = kioku_track::page_size();
+        let zero = vec![0u8; ps];
+        let write = |at: usize, b: &[u8]| {
+            file.write_all_at(b, s.lo + at as u64)
+                .map_err(|e| RunError::io("writing a shared-memory object", e))
+        };
+        // Start of the pending run of valid pages.
+        let mut run: Option<usize> = None;
+        for at in (0..len).step_by(ps) {
+            let n = ps.min(len - at);
+            let page = pages.page(at / ps)?;
+            let in_valid =
+                page.is_some_and(|b| std::ptr::eq(b.as_ptr(), pages.valid()[at..].as_ptr()));
+            if in_valid {
+                run.get_or_insert(at);
+                continue;
+            }
+            if let Some(r) = run.take() {
+                write(r, &pages.valid()[r..at])?;
+            }
+            write(at, &page.unwrap_or(&zero[..])[..n])?;
+        }
+        if let Some(r) = run {
+            write(r, &pages.valid()[r..len])?;
+        }
         let md = file
             .metadata()
             .map_err(|e| RunError::io("stat of a shared-memory object", e))?;

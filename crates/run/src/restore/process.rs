@@ -7,11 +7,12 @@
 //! all by system calls injected into it.
 
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 
 use kioku_ckpt::Engine;
 use kioku_proc::{MapKind, Namespace, ThreadState, Tracee};
+use kioku_track::PageRange;
 
 use crate::capture::vdso_crc;
 use crate::error::{Result, RunError};
@@ -20,6 +21,8 @@ use crate::image::{unhex, Backing, ProcessImage, Vma};
 use crate::remote::{Remote, TracedRemote};
 use crate::shadow::ShadowSpace;
 use crate::sys;
+
+use super::lazy::{self, LazyFill, ProcSetup, Source};
 
 const ERESTARTSYS: i64 = 512;
 const ERESTARTNOINTR: i64 = 513;
@@ -40,22 +43,51 @@ pub(crate) struct Rebuild<'a> {
     pub fds: &'a FdTable,
     /// The threads as created (monitor's ids, in image order).
     pub tids: Vec<i32>,
+    /// Restore private anonymous memory by mapping (filled on first touch and in the
+    /// background by this fill) rather than writing it in.
+    pub lazy: Option<&'a LazyFill>,
+    /// Once handed to the fill: a duplicate of the process's userfaultfd and its lazy ranges.
+    pub lazy_ranges: Option<(OwnedFd, Vec<PageRange>)>,
 }
 
 /// Rebuilds the process's memory and what comes before its descriptors (left stopped, its
-/// inherited descriptors closed); the bytes written into it.
-pub(crate) fn rebuild_memory(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) -> Result<u64> {
+/// inherited descriptors closed); the bytes written into it and the bytes left to the lazy
+/// fill.
+pub(crate) fn rebuild_memory(
+    r: &mut Rebuild<'_>,
+    engine: &Engine<ShadowSpace>,
+) -> Result<(u64, u64)> {
     let t0 = std::time::Instant::now();
     r.move_channel()?;
     r.specials()?;
     r.mappings()?;
+    if let Some(fill) = r.lazy {
+        if let Some(setup) = r.setup_lazy(engine)? {
+            // Handed over at once: from here on the monitor's own accesses (an injected call's
+            // bytes on the stack) may touch memory not filled yet.
+            let fd = setup
+                .uffd
+                .try_clone()
+                .map_err(|e| RunError::io("duplicating a userfaultfd", e))?;
+            let ranges = setup.ranges.iter().map(|(r, _)| *r).collect();
+            fill.add(setup);
+            r.lazy_ranges = Some((fd, ranges));
+        }
+    }
     let t_map = t0.elapsed();
     let written = r.contents(engine)?;
+    let lazy: u64 = r
+        .lazy_ranges
+        .iter()
+        .flat_map(|(_, v)| v)
+        .map(|range| range.len() as u64)
+        .sum();
     tracing::debug!(
         pid = r.image.pid,
         layout_ms = t_map.as_secs_f64() * 1e3,
         contents_ms = (t0.elapsed() - t_map).as_secs_f64() * 1e3,
         written,
+        lazy,
         "memory rebuilt"
     );
     r.protections()?;
@@ -64,7 +96,7 @@ pub(crate) fn rebuild_memory(r: &mut Rebuild<'_>, engine: &Engine<ShadowSpace>) 
     let keep: Vec<i32> = r.channel.map(|(c, _)| c).into_iter().collect();
     crate::fds::close_unlisted(r.fds, r.image.pid, &r.remote(), &keep)?;
     r.sigactions()?;
-    Ok(written)
+    Ok((written, lazy))
 }
 
 /// After the tree's descriptors are in place: the threads (with their ids), their kernel state
@@ -79,15 +111,20 @@ pub(crate) fn rebuild_threads(r: &mut Rebuild<'_>) -> Result<()> {
     if crate::capture::verify_enabled() {
         // (Contents are compared at the next capture; the kernel may already have written
         // some, e.g. the rseq area's cpu number.)
+        // A mapping may be split where only part of it was registered with the lazy fill's
+        // userfaultfd (an area covers the parts of anonymous memory that hold pages): adjacent
+        // maps with the same rights together must cover it.
         let now = kioku_proc::read_maps(r.t.pid())?;
         for v in &r.image.vmas {
-            let ok = now.iter().any(|m| {
-                m.start <= v.start
-                    && v.end <= m.end
-                    && m.perms.read == v.read
-                    && m.perms.write == v.write
-                    && m.perms.exec == v.exec
-            });
+            let mut at = v.start;
+            for m in &now {
+                let same =
+                    m.perms.read == v.read && m.perms.write == v.write && m.perms.exec == v.exec;
+                if same && m.start <= at && at < m.end {
+                    at = m.end;
+                }
+            }
+            let ok = at >= v.end;
             if !ok {
                 tracing::error!(?v, "restored layout lacks this mapping");
             }
@@ -316,24 +353,210 @@ impl Rebuild<'_> {
         Ok(())
     }
 
-    /// Writes the captured pages that differ from what the fresh mapping shows.
+    /// Registers the captured private anonymous mappings with a userfaultfd of the process for
+    /// the lazy fill (`None`: the kernel or the process's rights do not allow it — such as a
+    /// userfaultfd that handles faults in the kernel's own accesses — so pages are written in).
+    fn setup_lazy(&mut self, engine: &Engine<ShadowSpace>) -> Result<Option<ProcSetup>> {
+        let (t, tid) = (self.t, self.tid);
+        let ps = kioku_track::page_size();
+        let remote = match t.userfaultfd(tid, libc::O_CLOEXEC | libc::O_NONBLOCK) {
+            Ok(fd) => fd,
+            Err(e) => {
+                tracing::info!(
+                    "restoring by writing pages in: no userfaultfd for process {} ({e})",
+                    self.image.pid
+                );
+                return Ok(None);
+            }
+        };
+        let taken = kioku_track::take_uffd_from(t.pid(), remote);
+        t.close(tid, remote)?;
+        let uffd = match taken {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::info!("restoring by writing pages in: {e}");
+                return Ok(None);
+            }
+        };
+        if let Err(e) = lazy::handshake(uffd.as_raw_fd()) {
+            tracing::info!("restoring by writing pages in: userfaultfd features refused ({e})");
+            return Ok(None);
+        }
+        let mut ranges = Vec::new();
+        for a in &self.image.areas {
+            let (Some(crcs), Some((valid_off, other_off))) = (
+                engine.page_checksums(&a.region),
+                engine.context_offsets(&a.region),
+            ) else {
+                continue;
+            };
+            let len = (crcs.len() * ps) as u64;
+            if len == 0 {
+                continue;
+            }
+            let medium = engine.pool().medium();
+            let map = |off| {
+                medium
+                    .map_range(std::ptr::null_mut(), off, len, false)
+                    .map_err(kioku_pool::PoolError::from)
+            };
+            let keep = std::sync::Arc::new([map(valid_off)?, map(other_off)?]);
+            let crcs: std::sync::Arc<[u32]> = crcs.into();
+            let data: [std::sync::Arc<[bool]>; 2] = [
+                engine.committed_data(&a.region).unwrap_or_default().into(),
+                engine.running_data(&a.region).unwrap_or_default().into(),
+            ];
+            for v in self.image.vmas.iter().filter(|v| {
+                v.captured
+                    && matches!(v.backing, Backing::Anonymous)
+                    && v.start < a.end
+                    && a.start < v.end
+            }) {
+                let lo = v.start.max(a.start);
+                let hi = v.end.min(a.end).min(a.start + crcs.len() * ps);
+                if lo >= hi {
+                    continue;
+                }
+                let range = PageRange::new(lo, hi);
+                if let Err(e) = lazy::register(uffd.as_raw_fd(), range) {
+                    // (Dropping the descriptor unregisters what was registered.)
+                    tracing::info!(?range, "restoring by writing pages in: registering for missing-page faults failed ({e})");
+                    return Ok(None);
+                }
+                let first = (lo - a.start) / ps;
+                ranges.push((
+                    range,
+                    Source {
+                        region: a.region.clone(),
+                        first_page: first,
+                        valid: keep[0].as_ptr() as usize + first * ps,
+                        other: keep[1].as_ptr() as usize + first * ps,
+                        crcs: crcs[first..].into(),
+                        data: [0, 1].map(|c| data[c].get(first..).unwrap_or(&[]).into()),
+                        _maps: keep.clone(),
+                    },
+                ));
+            }
+        }
+        Ok(Some(ProcSetup {
+            pid: t.pid(),
+            uffd,
+            ranges,
+        }))
+    }
+
+    /// Whether `page` is left to the lazy fill.
+    fn is_lazy(&self, page: usize) -> bool {
+        self.lazy_ranges
+            .as_ref()
+            .is_some_and(|(_, v)| v.iter().any(|r| r.start <= page && page < r.end))
+    }
+}
+
+/// The checkpoint's pages of one region, as a restore reads them: the valid context's after a
+/// full recovery; after a lazy one the valid context's checked against their checksums (the
+/// other context's when intact instead). Holes — pages a sparse section, or tmpfs, does not
+/// hold — are never read (reading one through a mapping fills it): they are zero pages.
+pub(crate) struct CheckpointPages<'e> {
+    name: &'e str,
+    valid: &'e [u8],
+    valid_data: Vec<bool>,
+    /// After a lazy recovery: the other context's bytes (the region's mapping), which pages
+    /// of it hold data, and the checkpoint's checksums.
+    check: Option<(&'e [u8], Vec<bool>, &'e [u32])>,
+    zero_crc: u32,
+}
+
+impl<'e> CheckpointPages<'e> {
+    /// Region `name` of `engine`, whose pages are `len` bytes at least.
+    pub fn of(engine: &'e Engine<ShadowSpace>, name: &'e str, len: usize) -> Result<Self> {
+        let short = || RunError::NotAProcessCheckpoint {
+            detail: format!("region {name} is shorter than its memory"),
+        };
+        let region = engine
+            .region(name)
+            .ok_or_else(|| RunError::NotAProcessCheckpoint {
+                detail: format!("image names region {name} which the pool lacks"),
+            })?;
+        let valid = engine.committed(name).unwrap_or(&[]);
+        if valid.len() < len || region.len < len {
+            return Err(short());
+        }
+        let ps = kioku_track::page_size();
+        let check = if engine.recovery_pending() {
+            // SAFETY: the region's mapping (its running context) is `region.len` readable
+            // bytes, alive with the engine; its holes are not read (`running_data`).
+            let other = unsafe { std::slice::from_raw_parts(region.addr as *const u8, region.len) };
+            let data = engine.running_data(name).unwrap_or_default();
+            let crcs = engine.page_checksums(name).unwrap_or(&[]);
+            if crcs.len() * ps < len {
+                return Err(short());
+            }
+            Some((other, data, crcs))
+        } else {
+            None
+        };
+        Ok(CheckpointPages {
+            name,
+            valid,
+            valid_data: engine.committed_data(name).unwrap_or_default(),
+            check,
+            zero_crc: crc32c::crc32c(&vec![0u8; ps]),
+        })
+    }
+
+    /// The valid context's bytes of the region (holes included: not to be read blindly).
+    pub fn valid(&self) -> &'e [u8] {
+        self.valid
+    }
+
+    /// Page `index`: its bytes, or `None` for a zero page (a hole, not read). Fails when a
+    /// lazily recovered page fails its checksum in both contexts.
+    pub fn page(&self, index: usize) -> Result<Option<&'e [u8]>> {
+        let ps = kioku_track::page_size();
+        let at = index * ps;
+        // A medium that cannot tell holes reports data everywhere (`data_map`).
+        let held = |data: &[bool]| data.get(index).copied().unwrap_or(true);
+        let Some((other, other_data, crcs)) = &self.check else {
+            return Ok(held(&self.valid_data).then(|| &self.valid[at..at + ps]));
+        };
+        let want = crcs[index];
+        for (bytes, data) in [(self.valid, &self.valid_data), (*other, other_data)] {
+            if !held(data) {
+                if want == self.zero_crc {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let Some(b) = bytes.get(at..at + ps) else {
+                continue;
+            };
+            if crc32c::crc32c(b) == want {
+                return Ok(Some(b));
+            }
+        }
+        Err(RunError::DamagedCheckpoint {
+            what: format!(
+                "page {index} of region {} fails its checksum in both contexts of the pool",
+                self.name
+            ),
+        })
+    }
+}
+
+impl Rebuild<'_> {
+    /// Writes the captured pages that differ from what the fresh mapping shows (except those
+    /// left to the lazy fill).
     fn contents(&mut self, engine: &Engine<ShadowSpace>) -> Result<u64> {
         let ps = kioku_track::page_size();
         let mut chunks: Vec<(usize, usize, usize)> = Vec::new();
         let mut open: HashMap<usize, std::fs::File> = HashMap::new();
         let mut filebuf = vec![0u8; ps];
+        let zero_page = vec![0u8; ps];
         for a in &self.image.areas {
-            let region =
-                engine
-                    .region(&a.region)
-                    .ok_or_else(|| RunError::NotAProcessCheckpoint {
-                        detail: format!("image names region {} which the pool lacks", a.region),
-                    })?;
-            if region.len < a.end - a.start {
-                return Err(RunError::NotAProcessCheckpoint {
-                    detail: format!("region {} is shorter than its area", a.region),
-                });
-            }
+            // The checkpoint's bytes (the valid context's: a sparse engine's running context is
+            // empty after a recovery), read only for pages not left to the lazy fill.
+            let mut pages: Option<CheckpointPages<'_>> = None;
             for v in self
                 .image
                 .vmas
@@ -343,10 +566,20 @@ impl Rebuild<'_> {
                 let lo = v.start.max(a.start);
                 let hi = v.end.min(a.end);
                 for page in (lo..hi).step_by(ps) {
-                    let local = region.addr + (page - a.start);
-                    // SAFETY: `local` is a page inside the engine's region mapping (checked
-                    // length above), readable for the engine's lifetime.
-                    let bytes = unsafe { std::slice::from_raw_parts(local as *const u8, ps) };
+                    if self.is_lazy(page) {
+                        continue;
+                    }
+                    if pages.is_none() {
+                        pages = Some(CheckpointPages::of(engine, &a.region, a.end - a.start)?);
+                    }
+                    let pages = pages.as_ref().expect("made just above");
+                    let bytes: &[u8] = match pages.page((page - a.start) / ps)? {
+                        Some(b) => b,
+                        // A hole: zero, as the fresh anonymous mapping shows.
+                        None if !matches!(v.backing, Backing::File { .. }) => continue,
+                        None => &zero_page[..],
+                    };
+                    let local = bytes.as_ptr() as usize;
                     let differs = match v.backing {
                         Backing::File { index, offset } => {
                             let f = match open.get(&index) {
