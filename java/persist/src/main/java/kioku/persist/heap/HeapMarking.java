@@ -2,6 +2,7 @@ package kioku.persist.heap;
 
 import java.util.ArrayList;
 import java.util.List;
+import kioku.persist.pool.ScanReads;
 
 /**
  * Marking of the replicas the roots (and the open undo logs) reach: for the GC, and at open,
@@ -58,6 +59,21 @@ final class HeapMarking {
    * is checked too; those holding one of its addresses (sorted) get their checks recomputed.
    */
   Marks mark(long[] touched) throws HeapException {
+    // At open nothing else reads or writes the heap: read it through a reader that does not
+    // keep the pages mapped. The GC reads the medium, as the program may be storing.
+    reads = touched != null ? space.medium.scanReads() : ScanReads.through(space.medium);
+    try {
+      return markFromRoots(touched);
+    } finally {
+      reads.close();
+      reads = null;
+    }
+  }
+
+  /** How {@link #mark} reads replicas. */
+  private ScanReads reads;
+
+  private Marks markFromRoots(long[] touched) throws HeapException {
     Marks live = new Marks(space);
     byId = new ClassTable.Descriptor[classes.size() + 1];
     for (int i = 1; i < byId.length; i++) byId[i] = classes.get(i);
@@ -78,7 +94,7 @@ final class HeapMarking {
       long size = checkedSize(addr, touched);
       boolean inWords = loaded;
       long[] w = words;
-      long header = inWords ? w[0] : space.getLong(addr);
+      long header = inWords ? w[0] : reads.getLong(space.off(addr));
       int cid = (int) header;
       long count = header >>> 32;
       ClassTable.Descriptor d = descriptor(cid);
@@ -94,14 +110,14 @@ final class HeapMarking {
         if (refs.length != count) throw PersistentHeap.damagedAt(addr, "has " + count + " words, its class " + refs.length);
         for (int i = 0; i < count; i++) {
           if (!refs[i]) continue;
-          long v = inWords ? w[3 + i] : space.getLong(body + 8L * i);
+          long v = inWords ? w[3 + i] : reads.getLong(space.off(body + 8L * i));
           if (v == 0) continue;
           if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
           stack[sp++] = v;
         }
       } else if (d.kind() == Layout.Kind.ARRAY && d.elementCode() == 'L') {
         for (long i = 0; i < count; i++) {
-          long v = inWords ? w[3 + (int) i] : space.getLong(body + 8L * i);
+          long v = inWords ? w[3 + (int) i] : reads.getLong(space.off(body + 8L * i));
           if (v == 0) continue;
           if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
           stack[sp++] = v;
@@ -120,7 +136,7 @@ final class HeapMarking {
   private long checkedSize(long addr, long[] touched) throws HeapException {
     loaded = false;
     for (int attempt = 0; ; attempt++) {
-      long header = space.getLong(addr);
+      long header = reads.getLong(space.off(addr));
       int cid = (int) header;
       long count = header >>> 32;
       ClassTable.Descriptor d = descriptor(cid);
@@ -174,7 +190,7 @@ final class HeapMarking {
     if (size > 8L * BUFFERED) return loaded = false;
     int n = (int) (size >>> 3);
     if (words.length < n) words = new long[Math.max(n, 2 * words.length)];
-    space.medium.getLongs(space.off(addr), words, 0, n);
+    reads.getLongs(space.off(addr), words, 0, n);
     return loaded = true;
   }
 
