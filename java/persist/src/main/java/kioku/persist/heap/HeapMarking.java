@@ -161,7 +161,8 @@ final class HeapMarking {
         space.flush(addr + ReplicaCheck.S1, 16);
         return size;
       }
-      if (load(addr, size) && words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))) {
+      if (load(addr, size) ? words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))
+          : holdsLarge(addr, size, header)) {
         return size;
       }
       loaded = false; // a repair below may change words: the caller reads the medium
@@ -183,6 +184,40 @@ final class HeapMarking {
           throw PersistentHeap.damagedAt(addr, "fails its check words (more than one word differs)");
       }
     }
+  }
+
+  /**
+   * Whether the check words of a replica too large for {@link #words} hold, read in runs of
+   * {@link #BUFFERED} words through {@link #reads} (the fast path of {@link
+   * ReplicaCheck#verify}, which a replica that fails it must still go through).
+   */
+  private boolean holdsLarge(long addr, long size, long header) {
+    long off = space.off(addr);
+    long n = size >>> 3;
+    if (words.length < BUFFERED) words = new long[BUFFERED];
+    long[] w = words;
+    long s1 = 0;
+    long s2 = 0;
+    long checks1 = 0;
+    long checks2 = 0;
+    for (long from = 0; from < n; from += BUFFERED) {
+      int len = (int) Math.min(BUFFERED, n - from);
+      reads.getLongs(off + 8 * from, w, 0, len);
+      for (int i = 0; i < len; i++) {
+        long p = from + i;
+        long x = w[i];
+        if (p == 1) {
+          checks1 = x;
+        } else if (p == 2) {
+          checks2 = x;
+        } else {
+          if (p == 0 && x != header) return false;
+          s1 ^= x;
+          s2 += ReplicaCheck.weight(p) * x;
+        }
+      }
+    }
+    return s1 == checks1 && s2 == checks2;
   }
 
   /** Reads a replica that fits in {@link #words} (size checked against the space already). */

@@ -99,12 +99,19 @@ final class WindowedScan implements ScanReads {
 
   @Override
   public void getLongs(long off, long[] dst, int dstOff, int n) {
-    ByteBuffer b = (off & 7) == 0 ? window(off, 8L * n) : null;
-    if (b == null) {
-      for (int i = 0; i < n; i++) dst[dstOff + i] = getLong(off + 8L * i);
-      return;
+    while (n > 0) {
+      // The words up to the end of the window holding off (all, if they fit).
+      int k = (int) Math.min(n, (SIZE - (off & MASK)) >>> 3);
+      ByteBuffer b = (off & 7) == 0 && k > 0 ? window(off, 8L * k) : null;
+      if (b == null) {
+        for (int i = 0; i < n; i++) dst[dstOff + i] = getLong(off + 8L * i);
+        return;
+      }
+      views[(int) (off >>> SHIFT)].get((int) ((off & MASK) >>> 3), dst, dstOff, k);
+      off += 8L * k;
+      dstOff += k;
+      n -= k;
     }
-    views[(int) (off >>> SHIFT)].get((int) ((off & MASK) >>> 3), dst, dstOff, n);
   }
 
   @Override
@@ -127,12 +134,18 @@ final class WindowedScan implements ScanReads {
 
   @Override
   public void get(long off, byte[] dst, int dstOff, int len) {
-    ByteBuffer b = len > 0 ? window(off, len) : null;
-    if (b == null) {
-      medium.get(off, dst, dstOff, len);
-      return;
+    while (len > 0) {
+      int k = (int) Math.min(len, SIZE - (off & MASK)); // up to the end of off's window
+      ByteBuffer b = window(off, k);
+      if (b == null) {
+        medium.get(off, dst, dstOff, len);
+        return;
+      }
+      b.get((int) (off & MASK), dst, dstOff, k);
+      off += k;
+      dstOff += k;
+      len -= k;
     }
-    b.get((int) (off & MASK), dst, dstOff, len);
   }
 
   @Override
