@@ -311,7 +311,8 @@ final class HeapRecovery {
         }
       case CANONICAL:
         {
-          Object c = Canonicals.resolve(r.d.name(), count > 0 ? medium.getLong(space.off(body)) : 0, this::loadOrNull);
+          long value = count > 0 ? medium.getLong(space.off(body)) : 0;
+          Object c = Canonicals.resolve(r.d.name(), value, this::loadOrNull);
           if (c == null) {
             throw incompatible("this JVM has no shared instance " + r.d.name());
           }

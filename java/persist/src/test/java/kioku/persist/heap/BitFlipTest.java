@@ -204,7 +204,8 @@ class BitFlipTest {
       byte[] flipped = image.clone();
       flipped[(int) (at + 8 * p + 5)] ^= 0x10;
       PersistentHeap opened = HeapHarness.open(SimMedium.fromImage(flipped));
-      assertTrue(java.util.Arrays.equals(big, (long[]) HeapHarness.recoveredRoot(opened)), "word " + p);
+      long[] got = (long[]) HeapHarness.recoveredRoot(opened);
+      assertTrue(java.util.Arrays.equals(big, got), "word " + p);
       assertEquals(1, opened.stats().repairedAtOpen(), "word " + p);
     }
     byte[] twice = image.clone();

@@ -83,8 +83,8 @@ class ProgramPowerCutIT {
     }
     // The last cut's image, recovered and checked.
     checkedStart(prog, agent, seed, starts, acknowledged, out, err);
-    System.out.println(prog.name + ": " + cut + " power cuts in " + (starts - 2) + " starts (cut at/of"
-        + " points:" + drawn + "), every image recovered consistent");
+    System.out.println(prog.name + ": " + cut + " power cuts in " + (starts - 2)
+        + " starts (cut at/of points:" + drawn + "), every image recovered consistent");
   }
 
   /**
