@@ -2,6 +2,7 @@ package kioku.persist.heap;
 
 import java.util.ArrayList;
 import java.util.List;
+import kioku.persist.pool.ScanReads;
 
 /**
  * Marking of the replicas the roots (and the open undo logs) reach: for the GC, and at open,
@@ -58,6 +59,21 @@ final class HeapMarking {
    * is checked too; those holding one of its addresses (sorted) get their checks recomputed.
    */
   Marks mark(long[] touched) throws HeapException {
+    // At open nothing else reads or writes the heap: read it through a reader that does not
+    // keep the pages mapped. The GC reads the medium, as the program may be storing.
+    reads = touched != null ? space.medium.scanReads() : ScanReads.through(space.medium);
+    try {
+      return markFromRoots(touched);
+    } finally {
+      reads.close();
+      reads = null;
+    }
+  }
+
+  /** How {@link #mark} reads replicas. */
+  private ScanReads reads;
+
+  private Marks markFromRoots(long[] touched) throws HeapException {
     Marks live = new Marks(space);
     byId = new ClassTable.Descriptor[classes.size() + 1];
     for (int i = 1; i < byId.length; i++) byId[i] = classes.get(i);
@@ -78,7 +94,7 @@ final class HeapMarking {
       long size = checkedSize(addr, touched);
       boolean inWords = loaded;
       long[] w = words;
-      long header = inWords ? w[0] : space.getLong(addr);
+      long header = inWords ? w[0] : reads.getLong(space.off(addr));
       int cid = (int) header;
       long count = header >>> 32;
       ClassTable.Descriptor d = descriptor(cid);
@@ -94,14 +110,14 @@ final class HeapMarking {
         if (refs.length != count) throw PersistentHeap.damagedAt(addr, "has " + count + " words, its class " + refs.length);
         for (int i = 0; i < count; i++) {
           if (!refs[i]) continue;
-          long v = inWords ? w[3 + i] : space.getLong(body + 8L * i);
+          long v = inWords ? w[3 + i] : reads.getLong(space.off(body + 8L * i));
           if (v == 0) continue;
           if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
           stack[sp++] = v;
         }
       } else if (d.kind() == Layout.Kind.ARRAY && d.elementCode() == 'L') {
         for (long i = 0; i < count; i++) {
-          long v = inWords ? w[3 + (int) i] : space.getLong(body + 8L * i);
+          long v = inWords ? w[3 + (int) i] : reads.getLong(space.off(body + 8L * i));
           if (v == 0) continue;
           if (sp == stack.length) stack = java.util.Arrays.copyOf(stack, sp * 2);
           stack[sp++] = v;
@@ -120,7 +136,7 @@ final class HeapMarking {
   private long checkedSize(long addr, long[] touched) throws HeapException {
     loaded = false;
     for (int attempt = 0; ; attempt++) {
-      long header = space.getLong(addr);
+      long header = reads.getLong(space.off(addr));
       int cid = (int) header;
       long count = header >>> 32;
       ClassTable.Descriptor d = descriptor(cid);
@@ -145,7 +161,8 @@ final class HeapMarking {
         space.flush(addr + ReplicaCheck.S1, 16);
         return size;
       }
-      if (load(addr, size) && words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))) {
+      if (load(addr, size) ? words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))
+          : holdsLarge(addr, size, header)) {
         return size;
       }
       loaded = false; // a repair below may change words: the caller reads the medium
@@ -169,12 +186,46 @@ final class HeapMarking {
     }
   }
 
+  /**
+   * Whether the check words of a replica too large for {@link #words} hold, read in runs of
+   * {@link #BUFFERED} words through {@link #reads} (the fast path of {@link
+   * ReplicaCheck#verify}, which a replica that fails it must still go through).
+   */
+  private boolean holdsLarge(long addr, long size, long header) {
+    long off = space.off(addr);
+    long n = size >>> 3;
+    if (words.length < BUFFERED) words = new long[BUFFERED];
+    long[] w = words;
+    long s1 = 0;
+    long s2 = 0;
+    long checks1 = 0;
+    long checks2 = 0;
+    for (long from = 0; from < n; from += BUFFERED) {
+      int len = (int) Math.min(BUFFERED, n - from);
+      reads.getLongs(off + 8 * from, w, 0, len);
+      for (int i = 0; i < len; i++) {
+        long p = from + i;
+        long x = w[i];
+        if (p == 1) {
+          checks1 = x;
+        } else if (p == 2) {
+          checks2 = x;
+        } else {
+          if (p == 0 && x != header) return false;
+          s1 ^= x;
+          s2 += ReplicaCheck.weight(p) * x;
+        }
+      }
+    }
+    return s1 == checks1 && s2 == checks2;
+  }
+
   /** Reads a replica that fits in {@link #words} (size checked against the space already). */
   private boolean load(long addr, long size) {
     if (size > 8L * BUFFERED) return loaded = false;
     int n = (int) (size >>> 3);
     if (words.length < n) words = new long[Math.max(n, 2 * words.length)];
-    space.medium.getLongs(space.off(addr), words, 0, n);
+    reads.getLongs(space.off(addr), words, 0, n);
     return loaded = true;
   }
 

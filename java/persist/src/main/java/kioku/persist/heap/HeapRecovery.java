@@ -5,7 +5,7 @@ import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import kioku.persist.pool.Medium;
+import kioku.persist.pool.ScanReads;
 
 /**
  * Rebuilds the DRAM objects of every replica reachable from the roots (the thesis's recovery):
@@ -18,7 +18,8 @@ final class HeapRecovery {
   private final PersistentHeap heap;
   private final ClassLoader first;
   private final HeapSpace space;
-  private final Medium medium;
+  /** Reads the replicas: its own mappings, unmapped as it moves on (see {@link ScanReads}). */
+  private ScanReads medium;
   private final Marks live;
   private Resolved[] resolved = new Resolved[16]; // by class id
   private final Progress progress;
@@ -42,18 +43,30 @@ final class HeapRecovery {
     this.heap = heap;
     this.first = first;
     this.space = heap.space();
-    this.medium = space.medium;
     this.live = live;
     this.progress = new Progress("recovering");
   }
 
   /**
-   * Rebuilds every replica the marks found, in address order; returns each root's graph. Two
-   * passes over the replicas: create (and adopt: a fresh object takes its replica word as it
-   * is made), then fill; shared instances and objects of changed classes are adopted or
-   * moved after the fill.
+   * Rebuilds every replica the marks found, in address order; returns each root's graph. One
+   * pass over the replicas: each object is created (and adopted: a fresh object takes its
+   * replica word as it is made) when first needed, and filled in address order; shared
+   * instances and objects of changed classes are adopted or moved after the fill.
    */
   Map<String, Object> run() throws HeapException {
+    medium = space.medium.scanReads();
+    try {
+      return rebuild();
+    } finally {
+      medium.close();
+    }
+  }
+
+  private long header(long addr) {
+    return medium.getLong(space.off(addr));
+  }
+
+  private Map<String, Object> rebuild() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
     // Hash tables, whose buckets may need rebuilding (identity hashes differ in this JVM):
@@ -62,32 +75,26 @@ final class HeapRecovery {
     heap.beginAdoption(total);
     java.util.IdentityHashMap<Object, Boolean> stale;
     try {
-      Later later = new Later();
+      later = new Later();
+      this.tables = tables;
+      this.objects = objects;
+      // One pass in address order: each replica's object is made when the pass or a reference
+      // to it first needs it, then filled (a reference to a replica further on makes its object
+      // early; one already passed was made).
       live.forEach(
           (i, addr) -> {
-            long header = space.getLong(addr);
+            long header = header(addr);
             Resolved r = resolve((int) header);
-            Object o = create(addr, header, r);
-            objects[i] = o;
-            if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
-            Layout.Kind k = r.d.kind();
-            if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
-              later.add(i, addr);
-            } else {
-              heap.adopt(o, addr); // a new object: nothing else can see it yet
-            }
-            progress.tick(i, 2L * total);
-          });
-      live.forEach(
-          (i, addr) -> {
-            fill(addr, objects[i], resolved[(int) space.getLong(addr)], objects);
-            progress.tick(total + (long) i, 2L * total);
+            Object o = objects[i];
+            if (o == null) o = make(i, addr, header, r);
+            fill(addr, o, r);
+            progress.tick(i, total);
           });
       stale = new java.util.IdentityHashMap<>();
       for (int j = 0; j < later.count; j++) {
         long addr = later.addrs[j];
         Object o = objects[later.indexes[j]];
-        Resolved r = resolved[(int) space.getLong(addr)];
+        Resolved r = resolved[(int) header(addr)];
         if (r.stale) {
           stale.put(o, Boolean.TRUE);
           // An enum constant is the running one: its added fields are initialized already.
@@ -101,6 +108,8 @@ final class HeapRecovery {
       throw e;
     }
     heap.endAdoption();
+    this.objects = null;
+    this.tables = null;
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
@@ -113,6 +122,38 @@ final class HeapRecovery {
     List<Object> concurrentMaps = ConcurrentMaps.needing(candidates);
     if (!rehash.isEmpty() || !concurrentMaps.isEmpty()) heap.rehash(rehash, concurrentMaps);
     return roots;
+  }
+
+  /** Replicas adopted after the fill: see {@link #run}. */
+  private Later later;
+
+  /** Hash tables, whose buckets may need rebuilding: listed as they are made. */
+  private List<Object> tables;
+
+  /** The objects made so far, by replica number ({@link Marks#index}). */
+  private Object[] objects;
+
+  /** Makes (and adopts, or lists for later) the object of replica number {@code i}. */
+  private Object make(int i, long addr, long header, Resolved r) throws HeapException {
+    Object o = create(addr, header, r);
+    objects[i] = o;
+    if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
+    Layout.Kind k = r.d.kind();
+    if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
+      later.add(i, addr);
+    } else {
+      heap.adopt(o, addr); // a new object: nothing else can see it yet
+    }
+    return o;
+  }
+
+  /** The object of the replica at {@code v} (non-zero), made now if not yet. */
+  private Object object(long v) throws HeapException {
+    int j = live.index(v);
+    Object o = objects[j];
+    if (o != null) return o;
+    long header = header(v);
+    return make(j, v, header, resolve((int) header));
   }
 
   /** Replicas adopted after the fill: shared instances, objects of changed classes. */
@@ -254,7 +295,7 @@ final class HeapRecovery {
         }
       case ENUM:
         {
-          long ordinal = space.getLong(body);
+          long ordinal = medium.getLong(space.off(body));
           if (ordinal < 0 || ordinal >= r.constants.length) {
             throw new HeapException(
                 HeapException.Reason.DAMAGED,
@@ -270,7 +311,8 @@ final class HeapRecovery {
         }
       case CANONICAL:
         {
-          Object c = Canonicals.resolve(r.d.name(), count > 0 ? space.getLong(body) : 0, this::loadOrNull);
+          long value = count > 0 ? medium.getLong(space.off(body)) : 0;
+          Object c = Canonicals.resolve(r.d.name(), value, this::loadOrNull);
           if (c == null) {
             throw incompatible("this JVM has no shared instance " + r.d.name());
           }
@@ -289,7 +331,7 @@ final class HeapRecovery {
   /** Arrays up to this many bytes are read element by element (no temporary buffer). */
   private static final int SMALL_ARRAY = 256;
 
-  private void fill(long addr, Object o, Resolved r, Object[] objects) {
+  private void fill(long addr, Object o, Resolved r) throws HeapException {
     long body = addr + HeapFormat.HEADER;
     switch (r.d.kind()) {
       case OBJECT, ENUM -> {
@@ -303,7 +345,7 @@ final class HeapRecovery {
           Layout.Slot s = slots[map[j]];
           long v = w[j];
           if (s.code() == 'L') {
-            Unsafes.U.putObject(o, s.offset(), v == 0 ? null : objects[live.index(v)]);
+            Unsafes.U.putObject(o, s.offset(), v == 0 ? null : object(v));
           } else {
             Layout.writeBits(o, s, v);
           }
@@ -317,7 +359,7 @@ final class HeapRecovery {
           Object[] a = (Object[]) o;
           for (int i = 0; i < n; i++) {
             long v = medium.getLong(at + 8L * i);
-            a[i] = v == 0 ? null : objects[live.index(v)];
+            a[i] = v == 0 ? null : object(v);
           }
           return;
         }

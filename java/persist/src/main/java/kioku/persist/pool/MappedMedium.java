@@ -153,6 +153,12 @@ abstract class MappedMedium implements Medium {
     for (int i = 0; i < n; i++) dst[dstOff + i] = getLong(off + 8L * i);
   }
 
+  /** Its own read-only mappings of small windows, unmapped as it moves on. */
+  @Override
+  public final ScanReads scanReads() {
+    return new WindowedScan(this, channel, length);
+  }
+
   @Override
   public final void putLong(long off, long value) {
     windows[(int) (off >>> shift)].putLong((int) (off & mask), value);

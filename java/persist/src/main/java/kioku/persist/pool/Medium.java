@@ -42,6 +42,14 @@ public interface Medium extends AutoCloseable {
 
   void get(long off, byte[] dst, int dstOff, int len);
 
+  /**
+   * A reader for one thread passing over the pool (recovery), whose pages need not stay
+   * mapped: see {@link ScanReads}. By default it reads through this medium.
+   */
+  default ScanReads scanReads() {
+    return ScanReads.through(this);
+  }
+
   void put(long off, byte[] src, int srcOff, int len);
 
   /** Start writing back {@code [off, off+len)}; unordered until {@link #drain}. */

@@ -1,6 +1,7 @@
 package kioku.persist.heap;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -186,5 +187,31 @@ class BitFlipTest {
     Node r = (Node) HeapHarness.recoveredRoot(again);
     assertTrue(r.value == -7 || r.value == 99, "value " + r.value);
     assertEquals(1, again.stats().repairedAtOpen());
+  }
+
+  @Test
+  void aReplicaLargerThanOneReadIsCheckedWhole() throws Exception {
+    // A long[5000] (40 KB) is checked at open in runs of words, not in one read: one flipped
+    // bit anywhere in it is repaired, two wrong words are refused.
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    long[] big = new long[5000];
+    for (int i = 0; i < big.length; i++) big[i] = i * 0x9E3779B97F4A7C15L;
+    HeapHarness.setRoot(h, big);
+    long at = h.space().off(PersistentHeap.addressOf(h.word(big)));
+    byte[] image = m.crash(CrashMode.DRAINED_ONLY);
+    for (long p : new long[] {1, 2, 3, 4095, 4096, 4097, 5002}) { // checks, body across runs, last
+      byte[] flipped = image.clone();
+      flipped[(int) (at + 8 * p + 5)] ^= 0x10;
+      PersistentHeap opened = HeapHarness.open(SimMedium.fromImage(flipped));
+      long[] got = (long[]) HeapHarness.recoveredRoot(opened);
+      assertTrue(java.util.Arrays.equals(big, got), "word " + p);
+      assertEquals(1, opened.stats().repairedAtOpen(), "word " + p);
+    }
+    byte[] twice = image.clone();
+    twice[(int) (at + 8 * 3)] ^= 1;
+    twice[(int) (at + 8 * 4500)] ^= 8; // another bit: the same bit in two words cancels in S1
+    Exception e = assertThrows(Exception.class, () -> HeapHarness.open(SimMedium.fromImage(twice)));
+    assertTrue(e.getMessage().contains("damaged"), e.getMessage());
   }
 }

@@ -89,6 +89,61 @@ class MediaTest {
     TestSupport.expect(PoolException.Reason.NOT_TMPFS, () -> new ShmMedium(onDisk));
   }
 
+  /**
+   * A scan reader (recovery's) reads what the medium holds through its own 4 MiB windows, at
+   * most 8 mapped at once: across more windows than that, back and forth, in words, runs of
+   * words straddling a window's end, bytes, and stores made through the medium after it
+   * mapped a window; and it leaves the pages it read unmapped (the process's shared RSS falls
+   * back when it moves on and when it closes).
+   */
+  @Test
+  void scanReadsSeeTheMediumThroughWindowsItUnmaps() throws Exception {
+    int len = 48 << 20; // 12 windows
+    Path f = file(shmDir(), "scan.bin", len);
+    try (Medium m = Media.open(f, MediumChoice.SHM)) {
+      for (long off = 0; off < len; off += 8) m.putLong(off, off * 0x9E3779B97F4A7C15L);
+      long before = rssShmemKiB();
+      ScanReads r = m.scanReads();
+      long[] got = new long[64];
+      long[] want = new long[64];
+      for (long off = 0; off < len; off += 4096) { // every page, so every window
+        assertEquals(m.getLong(off), r.getLong(off), "word at " + off);
+      }
+      long afterPass = rssShmemKiB();
+      for (long off : new long[] {(4L << 20) - 256, 0, (44L << 20) - 8, len - 512}) {
+        r.getLongs(off, got, 0, 64); // the first and third straddle a window's end
+        m.getLongs(off, want, 0, 64);
+        assertArrayEquals(want, got, "words from " + off);
+        assertEquals(m.getInt(off + 4), r.getInt(off + 4));
+        assertEquals(m.getShort(off + 2), r.getShort(off + 2));
+        assertEquals(m.getByte(off + 7), r.getByte(off + 7));
+        byte[] a = new byte[300];
+        byte[] b = new byte[300];
+        r.get(off + 3, a, 0, 300);
+        m.get(off + 3, b, 0, 300);
+        assertArrayEquals(b, a, "bytes from " + (off + 3));
+      }
+      m.putLong(len - 512, 42); // its window is mapped now: the store shows through it
+      assertEquals(42, r.getLong(len - 512));
+      r.close();
+      long afterClose = rssShmemKiB();
+      if (before >= 0) {
+        // 48 MiB read, at most 8 windows of 4 MiB mapped at a time (the medium's own mapping
+        // was filled before `before`).
+        assertTrue(afterPass - before <= 33 << 10, before + " -> " + afterPass + " KiB");
+        assertTrue(afterClose - before <= 1 << 10, before + " -> " + afterClose + " KiB");
+      }
+    }
+  }
+
+  /** The process's resident pages of shared memory (tmpfs mappings), or -1 if not shown. */
+  private static long rssShmemKiB() throws IOException {
+    for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
+      if (line.startsWith("RssShmem:")) return Long.parseLong(line.replaceAll("[^0-9]", ""));
+    }
+    return -1;
+  }
+
   @Test
   void daxIsRefusedCleanlyWithoutPmem() throws Exception {
     for (Path d : new Path[] {dir, shmDir()}) {
