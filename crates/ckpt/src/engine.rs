@@ -617,7 +617,7 @@ impl<S: AddressSpace> Engine<S> {
             // Verifying and syncing read both contexts through the pool's mapping: let go of
             // those pages, or the process keeps them all as resident memory (twice the regions,
             // besides the regions' own mappings of the running context).
-            release_pool_mapping(&pool)?;
+            release_pool_mapping_or_log(&pool);
             (repaired, damaged, synced)
         };
         let used_copy = repaired_pages > 0;
@@ -691,7 +691,7 @@ impl<S: AddressSpace> Engine<S> {
             lazy.meta_crc,
             lazy.meta_damaged,
         )?;
-        release_pool_mapping(&self.pool)?;
+        release_pool_mapping_or_log(&self.pool);
         tracing::debug!(repaired, synced, "lazy recovery finished");
         Ok(synced)
     }
@@ -1462,7 +1462,7 @@ impl<S: AddressSpace> Engine<S> {
             // (the regions' own mappings are the program's memory and stay).
             self.pool_touched += 2 * p.dirty_pages * self.page;
             if self.pool_touched > MAPPED_BUDGET {
-                release_pool_mapping(&self.pool)?;
+                release_pool_mapping_or_log(&self.pool);
                 self.pool_touched = 0;
             }
         }
@@ -2058,6 +2058,14 @@ fn release_pool_mapping(pool: &Pool) -> Result<()> {
         pool.release_pages(data_off, len - data_off)?;
     }
     Ok(())
+}
+
+/// [`release_pool_mapping`] where it only saves memory (a dense engine's): a medium whose
+/// mapping refuses `MADV_DONTNEED` keeps its pages mapped, and nothing fails for it.
+fn release_pool_mapping_or_log(pool: &Pool) {
+    if let Err(e) = release_pool_mapping(pool) {
+        tracing::debug!("pool pages stay mapped: {e}");
+    }
 }
 
 /// Bytes of pool pages (any shared file pages) this process has mapped (`/proc/self/statm`).
