@@ -93,7 +93,6 @@ soak-cache: deps
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
 	  $(CARGO) test -q -p kioku-cache --test hot_placement || exit 1; \
 	done
-	$(CARGO) test -p kioku-cache --test robustness -- --ignored
 
 # Coverage-guided fuzzing (libFuzzer, stable toolchain) of every parser of untrusted bytes,
 # FUZZ_SECS per target, growing fuzz/corpus/; `make test` replays the corpora and regressions

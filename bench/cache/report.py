@@ -39,7 +39,8 @@ def restart_section(r):
     ]
     for run in k["runs"]:
         what = "kioku-cache, SIGKILL" + (
-            " (first restart after the checkpoint)" if run["round"] == 1 else " (again)")
+            " (pool evicted from the page cache first)" if run.get("cold")
+            else " (first restart after the checkpoint)" if run["round"] == 1 else " (again)")
         out.append(f"| {what} | {run['startup_s']:.2f} | {run['cpu_s']:.2f} | "
                    f"{run['curr_items']:,} | {run['loadavg']:.1f} |")
     for key, what in [("clean", "memcached -e, clean shutdown (SIGUSR1)"),
@@ -72,13 +73,14 @@ def load_section(d):
     thp = "memcached (THP always)"
     out = [
         f"### Throughput and memory: {d['items']:,} items of {d['size']} bytes, memtier_benchmark "
-        f"zipf 0.99, {d['clients']} connections, {d['secs']} s per workload, server `-t "
-        f"{d['threads']}`",
+        f"zipf 0.99, {d.get('client_threads', 1)} client thread(s) × {d['clients']} "
+        f"connections, {d['secs']} s per workload, server `-t {d['threads']}`",
         "",
         "YCSB workload C = 100 % get; 95/5 = 1 set per 19 gets. Server CPU µs/op = the "
         "server's CPU time (user + system) during the workload over the requests served: on a "
         "machine this loaded it is the steadier measure of the server's own cost (throughput "
-        "is bounded by the one-thread client and by whatever else runs). Each configuration ran "
+        "is bounded by the client, which shares the 2 cores, and by whatever else runs). Each "
+        "configuration ran "
         f"{len(by[configs[0]])} time(s), in turn with the others; figures are medians. "
         "RSS is the server's VmRSS after loading and at the end; huge = its memory mapped by "
         "huge pages at the end.",
@@ -158,11 +160,13 @@ def main():
     body = ["## kioku-cache against memcached", ""]
     cmd = []
     if (RES / "load.json").exists():
-        body += load_section(json.loads((RES / "load.json").read_text())) + [""]
-        cmd.append("python3 bench/cache/run.py load")
+        d = json.loads((RES / "load.json").read_text())
+        body += load_section(d) + [""]
+        cmd.append(d.get("command", "python3 bench/cache/run.py load"))
     if (RES / "restart.json").exists():
-        body += restart_section(json.loads((RES / "restart.json").read_text())) + [""]
-        cmd.append("python3 bench/cache/run.py restart")
+        d = json.loads((RES / "restart.json").read_text())
+        body += restart_section(d) + [""]
+        cmd.append(d.get("command", "python3 bench/cache/run.py restart"))
     cmd.append("python3 bench/cache/run.py report")
     body += [
         "Produced by (release build, memtier_benchmark built from its sources outside the "

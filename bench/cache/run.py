@@ -15,6 +15,8 @@ it from its sources outside the repository and give its path in MEMTIER (default
 """
 import argparse
 import json
+import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -47,8 +49,17 @@ def kioku_restart(pool, items, size, mem, rounds):
     first_ckpt_ms = int(srv.stats()["checkpoint_last_us"]) / 1000
     port = srv.port
     runs = []
-    for r in range(rounds):
+    # The last round restarts with the pool evicted from the page cache first, as after a
+    # reboot or a power cut (on tmpfs there is nothing to evict: that round is like the others).
+    for r in range(rounds + 1):
+        cold = r == rounds
         srv.stop(signal.SIGKILL)
+        if cold:
+            fd = os.open(pool, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
         la = cb.loadavg()
         srv = cb.Server("kioku", mem, 2, ["--pool", str(pool), "--checkpoint-interval", "0"],
                         port=port)
@@ -60,6 +71,7 @@ def kioku_restart(pool, items, size, mem, rounds):
         epoch = wait_stat(srv, "checkpoint_epoch", lambda v: v >= 2 + r)
         runs.append({
             "round": r + 1,
+            "cold": cold,
             "startup_s": srv.startup,
             "cpu_s": cpu,
             "restored_items": int(st["restored_items"]),
@@ -116,6 +128,11 @@ def memcached_restart(memfile, items, size, mem):
     return out
 
 
+def command():
+    """This run's command line, for the report."""
+    return "python3 bench/cache/run.py " + " ".join(shlex.quote(x) for x in sys.argv[1:])
+
+
 def cmd_restart(a):
     OUT.mkdir(parents=True, exist_ok=True)
     scratch = Path(a.dir) if a.dir else Path(tempfile.mkdtemp(prefix="kioku-cache-bench-"))
@@ -125,6 +142,7 @@ def cmd_restart(a):
     memfile = Path("/dev/shm") / f"kioku-bench-memcached-{time.time_ns()}"
     try:
         res = {
+            "command": command(),
             "items": a.items, "size": a.size, "mem_mb": a.mem,
             "kioku": kioku_restart(pool, a.items, a.size, a.mem, a.rounds),
             "memcached": memcached_restart(memfile, a.items, a.size, a.mem),
@@ -177,7 +195,8 @@ def one_load(name, kind, extra, thp, a):
                 cpu0 = srv.cpu_s()
                 cb.memtier(srv.port, ratio, "--key-pattern=Z:Z", "--key-zipf-exp=0.99",
                            "--key-minimum=1", f"--key-maximum={a.items}",
-                           f"--data-size={a.size}", f"--test-time={a.secs}", "-t", "1",
+                           f"--data-size={a.size}", f"--test-time={a.secs}",
+                           "-t", str(a.client_threads),
                            "-c", str(a.clients), "--pipeline=1", "--distinct-client-seed",
                            json_out=js)
                 cpu = srv.cpu_s() - cpu0
@@ -211,13 +230,19 @@ def one_load(name, kind, extra, thp, a):
 def cmd_load(a):
     OUT.mkdir(parents=True, exist_ok=True)
     results = []
-    order = list(CONFIGS) * a.repeat
+    names = [n.strip() for n in a.configs.split(",")] if a.configs else list(CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
+    order = names * a.repeat
     for name in order:
         kind, extra, thp = CONFIGS[name]
         results.append(one_load(name, kind, extra, thp, a))
     (OUT / "load.json").write_text(json.dumps(
-        {"items": a.items, "size": a.size, "mem_mb": a.mem, "threads": a.threads,
-         "clients": a.clients, "secs": a.secs, "runs": results}, indent=1))
+        {"command": command(),
+         "items": a.items, "size": a.size, "mem_mb": a.mem, "threads": a.threads,
+         "clients": a.clients, "client_threads": a.client_threads, "secs": a.secs,
+         "runs": results}, indent=1))
 
 
 def main():
@@ -239,6 +264,9 @@ def main():
     ld.add_argument("--clients", type=int, default=8)
     ld.add_argument("--secs", type=int, default=10)
     ld.add_argument("--repeat", type=int, default=3)
+    ld.add_argument("--client-threads", type=int, default=2,
+                    help="memtier threads (each with --clients connections)")
+    ld.add_argument("--configs", help="comma-separated subset of the configurations")
     ld.set_defaults(func=cmd_load)
     rp = sub.add_parser("report")
     rp.set_defaults(func=lambda a: __import__("report").main())

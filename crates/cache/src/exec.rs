@@ -1,7 +1,7 @@
 //! Carrying out one parsed request on the cache and writing memcached's reply.
 
 use std::io::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -46,6 +46,14 @@ pub struct ConnCounters {
     pub total: AtomicU64,
     /// Connections refused over `-c`.
     pub rejected: AtomicU64,
+    /// Times the server stopped accepting because it ran out of descriptors (memcached's
+    /// `listen_disabled_num`).
+    pub listen_disabled: AtomicU64,
+    /// Microseconds spent not accepting, for want of descriptors (memcached's
+    /// `time_in_listen_disabled_us`; the current stretch counts once it ends).
+    pub listen_disabled_us: AtomicU64,
+    /// Not accepting now, for want of descriptors (memcached's `accepting_conns` is its negation).
+    pub listen_paused: AtomicBool,
 }
 
 /// The cache: the item store behind its lock, the settings and counters.
@@ -719,6 +727,18 @@ impl Cache {
                 stat(
                     "rejected_connections",
                     &self.conns.rejected.load(Ordering::Relaxed),
+                );
+                stat(
+                    "accepting_conns",
+                    &u8::from(!self.conns.listen_paused.load(Ordering::Relaxed)),
+                );
+                stat(
+                    "listen_disabled_num",
+                    &self.conns.listen_disabled.load(Ordering::Relaxed),
+                );
+                stat(
+                    "time_in_listen_disabled_us",
+                    &self.conns.listen_disabled_us.load(Ordering::Relaxed),
                 );
                 stat("cmd_get", &c.cmd_get);
                 stat("cmd_set", &c.cmd_set);

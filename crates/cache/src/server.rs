@@ -46,6 +46,10 @@ pub enum ServerError {
 pub struct Server {
     cache: Arc<Cache>,
     listener: TcpListener,
+    /// The listen queue's length (`-b`).
+    backlog: i32,
+    /// When running out of descriptors was last logged.
+    warned: Option<std::time::Instant>,
     stop: Arc<AtomicBool>,
 }
 
@@ -65,6 +69,8 @@ impl Server {
         Ok(Server {
             cache,
             listener,
+            backlog,
+            warned: None,
             stop: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -101,22 +107,40 @@ impl Server {
             .register(&mut self.listener, LISTENER, Interest::READABLE)?;
         let mut events = Events::with_capacity(64);
         let mut next = 0usize;
+        let mut paused: Option<Paused> = None;
         while !self.stop.load(Ordering::Relaxed) {
-            match poll.poll(&mut events, Some(Duration::from_millis(100))) {
+            let timeout = if paused.is_some() {
+                RESUME_CHECK
+            } else {
+                Duration::from_millis(100)
+            };
+            match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e.into()),
             }
+            if let Some(p) = &paused {
+                if !p.may_resume(&self.cache.conns) {
+                    continue;
+                }
+                let p = paused.take().expect("paused");
+                self.resume_listening(&poll, p)?;
+            }
+            // Edge-triggered: accept until the queue is empty (or descriptors run out).
             loop {
                 let mut stream = match self.listener.accept() {
                     Ok((s, _)) => s,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        // EMFILE and friends: log and go on; the connection waits in the backlog.
-                        tracing::warn!("accept failed: {e}");
-                        std::thread::sleep(Duration::from_millis(10));
+                    Err(e) if out_of_descriptors(&e) => {
+                        paused = Some(self.pause_listening(&poll, &e)?);
                         break;
+                    }
+                    Err(e) => {
+                        // A connection that failed before it was accepted (ECONNABORTED...):
+                        // the next one may be fine.
+                        tracing::debug!("accept failed: {e}");
+                        continue;
                     }
                 };
                 let conns = &self.cache.conns;
@@ -144,6 +168,90 @@ impl Server {
         for h in handles {
             let _ = h.join();
         }
+        Ok(())
+    }
+}
+
+/// How often a server that stopped accepting for want of descriptors looks whether it may
+/// resume (memcached checks every 10 ms too).
+const RESUME_CHECK: Duration = Duration::from_millis(10);
+/// A server that stopped accepting tries again after this long even if no connection closed:
+/// a descriptor may have been freed elsewhere (the checkpoint thread, another limit raised).
+const RESUME_ANYWAY: Duration = Duration::from_secs(1);
+
+/// Whether an `accept` error means the process or the system is out of descriptors (or of the
+/// memory for a socket): accepting again at once would fail the same way.
+fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// The listener is paused: out of descriptors, the server accepts nothing until a connection
+/// closes (or `RESUME_ANYWAY` passed).
+struct Paused {
+    since: std::time::Instant,
+    /// Open connections when it paused; fewer means a descriptor was freed.
+    open: u64,
+}
+
+impl Paused {
+    fn may_resume(&self, conns: &crate::exec::ConnCounters) -> bool {
+        conns.current.load(Ordering::Relaxed) < self.open || self.since.elapsed() >= RESUME_ANYWAY
+    }
+}
+
+impl Server {
+    /// Stops accepting, as memcached does when `accept` fails with EMFILE: with an
+    /// edge-triggered listener, retrying at once would spin and waiting for its next event
+    /// would strand the connections already queued. The listener leaves the poll and its queue
+    /// shrinks to the minimum (`listen(fd, 0)`), so new clients wait in the kernel's SYN
+    /// retries rather than pile up; `stats` shows `accepting_conns 0` and counts
+    /// `listen_disabled_num`.
+    fn pause_listening(&mut self, poll: &Poll, e: &io::Error) -> Result<Paused, ServerError> {
+        let conns = &self.cache.conns;
+        let open = conns.current.load(Ordering::Relaxed);
+        // Once a minute at most: a server out of descriptors retries every second.
+        if self
+            .warned
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(60))
+        {
+            self.warned = Some(std::time::Instant::now());
+            tracing::warn!(
+                open,
+                "accept failed: {e}; not accepting until a connection closes (raise the descriptor limit, ulimit -n, or lower -c)"
+            );
+        }
+        conns.listen_disabled.fetch_add(1, Ordering::Relaxed);
+        conns.listen_paused.store(true, Ordering::Relaxed);
+        poll.registry().deregister(&mut self.listener)?;
+        // SAFETY: listen(2) on a socket we own; no memory is passed.
+        if unsafe { libc::listen(self.listener.as_raw_fd(), 0) } != 0 {
+            tracing::debug!("listen(0): {}", io::Error::last_os_error());
+        }
+        Ok(Paused {
+            since: std::time::Instant::now(),
+            open,
+        })
+    }
+
+    /// Accepts again after [`Server::pause_listening`]: the queue gets its length back and the
+    /// listener rejoins the poll; the caller then accepts what is queued (no new event would
+    /// announce it).
+    fn resume_listening(&mut self, poll: &Poll, p: Paused) -> Result<(), ServerError> {
+        let conns = &self.cache.conns;
+        conns
+            .listen_disabled_us
+            .fetch_add(p.since.elapsed().as_micros() as u64, Ordering::Relaxed);
+        // SAFETY: listen(2) on a socket we own; no memory is passed.
+        if unsafe { libc::listen(self.listener.as_raw_fd(), self.backlog) } != 0 {
+            tracing::debug!("listen: {}", io::Error::last_os_error());
+        }
+        poll.registry()
+            .register(&mut self.listener, LISTENER, Interest::READABLE)?;
+        conns.listen_paused.store(false, Ordering::Relaxed);
+        tracing::debug!("accepting connections again");
         Ok(())
     }
 }

@@ -54,7 +54,7 @@ pub struct Header {
     pub nkey: u8,
     /// Size class.
     pub class: u8,
-    /// [`LINKED`], [`FETCHED`], [`STALE`], [`WON`].
+    /// [`LINKED`], [`FETCHED`], [`STALE`], [`WON`], [`ACTIVE`].
     pub state: u8,
     /// Zero.
     pub pad: u8,
@@ -70,6 +70,9 @@ pub const FETCHED: u8 = 2;
 pub const STALE: u8 = 4;
 /// A client was handed the right to recache it (meta `W`).
 pub const WON: u8 = 8;
+/// The item was read since it was last put at the head of its LRU: eviction gives it a second
+/// chance (memcached's `ITEM_ACTIVE`).
+pub const ACTIVE: u8 = 16;
 
 /// Bytes of [`Header`].
 pub const HEADER: usize = std::mem::size_of::<Header>();

@@ -8,7 +8,14 @@ use std::hash::BuildHasher;
 use hashbrown::hash_table::Entry;
 use hashbrown::HashTable;
 
-use crate::slab::{Header, ItemId, Restored, Slabs, FETCHED, HEADER, LINKED, STALE, WON};
+use crate::slab::{Header, ItemId, Restored, Slabs, ACTIVE, FETCHED, HEADER, LINKED, STALE, WON};
+
+/// Seconds an item stays where it is in its LRU however often it is read (memcached's
+/// `ITEM_UPDATE_INTERVAL`).
+pub const BUMP_INTERVAL: i64 = 60;
+/// Items read since they were last bumped that eviction moves back to the head before it
+/// evicts the tail anyway.
+const SECOND_CHANCES: usize = 5;
 
 /// Why a value could not be stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -338,15 +345,30 @@ impl Store {
         }
     }
 
-    /// Mark `id` read and move it to the head of its LRU (unless `bump` is false).
+    /// Mark `id` read and (unless `bump` is false) recently used: as memcached does, an item
+    /// moves to the head of its LRU at most once per [`BUMP_INTERVAL`]; a read in between only
+    /// marks it [`ACTIVE`], which spares it once when it reaches the tail ([`Store::alloc`]).
+    /// Moving an item on every read costs writes to it and its neighbours (cache misses, and
+    /// pages made dirty for the next checkpoint) on the hottest path; reading an item that is
+    /// marked already writes nothing.
     pub fn fetched(&mut self, id: ItemId, now: i64, bump: bool) {
         let h = self.header_mut(id);
-        h.state |= FETCHED;
-        if bump {
-            h.atime = now;
-            self.slabs.lru_remove(id);
-            self.slabs.lru_push(id);
+        if !bump {
+            if h.state & FETCHED == 0 {
+                h.state |= FETCHED;
+            }
+            return;
         }
+        if now - h.atime < BUMP_INTERVAL {
+            if h.state & (FETCHED | ACTIVE) != FETCHED | ACTIVE {
+                h.state |= FETCHED | ACTIVE;
+            }
+            return;
+        }
+        h.state = (h.state | FETCHED) & !ACTIVE;
+        h.atime = now;
+        self.slabs.lru_remove(id);
+        self.slabs.lru_push(id);
     }
 
     /// Set `id`'s absolute expiry.
@@ -479,7 +501,20 @@ impl Store {
         if !self.evictions_allowed {
             return Err(StoreError::OutOfMemory);
         }
-        let tail = self.slabs.classes[class as usize].tail;
+        // The least recently used item, unless it was read since it was put at the head: then
+        // it goes back to the head (once; memcached looks at 5 such items too).
+        let mut tail = self.slabs.classes[class as usize].tail;
+        for _ in 0..SECOND_CHANCES {
+            if tail == ItemId::NONE || self.header(tail).state & ACTIVE == 0 {
+                break;
+            }
+            let h = self.header_mut(tail);
+            h.state &= !ACTIVE;
+            h.atime = now;
+            self.slabs.lru_remove(tail);
+            self.slabs.lru_push(tail);
+            tail = self.slabs.classes[class as usize].tail;
+        }
         if tail != ItemId::NONE {
             self.evict(tail);
             return Ok(self.slabs.alloc(class).expect("a chunk was just freed"));
@@ -617,6 +652,42 @@ mod tests {
     }
 
     #[test]
+    fn reads_move_an_item_at_most_once_a_minute_and_spare_it_from_eviction_once() {
+        let mut b = Vec::new();
+        let mut s = store(1, &mut b);
+        let value = vec![7u8; 500];
+        for k in ["a", "b", "c"] {
+            s.store(k.as_bytes(), 0, 0, &[&value], None, 100).unwrap();
+        }
+        let a = s.lookup(b"a", 100).unwrap();
+        let class = s.header(a).class;
+        let order = |s: &Store| lru_keys(s, class);
+        // Read within the interval: marked, not moved, nothing else written.
+        let a = s.lookup(b"a", 130).unwrap();
+        s.fetched(a, 130, true);
+        assert_eq!(order(&s), [b"c".to_vec(), b"b".to_vec(), b"a".to_vec()]);
+        assert_eq!(s.header(a).state & (FETCHED | ACTIVE), FETCHED | ACTIVE);
+        assert_eq!(s.header(a).atime, 100);
+        // Read once the interval passed: moved to the head, the mark spent.
+        let b_ = s.lookup(b"b", 160).unwrap();
+        s.fetched(b_, 160, true);
+        assert_eq!(order(&s), [b"b".to_vec(), b"c".to_vec(), b"a".to_vec()]);
+        assert_eq!(s.header(b_).state & ACTIVE, 0);
+        assert_eq!(s.header(b_).atime, 160);
+        // Fill the page: "a" (read, at the tail) is spared once, "c" goes first.
+        let mut n = 0;
+        while s.counters.evictions == 0 {
+            s.store(format!("f{n}").as_bytes(), 0, 0, &[&value], None, 170)
+                .unwrap();
+            n += 1;
+        }
+        assert!(s.lookup(b"c", 170).is_none(), "the unread tail went");
+        let a = s.lookup(b"a", 170).expect("the read item was spared");
+        assert_eq!(s.header(a).state & ACTIVE, 0, "its second chance is spent");
+        assert_eq!(order(&s)[0], format!("f{}", n - 1).into_bytes());
+    }
+
+    #[test]
     fn a_class_without_pages_takes_one_from_another() {
         let mut b = Vec::new();
         let mut s = store(2, &mut b);
@@ -660,7 +731,8 @@ mod tests {
         }
         for i in (0..300).step_by(7) {
             let id = s.lookup(format!("k{i}").as_bytes(), 101).unwrap();
-            s.fetched(id, 101 + i as i64, true);
+            // Later than the bump interval: each read moves its item to the head.
+            s.fetched(id, 100 + BUMP_INTERVAL + i as i64, true);
         }
         let id = s.lookup(b"k5", 101).unwrap();
         s.unlink(id);

@@ -15,13 +15,35 @@ pub struct Server {
 impl Server {
     /// `kioku-cache -p 0 ARGS`.
     pub fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_kioku-cache"))
-            .args(["-p", "0"])
+        Server::start_with(args, None)
+    }
+
+    /// `kioku-cache -p 0 ARGS`, with at most `nofile` descriptors (soft and hard
+    /// `RLIMIT_NOFILE`: the server cannot raise it) when given.
+    pub fn start_with(args: &[&str], nofile: Option<u64>) -> Server {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kioku-cache"));
+        cmd.args(["-p", "0"])
             .args(args)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start kioku-cache");
+            .stderr(Stdio::inherit());
+        if let Some(n) = nofile {
+            use std::os::unix::process::CommandExt;
+            // SAFETY: setrlimit is async-signal-safe and touches only the child's limits; the
+            // closure allocates nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let lim = libc::rlimit {
+                        rlim_cur: n,
+                        rlim_max: n,
+                    };
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                })
+            };
+        }
+        let mut child = cmd.spawn().expect("start kioku-cache");
         let mut out = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
         let mut addr = None;
@@ -125,7 +147,11 @@ pub struct Client {
 
 impl Client {
     pub fn connect(addr: SocketAddr) -> Client {
-        let stream = TcpStream::connect(addr).expect("connect");
+        Client::from_stream(TcpStream::connect(addr).expect("connect"))
+    }
+
+    /// A client on a connected stream (20 s read timeout).
+    pub fn from_stream(stream: TcpStream) -> Client {
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
