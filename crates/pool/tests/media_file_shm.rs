@@ -184,6 +184,17 @@ fn move_clear_keeps_data(kind: MediumKind) {
         "{after:#x} still overlaps"
     );
     assert_eq!(load(&*medium, 0, len), bytes);
+    // A range far larger than the medium around it (a region's reservation the pool landed
+    // in): the free places the kernel offers next lie inside it, pool-sized step by step.
+    let at = medium.as_ptr() as usize;
+    let wide = at - (512 << 20)..at + (512 << 20);
+    medium.move_clear_of(std::slice::from_ref(&wide)).unwrap();
+    let after = medium.as_ptr() as usize;
+    assert!(
+        after + len <= wide.start || after >= wide.end,
+        "{after:#x} still inside the wide range"
+    );
+    assert_eq!(load(&*medium, 0, len), bytes);
     let tail = pattern(10, 100);
     store(&*medium, len as u64 - 100, &tail);
     medium.persist(0, len as u64).unwrap();

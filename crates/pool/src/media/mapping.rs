@@ -195,17 +195,30 @@ impl Mapping {
         if self.len == 0 || !overlaps(self.ptr.as_ptr() as usize, self.len) {
             return Ok(());
         }
-        // Ask the kernel for free places until one lies clear of `avoid`; the rejected ones stay
-        // reserved meanwhile so that it offers a different one each time.
+        // First right beside each range to avoid (free there or not, the kernel says at once);
+        // a hole as large as a whole region is then crossed in one step, not in pool-sized ones.
+        let page = page_size();
+        let beside = avoid.iter().flat_map(|r| {
+            let after = r.end.checked_add(page - 1).map(|e| e & !(page - 1));
+            let before = (r.start & !(page - 1)).checked_sub(self.len);
+            [after, before]
+        });
+        let mut found = beside
+            .flatten()
+            .filter(|&at| at != 0 && !overlaps(at, self.len))
+            .find_map(|at| Self::reserve_at(at, self.len));
+        // Else ask the kernel for free places until one lies clear of `avoid`; the rejected
+        // ones stay reserved meanwhile so that it offers a different one each time.
         let mut rejected = Vec::new();
-        let mut found = None;
         for _ in 0..64 {
+            if found.is_some() {
+                break;
+            }
             let spot = Self::reserve_anywhere(self.len)?;
             if overlaps(spot.as_ptr() as usize, spot.len) {
                 rejected.push(spot);
             } else {
                 found = Some(spot);
-                break;
             }
         }
         drop(rejected);
@@ -232,6 +245,27 @@ impl Mapping {
         self.ptr =
             NonNull::new(moved.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
         Ok(())
+    }
+
+    /// `len` bytes of inaccessible address space at exactly `at`, if nothing is mapped there.
+    fn reserve_at(at: usize, len: usize) -> Option<Self> {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping: it fails instead.
+        let ptr = unsafe {
+            libc::mmap(
+                at as *mut libc::c_void,
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE
+                    | libc::MAP_ANONYMOUS
+                    | libc::MAP_NORESERVE
+                    | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        let spot = Self::owning(ptr, len).ok()?;
+        // A kernel older than 4.17 takes the flag as a hint and may place it elsewhere.
+        (spot.as_ptr() as usize == at).then_some(spot)
     }
 
     /// `len` bytes of inaccessible address space wherever the kernel likes.
