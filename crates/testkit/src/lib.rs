@@ -10,4 +10,5 @@
 //! dsm, mcapi) use it, and a crate is compiled and linted once, with no `dead_code` allowances
 //! in every test binary and no paths reaching out of a package.
 
+pub mod cprog;
 pub mod netns;
