@@ -9,18 +9,6 @@ use kioku_testkit::cprog::{self, Link};
 use std::path::Path;
 use std::process::Command;
 
-fn check_output(exe: &Path, dir: &Path) -> String {
-    let o = common::run(Command::new(exe).arg(dir));
-    let (out, err) = common::text(&o);
-    assert!(
-        o.status.success() && out.ends_with("ok\n"),
-        "{} failed ({:?}):\n{err}\n{out}",
-        exe.display(),
-        o.status
-    );
-    out
-}
-
 #[test]
 fn every_function_behaves_as_the_header_says_from_c() {
     let dir = tempfile::tempdir().unwrap();
@@ -28,7 +16,7 @@ fn every_function_behaves_as_the_header_says_from_c() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/api_check.c");
     common::build_c(&[&src], &exe);
     let pools = tempfile::tempdir().unwrap();
-    let out = check_output(&exe, pools.path());
+    let out = common::run_check(Command::new(&exe).arg(pools.path()));
 
     // Struct layouts: C's offsetof/sizeof against Rust's.
     let c = common::c_layout(&out);
@@ -66,7 +54,7 @@ fn the_shared_library_exports_the_same_api() {
     let want = format!("libkioku.so => {}", lib.join("libkioku.so").display());
     assert!(ldd.contains(&want), "wanted {want:?} in\n{ldd}");
     let pools = tempfile::tempdir().unwrap();
-    check_output(&exe, pools.path());
+    common::run_check(Command::new(&exe).arg(pools.path()));
 }
 
 #[test]

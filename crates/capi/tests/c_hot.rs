@@ -14,13 +14,7 @@ fn hot_pages_from_c_behave_as_the_header_says() {
     let exe = dir.path().join("hot_check");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/hot_check.c");
     common::build_c(&[&src], &exe);
-    let o = common::run(&mut Command::new(&exe));
-    let (out, err) = common::text(&o);
-    assert!(
-        o.status.success() && out.ends_with("ok\n"),
-        "hot_check failed ({:?}):\n{err}\n{out}",
-        o.status
-    );
+    let out = common::run_check(&mut Command::new(&exe));
     let c = common::c_layout(&out);
     let mut rust = rust_layout!(
         "kioku_hot_page",

@@ -270,21 +270,7 @@ fn every_declaration_is_documented() {
                     && l.contains(&format!("{name}("))
             })
             .unwrap();
-        let prev = lines[at - 1].trim_end();
-        assert!(
-            prev.ends_with("*/"),
-            "{name}: no comment right above its declaration"
-        );
-        // The comment says which errors it returns, or that it cannot fail.
-        let start = lines[..at]
-            .iter()
-            .rposition(|l| l.trim_start().starts_with("/*"))
-            .unwrap();
-        let doc = lines[start..at].join(" ");
-        assert!(
-            doc.contains("Errors:") || doc.contains("Never fails"),
-            "{name}: its comment does not say how it fails"
-        );
+        kioku_testkit::cprog::assert_says_how_it_fails(&lines, at, name);
     }
     // Every error code has its own comment too (all but KIOKU_OK).
     for (i, l) in lines.iter().enumerate() {

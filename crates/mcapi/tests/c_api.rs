@@ -111,19 +111,7 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
             .iter()
             .position(|l| !l.starts_with(' ') && l.contains(&format!("{name}(")))
             .unwrap_or_else(|| panic!("{name} not found at the start of a line"));
-        assert!(
-            lines[at - 1].trim_end().ends_with("*/"),
-            "{name}: no comment above it"
-        );
-        let start = lines[..at]
-            .iter()
-            .rposition(|l| l.trim_start().starts_with("/*"))
-            .unwrap();
-        let doc = lines[start..at].join(" ");
-        assert!(
-            doc.contains("Errors:") || doc.contains("Never fails"),
-            "{name}: its comment does not say how it fails"
-        );
+        cprog::assert_says_how_it_fails(&lines, at, name);
     }
 }
 

@@ -115,6 +115,25 @@ pub fn assert_compiles(compiler: &str, std: &str, src: &Path) {
     }
 }
 
+/// Asserts that the declaration of `name` at line `at` of a header's `lines` has a comment
+/// right above it, and that the comment says how the function fails (`Errors:`) or that it
+/// cannot (`Never fails`).
+pub fn assert_says_how_it_fails(lines: &[&str], at: usize, name: &str) {
+    assert!(
+        at > 0 && lines[at - 1].trim_end().ends_with("*/"),
+        "{name}: no comment right above its declaration"
+    );
+    let start = lines[..at]
+        .iter()
+        .rposition(|l| l.trim_start().starts_with("/*"))
+        .expect("the comment's start");
+    let doc = lines[start..at].join(" ");
+    assert!(
+        doc.contains("Errors:") || doc.contains("Never fails"),
+        "{name}: its comment does not say how it fails"
+    );
+}
+
 /// The functions a Rust source file exports to C (`extern "C" fn`), each checked to carry
 /// `#[no_mangle]` on the line right above.
 pub fn extern_c_fns(rust_src: &str) -> BTreeSet<String> {

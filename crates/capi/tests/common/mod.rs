@@ -33,6 +33,20 @@ pub fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run the C program")
 }
 
+/// Runs a C check program to completion and returns its standard output; panics with both
+/// outputs unless it succeeded and its last line is `ok`.
+pub fn run_check(cmd: &mut Command) -> String {
+    let o = run(cmd);
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success() && out.ends_with("ok\n"),
+        "{} failed ({:?}):\n{err}\n{out}",
+        cmd.get_program().to_string_lossy(),
+        o.status
+    );
+    out
+}
+
 /// Standard output and error as text, for messages.
 pub fn text(o: &Output) -> (String, String) {
     (
