@@ -68,5 +68,5 @@ fn the_header_compiles_as_cxx_and_alone() {
          kioku_close(e); return kioku_api_version() == KIOKU_API_VERSION ? 0 : 1; }\n",
     )
     .unwrap();
-    cprog::assert_compiles("c++", "-std=c++11", &tu);
+    cprog::assert_compiles("c++", &["-x", "c++", "-std=c++11"], &tu);
 }

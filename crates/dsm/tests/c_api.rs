@@ -85,8 +85,8 @@ fn the_header_compiles_as_c99_and_cxx17() {
         "#include \"kioku_dsm.h\"\nint main(void) { return kioku_dsm_nodes() < 0; }\n",
     )
     .unwrap();
-    cprog::assert_compiles("cc", "-std=c99", &src);
-    cprog::assert_compiles("c++", "-std=c++17", &src);
+    cprog::assert_compiles("cc", &["-std=c99"], &src);
+    cprog::assert_compiles("c++", &["-x", "c++", "-std=c++17"], &src);
 }
 
 /// `examples/dsm/laplace.c` built against `libkioku_dsm.so`, in `dir`.

@@ -197,8 +197,8 @@ fn the_header_compiles_as_c_and_cxx_with_the_librarys_layouts() {
          sizeof(mcapi_endpoint_t)); return 0; }\n",
     )
     .unwrap();
-    cprog::assert_compiles("cc", "-std=c99", &src);
-    cprog::assert_compiles("c++", "-std=c++17", &src);
+    cprog::assert_compiles("cc", &["-std=c99"], &src);
+    cprog::assert_compiles("c++", &["-x", "c++", "-std=c++17"], &src);
     let exe = dir.path().join("h");
     let o = Command::new(cprog::cc())
         .arg("-I")

@@ -83,18 +83,14 @@ pub fn build(flags: &[&str], sources: &[&Path], link: Link<'_>, out: &Path) {
     );
 }
 
-/// Checks that `src` (which includes a header of `include/`) compiles with `compiler` (`cc`
-/// or `c++`; C++ is compiled as such whatever the file's name) and standard `std`, pedantic,
+/// Checks that `src` (which includes a header of `include/`) compiles with `compiler` and
+/// `flags` (the standard, `-x c++` for C++ whatever the file's name, defines), pedantic,
 /// warnings as errors. Panics with the compiler's output if it does not; skips loudly where
 /// the compiler is missing.
-pub fn assert_compiles(compiler: &str, std: &str, src: &Path) {
-    let mut c = Command::new(compiler);
-    if compiler == "c++" {
-        c.args(["-x", "c++"]);
-    }
-    let o = c
+pub fn assert_compiles(compiler: &str, flags: &[&str], src: &Path) {
+    let o = Command::new(compiler)
+        .args(flags)
         .args([
-            std,
             "-Wall",
             "-Wextra",
             "-Werror",
@@ -108,7 +104,7 @@ pub fn assert_compiles(compiler: &str, std: &str, src: &Path) {
     match o {
         Ok(o) => assert!(
             o.status.success(),
-            "{compiler} {std}: {}",
+            "{compiler} {flags:?}: {}",
             String::from_utf8_lossy(&o.stderr)
         ),
         Err(e) => eprintln!("SKIP: {compiler} is missing ({e})"),
