@@ -6,7 +6,7 @@
 
 mod common;
 use common::cprog::{header, run_fts_pair, LIB};
-use kioku_testkit::cprog;
+use kioku_testkit::cprog::{self, strip_comments};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -54,19 +54,6 @@ fn fts_over_tcp() {
             ),
         ],
     );
-}
-
-/// Removes `/* */` comments.
-fn strip_comments(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find("/*") {
-        out.push_str(&rest[..i]);
-        let end = rest[i..].find("*/").expect("unterminated comment") + i + 2;
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// Names of the functions the header declares (a prototype ends with `);`).

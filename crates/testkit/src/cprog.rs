@@ -111,6 +111,19 @@ pub fn assert_compiles(compiler: &str, flags: &[&str], src: &Path) {
     }
 }
 
+/// A header's text without its `/* */` comments (kioku's headers use no `//` comments).
+pub fn strip_comments(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("/*") {
+        out.push_str(&rest[..i]);
+        let end = rest[i..].find("*/").expect("unterminated comment") + i + 2;
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Asserts that the declaration of `name` at line `at` of a header's `lines` has a comment
 /// right above it, and that the comment says how the function fails (`Errors:`) or that it
 /// cannot (`Never fails`).
