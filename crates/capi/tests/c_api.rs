@@ -5,21 +5,9 @@
 mod common;
 
 use kioku::{CheckpointStats, Recovery};
-use std::collections::BTreeMap;
+use kioku_testkit::cprog::{self, Link};
 use std::path::Path;
 use std::process::Command;
-
-fn check_output(exe: &Path, dir: &Path) -> String {
-    let o = common::run(Command::new(exe).arg(dir));
-    let (out, err) = common::text(&o);
-    assert!(
-        o.status.success() && out.ends_with("ok\n"),
-        "{} failed ({:?}):\n{err}\n{out}",
-        exe.display(),
-        o.status
-    );
-    out
-}
 
 #[test]
 fn every_function_behaves_as_the_header_says_from_c() {
@@ -28,36 +16,10 @@ fn every_function_behaves_as_the_header_says_from_c() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/api_check.c");
     common::build_c(&[&src], &exe);
     let pools = tempfile::tempdir().unwrap();
-    let out = check_output(&exe, pools.path());
+    let out = common::run_check(Command::new(&exe).arg(pools.path()));
 
     // Struct layouts: C's offsetof/sizeof against Rust's.
-    let mut c: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for l in out.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["layout", ty, field, off, size] => {
-                c.insert(
-                    format!("{ty}.{field}"),
-                    (off.parse().unwrap(), size.parse().unwrap()),
-                );
-            }
-            ["size", ty, size] => {
-                c.insert(ty.to_string(), (0, size.parse().unwrap()));
-            }
-            _ => {}
-        }
-    }
-    macro_rules! rust_layout {
-        ($cname:literal, $ty:ty, [$($f:ident: $fty:ty),*]) => {{
-            let mut m = BTreeMap::new();
-            m.insert($cname.to_string(), (0, std::mem::size_of::<$ty>()));
-            $(m.insert(
-                format!("{}.{}", $cname, stringify!($f)),
-                (std::mem::offset_of!($ty, $f), std::mem::size_of::<$fty>()),
-            );)*
-            m
-        }};
-    }
+    let c = common::c_layout(&out);
     let mut rust = rust_layout!(
         "kioku_checkpoint_stats",
         CheckpointStats,
@@ -84,20 +46,7 @@ fn the_shared_library_exports_the_same_api() {
         lib.display()
     );
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/api_check.c");
-    let o = Command::new(common::cc())
-        .args(["-std=c99", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(common::repo_root().join("include"))
-        .arg(&src)
-        .arg(format!("-L{}", lib.display()))
-        // DT_RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which can hold a
-        // stale copy of the library in target/debug).
-        .arg(format!("-Wl,--disable-new-dtags,-rpath,{}", lib.display()))
-        .arg("-Wl,--disable-new-dtags") // RPATH: searched before LD_LIBRARY_PATH
-        .args(["-lkioku", "-o"])
-        .arg(&exe)
-        .output()
-        .expect("run cc");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    cprog::build(&["-std=c99"], &[&src], Link::Shared("kioku"), &exe);
     // It really is the library just built that runs (cargo's LD_LIBRARY_PATH may also list
     // a directory with an older libkioku.so).
     let ldd = Command::new("ldd").arg(&exe).output().unwrap();
@@ -105,7 +54,7 @@ fn the_shared_library_exports_the_same_api() {
     let want = format!("libkioku.so => {}", lib.join("libkioku.so").display());
     assert!(ldd.contains(&want), "wanted {want:?} in\n{ldd}");
     let pools = tempfile::tempdir().unwrap();
-    check_output(&exe, pools.path());
+    common::run_check(Command::new(&exe).arg(pools.path()));
 }
 
 #[test]
@@ -119,19 +68,5 @@ fn the_header_compiles_as_cxx_and_alone() {
          kioku_close(e); return kioku_api_version() == KIOKU_API_VERSION ? 0 : 1; }\n",
     )
     .unwrap();
-    let o = Command::new("c++")
-        .args([
-            "-std=c++11",
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-fsyntax-only",
-            "-I",
-        ])
-        .arg(common::repo_root().join("include"))
-        .arg(&tu)
-        .output()
-        .expect("run c++");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    cprog::assert_compiles("c++", &["-x", "c++", "-std=c++11"], &tu);
 }

@@ -11,7 +11,10 @@ use std::process::{Command, Stdio};
 
 fn example(dir: &Path) -> PathBuf {
     let exe = dir.join("regions");
-    common::build_c(&[&common::repo_root().join("examples/c/regions.c")], &exe);
+    common::build_c(
+        &[&kioku_testkit::cprog::repo_root().join("examples/c/regions.c")],
+        &exe,
+    );
     exe
 }
 

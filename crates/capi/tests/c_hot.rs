@@ -5,7 +5,6 @@
 mod common;
 
 use kioku::{HotNotice, HotPage, HotPolicy, HotReport, HotStatus};
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
@@ -22,40 +21,8 @@ fn hot_pages_from_c_behave_as_the_header_says() {
     let exe = dir.path().join("hot_check");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/hot_check.c");
     common::build_c(&[&src], &exe);
-    let o = common::run(&mut Command::new(&exe));
-    let (out, err) = common::text(&o);
-    assert!(
-        o.status.success() && out.ends_with("ok\n"),
-        "hot_check failed ({:?}):\n{err}\n{out}",
-        o.status
-    );
-    let mut c: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for l in out.lines() {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        match w.as_slice() {
-            ["layout", ty, field, off, size] => {
-                c.insert(
-                    format!("{ty}.{field}"),
-                    (off.parse().unwrap(), size.parse().unwrap()),
-                );
-            }
-            ["size", ty, size] => {
-                c.insert(ty.to_string(), (0, size.parse().unwrap()));
-            }
-            _ => {}
-        }
-    }
-    macro_rules! rust_layout {
-        ($cname:literal, $ty:ty, [$($f:ident: $fty:ty),*]) => {{
-            let mut m = BTreeMap::new();
-            m.insert($cname.to_string(), (0, std::mem::size_of::<$ty>()));
-            $(m.insert(
-                format!("{}.{}", $cname, stringify!($f)),
-                (std::mem::offset_of!($ty, $f), std::mem::size_of::<$fty>()),
-            );)*
-            m
-        }};
-    }
+    let out = common::run_check(&mut Command::new(&exe));
+    let c = common::c_layout(&out);
     let mut rust = rust_layout!(
         "kioku_hot_page",
         HotPage,

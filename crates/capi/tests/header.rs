@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::path::Path;
 
+use kioku_testkit::cprog::strip_comments;
+
 fn read(rel: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
@@ -15,19 +17,6 @@ fn read(rel: &str) -> String {
 
 fn header() -> String {
     read("../../include/kioku.h")
-}
-
-/// Removes `/* */` comments (the header uses no `//` comments).
-fn strip_comments(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find("/*") {
-        out.push_str(&rest[..i]);
-        let end = rest[i..].find("*/").expect("unterminated comment") + i + 2;
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// `#define NAME VALUE` with integer values: `1`, `1u`, `(-3)`.
@@ -270,21 +259,7 @@ fn every_declaration_is_documented() {
                     && l.contains(&format!("{name}("))
             })
             .unwrap();
-        let prev = lines[at - 1].trim_end();
-        assert!(
-            prev.ends_with("*/"),
-            "{name}: no comment right above its declaration"
-        );
-        // The comment says which errors it returns, or that it cannot fail.
-        let start = lines[..at]
-            .iter()
-            .rposition(|l| l.trim_start().starts_with("/*"))
-            .unwrap();
-        let doc = lines[start..at].join(" ");
-        assert!(
-            doc.contains("Errors:") || doc.contains("Never fails"),
-            "{name}: its comment does not say how it fails"
-        );
+        kioku_testkit::cprog::assert_says_how_it_fails(&lines, at, name);
     }
     // Every error code has its own comment too (all but KIOKU_OK).
     for (i, l) in lines.iter().enumerate() {

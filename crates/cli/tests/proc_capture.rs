@@ -6,7 +6,7 @@
 #[path = "common/programs.rs"]
 mod programs;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::Duration;
 
 use programs::*;
@@ -15,29 +15,7 @@ use rand::Rng;
 /// `kioku ARGS` as [`spawn_kioku`] runs it (captures verified), with the capture's debug lines
 /// in its stderr.
 fn spawn_kioku_debug(args: &[&str], dir: &RunDir) -> Child {
-    let open = |n: &str| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.path(n))
-            .unwrap()
-    };
-    Command::new(kioku())
-        .args(args)
-        .current_dir(dir.dir.path())
-        .env("KIOKU_VERIFY_CAPTURE", "1")
-        .env("KIOKU_LOG", "warn,kioku_run::capture=debug")
-        .stdin(Stdio::null())
-        .stdout(open("stdout.txt"))
-        .stderr(open("stderr.txt"))
-        .spawn()
-        .expect("spawning kioku")
-}
-
-fn epoch_of(dir: &RunDir, pool: &str) -> u64 {
-    let i = kioku_in(dir, &["inspect", "--pool", pool, "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap_or_default();
-    v["epoch"].as_u64().unwrap_or(0)
+    spawn_kioku_env(args, dir, &[("KIOKU_LOG", "warn,kioku_run::capture=debug")])
 }
 
 /// The answer comes when the checkpoint is durable, before the other context is synced: the
@@ -51,18 +29,7 @@ fn checkpoint_answers_when_durable_and_a_kill_after_the_answer_loses_nothing() {
     let pool = pool.to_str().unwrap();
     // 64 MiB: syncing the other context takes long enough to be cut by the kill.
     let child = spawn_kioku_debug(
-        &[
-            "run",
-            "--pool",
-            pool,
-            "--interval",
-            "0",
-            "--",
-            p.to_str().unwrap(),
-            "64",
-            "1000000",
-            "1",
-        ],
+        &run_args(pool, "0", &[p.to_str().unwrap(), "64", "1000000", "1"]),
         &dir,
     );
     let prog = program_of(child.id()).expect("the program starts");
@@ -113,8 +80,7 @@ fn memory_rewritten_whole_is_taken_whole_and_restored_exactly() {
         let dir = RunDir::new();
         let pool = dir.pool();
         let pool = pool.to_str().unwrap();
-        let mut args = vec!["run", "--pool", pool, "--interval", "15ms", "--"];
-        args.extend(cmd);
+        let args = run_args(pool, "15ms", &cmd);
         let mut child = spawn_kioku_debug(&args, &dir);
         assert!(child.wait().unwrap().success(), "{}", stderr_of(&dir));
         let log = stderr_of(&dir);
@@ -135,8 +101,7 @@ fn memory_rewritten_whole_is_taken_whole_and_restored_exactly() {
         let dir = RunDir::new();
         let pool = dir.pool();
         let pool = pool.to_str().unwrap();
-        let mut args = vec!["run", "--pool", pool, "--interval", "15ms", "--"];
-        args.extend(cmd);
+        let args = run_args(pool, "15ms", &cmd);
         let mut child = spawn_kioku_debug(&args, &dir);
         let mut kills = 0;
         loop {
@@ -180,28 +145,9 @@ fn a_fresh_run_is_checkpointed_at_once() {
     let dir = RunDir::new();
     let pool = dir.pool();
     let pool = pool.to_str().unwrap();
-    let child = spawn_kioku(
-        &[
-            "run",
-            "--pool",
-            pool,
-            "--interval",
-            "1h",
-            "--",
-            p.to_str().unwrap(),
-            "9000",
-        ],
-        &dir,
-    );
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while epoch_of(&dir, pool) < 1 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint 30 s after start with --interval 1h: {}",
-            stderr_of(&dir)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = spawn_kioku(&run_args(pool, "1h", &[p.to_str().unwrap(), "9000"]), &dir);
+    // Within 30 s, though the interval is an hour.
+    wait_for_epoch(&dir, pool, 1);
     assert_eq!(kill_after(child, Duration::ZERO, false), Outcome::Killed);
     let plain = RunDir::new();
     reference(&[p.to_str().unwrap().into(), "9000".into()], &plain);

@@ -9,25 +9,6 @@ use std::time::Duration;
 
 use programs::*;
 
-/// Waits (up to 30 s: a loaded machine starts slowly) until the pool at `pool` (relative to the
-/// run directory) has committed a checkpoint of epoch `epoch` or later.
-fn wait_for_epoch(dir: &RunDir, pool: &str, epoch: u64) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let i = kioku_in(dir, &["inspect", "--pool", pool, "--json"]);
-        let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap_or_default();
-        if v["epoch"].as_u64().is_some_and(|e| e >= epoch) {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no checkpoint of epoch {epoch} in {pool} after 30 s: {}",
-            stderr(&i)
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// Waits (up to 30 s) until `monitor`'s program runs a process named `name`.
 fn wait_for_process(monitor: u32, name: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -48,19 +29,7 @@ fn pi_with_one_requested_checkpoint(dir: &RunDir, by_pid: bool) -> String {
     let p = program("pi", false);
     let pool = dir.pool();
     let pool = pool.to_str().unwrap();
-    let child = spawn_kioku(
-        &[
-            "run",
-            "--pool",
-            pool,
-            "--interval",
-            "0",
-            "--",
-            p.to_str().unwrap(),
-            "9000",
-        ],
-        dir,
-    );
+    let child = spawn_kioku(&run_args(pool, "0", &[p.to_str().unwrap(), "9000"]), dir);
     let prog = program_of(child.id()).expect("the program starts");
     wait_for_control_socket(prog);
     let pid = prog.to_string();
@@ -73,8 +42,7 @@ fn pi_with_one_requested_checkpoint(dir: &RunDir, by_pid: bool) -> String {
     assert!(o.status.success(), "kioku checkpoint: {}", stderr(&o));
     let answer = String::from_utf8_lossy(&o.stdout).into_owned();
     // Durable when it returned: the pool's committed epoch says so, read without the monitor.
-    let i = kioku_in(dir, &["inspect", "--pool", pool, "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap();
+    let (v, _) = inspect_json(dir, pool);
     assert_eq!(v["epoch"], 1, "{v}");
     assert_eq!(v["holder_pid"], child.id(), "{v}");
     assert!(kill_after(child, Duration::ZERO, false) == Outcome::Killed);
@@ -231,16 +199,7 @@ fn a_changed_executable_is_refused_and_the_checkpoint_kept() {
     let exe = dir.path("pi-copy");
     std::fs::copy(program("pi", false), &exe).unwrap();
     let child = spawn_kioku(
-        &[
-            "run",
-            "--pool",
-            "p.pool",
-            "--interval",
-            "20ms",
-            "--",
-            exe.to_str().unwrap(),
-            "9000",
-        ],
+        &run_args("p.pool", "20ms", &[exe.to_str().unwrap(), "9000"]),
         &dir,
     );
     wait_for_epoch(&dir, "p.pool", 1);
@@ -275,16 +234,7 @@ fn a_pool_in_use_is_refused() {
     let dir = RunDir::new();
     let p = program("pi", false);
     let child = spawn_kioku(
-        &[
-            "run",
-            "--pool",
-            "p.pool",
-            "--interval",
-            "20ms",
-            "--",
-            p.to_str().unwrap(),
-            "12000",
-        ],
+        &run_args("p.pool", "20ms", &[p.to_str().unwrap(), "12000"]),
         &dir,
     );
     wait_for_epoch(&dir, "p.pool", 1);
@@ -356,8 +306,7 @@ fn an_unsupported_descriptor_stops_checkpoints_and_the_program_runs_on() {
         "{s}"
     );
     // The pool says so too, where a restore does not erase it.
-    let i = kioku_in(&dir, &["inspect", "--pool", "p.pool", "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap();
+    let (v, _) = inspect_json(&dir, "p.pool");
     assert!(
         v["checkpoints_stopped"]
             .as_str()
@@ -393,24 +342,17 @@ fn the_processes_a_program_starts_are_checkpointed_with_it() {
     let pool = pool.to_str().unwrap();
     // A shell that waits for its child: the child's sleep is what the checkpoint interrupts.
     let child = spawn_kioku(
-        &[
-            "run",
-            "--pool",
+        &run_args(
             pool,
-            "--interval",
             "0",
-            "--",
-            "sh",
-            "-c",
-            "sleep 2; echo done; echo $$ > pid.txt",
-        ],
+            &["sh", "-c", "sleep 2; echo done; echo $$ > pid.txt"],
+        ),
         &dir,
     );
     wait_for_process(child.id(), "sleep");
     let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
     assert!(o.status.success(), "kioku checkpoint: {}", stderr(&o));
-    let i = kioku_in(&dir, &["inspect", "--pool", pool, "--json"]);
-    let v: serde_json::Value = serde_json::from_slice(&i.stdout).unwrap();
+    let (v, _) = inspect_json(&dir, pool);
     let procs = v["image"]["processes"].as_array().unwrap();
     assert_eq!(procs.len(), 2, "the shell and its sleep: {v}");
     assert!(v["image"]["pid_namespace"].as_bool().unwrap(), "{v}");

@@ -9,21 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
+use kioku_testkit::cprog::{self, Link};
+
+/// The shared library the C programs link against.
+const LIB: &str = "libkioku_dsm.so";
 
 fn header() -> String {
-    std::fs::read_to_string(repo().join("include/kioku_dsm.h")).unwrap()
-}
-
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .skip(1)
-        .find(|d| d.join("libkioku_dsm.so").exists())
-        .unwrap_or_else(|| panic!("no libkioku_dsm.so above {}", exe.display()))
-        .to_path_buf()
+    std::fs::read_to_string(cprog::repo_root().join("include/kioku_dsm.h")).unwrap()
 }
 
 fn capi_src() -> String {
@@ -52,28 +44,10 @@ fn the_header_declares_exactly_the_exports_each_with_a_comment() {
             }
         }
     }
-    let src = capi_src();
-    let mut exported = BTreeSet::new();
-    let mut rest = src.as_str();
-    while let Some(i) = rest.find("extern \"C\" fn ") {
-        let after = &rest[i + "extern \"C\" fn ".len()..];
-        exported.insert(after[..after.find('(').unwrap()].to_string());
-        rest = after;
-    }
+    let exported = cprog::extern_c_fns(&capi_src());
     assert_eq!(decl, exported, "header (left) and library (right) differ");
     assert_eq!(decl.len(), 15);
-    let o = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(lib_dir().join("libkioku_dsm.so"))
-        .output()
-        .unwrap();
-    let syms = String::from_utf8_lossy(&o.stdout);
-    for f in &decl {
-        assert!(
-            syms.lines().any(|l| l.ends_with(&format!(" {f}"))),
-            "{f} is not exported"
-        );
-    }
+    cprog::assert_exports(&cprog::lib_dir(LIB).join(LIB), &decl);
 }
 
 #[test]
@@ -111,56 +85,27 @@ fn the_header_compiles_as_c99_and_cxx17() {
         "#include \"kioku_dsm.h\"\nint main(void) { return kioku_dsm_nodes() < 0; }\n",
     )
     .unwrap();
-    for (cc, std) in [("cc", "-std=c99"), ("c++", "-std=c++17")] {
-        let mut c = Command::new(cc);
-        if cc == "c++" {
-            c.args(["-x", "c++"]);
-        }
-        let o = c
-            .args([
-                std,
-                "-Wall",
-                "-Wextra",
-                "-pedantic",
-                "-Werror",
-                "-fsyntax-only",
-                "-I",
-            ])
-            .arg(repo().join("include"))
-            .arg(&src)
-            .output();
-        match o {
-            Ok(o) => assert!(
-                o.status.success(),
-                "{cc}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ),
-            Err(e) => eprintln!("SKIP: {cc} is missing ({e})"),
-        }
-    }
+    cprog::assert_compiles("cc", &["-std=c99"], &src);
+    cprog::assert_compiles("c++", &["-x", "c++", "-std=c++17"], &src);
+}
+
+/// `examples/dsm/laplace.c` built against `libkioku_dsm.so`, in `dir`.
+fn build_laplace(dir: &Path) -> PathBuf {
+    let exe = dir.join("laplace");
+    let src = cprog::repo_root().join("examples/dsm/laplace.c");
+    cprog::build(
+        &["-std=c11", "-O2"],
+        &[&src],
+        Link::Shared("kioku_dsm"),
+        &exe,
+    );
+    exe
 }
 
 #[test]
 fn the_c_laplace_example_equals_its_serial_run() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("laplace");
-    let lib = lib_dir();
-    let o = Command::new("cc")
-        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(repo().join("include"))
-        .arg(repo().join("examples/dsm/laplace.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lkioku_dsm")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let exe = build_laplace(dir.path());
     let children: Vec<_> = job_env(Via::Shm, 3)
         .into_iter()
         .map(|env| {
@@ -194,24 +139,7 @@ fn the_c_laplace_example_equals_its_serial_run() {
 #[test]
 fn the_c_laplace_survives_a_killed_node_with_a_standby() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = dir.path().join("laplace");
-    let lib = lib_dir();
-    let o = Command::new("cc")
-        .args(["-std=c11", "-O2", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(repo().join("include"))
-        .arg(repo().join("examples/dsm/laplace.c"))
-        .arg("-o")
-        .arg(&exe)
-        .arg(format!("-L{}", lib.display()))
-        .arg(format!("-Wl,-rpath,{}", lib.display()))
-        .arg("-lkioku_dsm")
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "cc: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let exe = build_laplace(dir.path());
     // 3 nodes and a standby; node 1 is SIGKILLed at its 12th barrier.
     let children: Vec<_> = job_env(Via::Shm, 4)
         .into_iter()

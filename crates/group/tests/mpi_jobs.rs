@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+use kioku_testkit::cprog;
+
 /// The directory holding `libkioku_group.so` nearest above this test executable.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
@@ -467,29 +469,19 @@ fn the_header_compiles_with_kioku_h_and_the_library_exports_it() {
         "#include \"kioku.h\"\n#include \"kioku_group.h\"\nint main(void) { return KIOKU_LEVEL_RS - 3; }\n",
     )
     .unwrap();
-    for (cc, std) in [("mpicc", "-std=c99"), ("mpicxx", "-std=c++17")] {
-        let mut c = Command::new(cc);
-        c.args([
-            std,
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-fsyntax-only",
-            "-I",
-        ])
-        .arg(repo().join("include"));
-        if cc == "mpicxx" {
-            // Open MPI's own deprecated C++ bindings do not pass -Wextra -Werror.
-            c.args(["-x", "c++", "-DOMPI_SKIP_MPICXX=1", "-DMPICH_SKIP_MPICXX=1"]);
-        }
-        let o = c.arg(&src).output().unwrap();
-        assert!(
-            o.status.success(),
-            "{cc}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    cprog::assert_compiles("mpicc", &["-std=c99"], &src);
+    // Open MPI's own deprecated C++ bindings do not pass -Wextra -Werror.
+    cprog::assert_compiles(
+        "mpicxx",
+        &[
+            "-x",
+            "c++",
+            "-std=c++17",
+            "-DOMPI_SKIP_MPICXX=1",
+            "-DMPICH_SKIP_MPICXX=1",
+        ],
+        &src,
+    );
     // struct kioku_group_status has the library's layout.
     let layout = dir.path().join("layout.c");
     std::fs::write(

@@ -5,7 +5,8 @@
 //! declaration, and its constants match the library's.
 
 mod common;
-use common::cprog::{header, lib_dir, repo, run_fts_pair};
+use common::cprog::{header, run_fts_pair, LIB};
+use kioku_testkit::cprog::{self, strip_comments};
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
@@ -55,19 +56,6 @@ fn fts_over_tcp() {
     );
 }
 
-/// Removes `/* */` comments.
-fn strip_comments(s: &str) -> String {
-    let mut out = String::new();
-    let mut rest = s;
-    while let Some(i) = rest.find("/*") {
-        out.push_str(&rest[..i]);
-        let end = rest[i..].find("*/").expect("unterminated comment") + i + 2;
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
 /// Names of the functions the header declares (a prototype ends with `);`).
 fn declared(h: &str) -> BTreeSet<String> {
     let code = strip_comments(h);
@@ -99,36 +87,10 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
     assert!(decl.len() >= 50, "{decl:?}");
     let src =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/capi.rs")).unwrap();
-    let mut exported = BTreeSet::new();
-    let mut rest = src.as_str();
-    while let Some(i) = rest.find("extern \"C\" fn ") {
-        let after = &rest[i + "extern \"C\" fn ".len()..];
-        let name = &after[..after.find('(').unwrap()];
-        let before = rest[..i].trim_end();
-        assert!(
-            before
-                .rsplit('\n')
-                .nth(1)
-                .is_some_and(|l| l.trim() == "#[no_mangle]"),
-            "{name} lacks #[no_mangle]"
-        );
-        exported.insert(name.to_string());
-        rest = after;
-    }
+    let exported = cprog::extern_c_fns(&src);
     assert_eq!(decl, exported, "header (left) and library (right) differ");
     // The shared library exports each of them.
-    let o = Command::new("nm")
-        .args(["-D", "--defined-only"])
-        .arg(lib_dir().join("libkioku_mcapi.so"))
-        .output()
-        .unwrap();
-    let syms = String::from_utf8_lossy(&o.stdout);
-    for f in &decl {
-        assert!(
-            syms.lines().any(|l| l.ends_with(&format!(" {f}"))),
-            "{f} is not exported"
-        );
-    }
+    cprog::assert_exports(&cprog::lib_dir(LIB).join(LIB), &decl);
     // Every prototype has a comment right above it that says how it fails.
     let lines: Vec<&str> = h.lines().collect();
     for name in &decl {
@@ -136,19 +98,7 @@ fn the_header_declares_exactly_the_exports_and_documents_them() {
             .iter()
             .position(|l| !l.starts_with(' ') && l.contains(&format!("{name}(")))
             .unwrap_or_else(|| panic!("{name} not found at the start of a line"));
-        assert!(
-            lines[at - 1].trim_end().ends_with("*/"),
-            "{name}: no comment above it"
-        );
-        let start = lines[..at]
-            .iter()
-            .rposition(|l| l.trim_start().starts_with("/*"))
-            .unwrap();
-        let doc = lines[start..at].join(" ");
-        assert!(
-            doc.contains("Errors:") || doc.contains("Never fails"),
-            "{name}: its comment does not say how it fails"
-        );
+        cprog::assert_says_how_it_fails(&lines, at, name);
     }
 }
 
@@ -234,32 +184,12 @@ fn the_header_compiles_as_c_and_cxx_with_the_librarys_layouts() {
          sizeof(mcapi_endpoint_t)); return 0; }\n",
     )
     .unwrap();
-    for (cc, std) in [("cc", "-std=c99"), ("c++", "-std=c++17")] {
-        let mut c = Command::new(cc);
-        c.args([
-            std,
-            "-Wall",
-            "-Wextra",
-            "-Werror",
-            "-pedantic",
-            "-fsyntax-only",
-            "-I",
-        ])
-        .arg(repo().join("include"));
-        if cc == "c++" {
-            c.args(["-x", "c++"]);
-        }
-        let o = c.arg(&src).output().unwrap();
-        assert!(
-            o.status.success(),
-            "{cc}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    cprog::assert_compiles("cc", &["-std=c99"], &src);
+    cprog::assert_compiles("c++", &["-x", "c++", "-std=c++17"], &src);
     let exe = dir.path().join("h");
-    let o = Command::new("cc")
+    let o = Command::new(cprog::cc())
         .arg("-I")
-        .arg(repo().join("include"))
+        .arg(cprog::repo_root().join("include"))
         .arg(&src)
         .arg("-o")
         .arg(&exe)

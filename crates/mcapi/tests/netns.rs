@@ -10,112 +10,25 @@ mod common;
 use common::cprog::run_fts_pair;
 use common::T;
 use kioku_mcapi::{McapiError, Node, PeerLoss, PeerState, Topology};
+use kioku_testkit::netns::Hosts;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 const ROLE: &str = "KIOKU_TEST_MCAPI_NETNS_ROLE";
 const PORT: u16 = 47_000;
-
-/// Two network namespaces joined by a veth pair: node 0 at 10.77.0.1, node 1 at 10.77.0.2
-/// (the addresses exist only inside the namespaces). Removed on drop.
-struct Hosts {
-    ns: [String; 2],
-    dev: [String; 2],
-}
-
-fn ip(args: &[&str]) -> Result<(), String> {
-    let o = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
-    if o.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&o.stderr).trim()
-        ))
-    }
-}
-
-impl Hosts {
-    /// `None` (after saying why on stderr) where namespaces cannot be made here.
-    fn new() -> Option<Hosts> {
-        static SEQ: AtomicU32 = AtomicU32::new(0);
-        let tag = format!(
-            "kmc{}{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        );
-        let h = Hosts {
-            ns: [format!("{tag}a"), format!("{tag}b")],
-            dev: [format!("{tag}a"), format!("{tag}b")],
-        };
-        if let Err(e) = ip(&["netns", "add", &h.ns[0]]) {
-            eprintln!(
-                "SKIP: cannot create a network namespace ({e}); these tests need iproute2 and \
-                 root (CAP_SYS_ADMIN, CAP_NET_ADMIN)"
-            );
-            return None;
-        }
-        let setup = || -> Result<(), String> {
-            ip(&["netns", "add", &h.ns[1]])?;
-            ip(&[
-                "link", "add", &h.dev[0], "netns", &h.ns[0], "type", "veth", "peer", "name",
-                &h.dev[1], "netns", &h.ns[1],
-            ])?;
-            for i in 0..2 {
-                let addr = format!("{}/24", h.addr(i));
-                ip(&["-n", &h.ns[i], "addr", "add", &addr, "dev", &h.dev[i]])?;
-                ip(&["-n", &h.ns[i], "link", "set", &h.dev[i], "up"])?;
-                ip(&["-n", &h.ns[i], "link", "set", "lo", "up"])?;
-            }
-            Ok(())
-        };
-        if let Err(e) = setup() {
-            // Namespaces exist but a veth pair cannot be made: a real failure, not a skip.
-            drop(h);
-            panic!("setting up two hosts: {e}");
-        }
-        Some(h)
-    }
-
-    fn addr(&self, node: usize) -> String {
-        format!("10.77.0.{}", node + 1)
-    }
-
-    /// The command prefix that runs a program on host `node`.
-    fn on(&self, node: usize) -> Vec<String> {
-        vec![
-            "ip".into(),
-            "netns".into(),
-            "exec".into(),
-            self.ns[node].clone(),
-        ]
-    }
-
-    fn addresses(&self) -> String {
-        format!("0={}:{PORT},1={}:{PORT}", self.addr(0), self.addr(1))
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in &self.ns {
-            let _ = ip(&["netns", "del", ns]);
-        }
-    }
-}
+/// Node 0 runs on host 0 at `10.77.0.1`, node 1 on host 1 at `10.77.0.2`.
+const SUBNET: &str = "10.77.0";
 
 fn topology_env(job: &str, hosts: &Hosts) -> Vec<(&'static str, String)> {
     vec![
         ("KIOKU_MCAPI_JOB", format!("{job}-{}", std::process::id())),
         ("KIOKU_MCAPI_TRANSPORT", "tcp".into()),
         ("KIOKU_MCAPI_NODES", "2".into()),
-        ("KIOKU_MCAPI_ADDRESSES", hosts.addresses()),
+        (
+            "KIOKU_MCAPI_ADDRESSES",
+            format!("0={}:{PORT},1={}:{PORT}", hosts.addr(0), hosts.addr(1)),
+        ),
         (
             "KIOKU_MCAPI_SECRET",
             "7e57ab1e7e57ab1e7e57ab1e7e57ab1e".into(),
@@ -126,7 +39,9 @@ fn topology_env(job: &str, hosts: &Hosts) -> Vec<(&'static str, String)> {
 
 #[test]
 fn functional_suite_between_two_hosts() {
-    let Some(hosts) = Hosts::new() else { return };
+    let Some(hosts) = Hosts::new("kmc", SUBNET) else {
+        return;
+    };
     run_fts_pair(
         &[hosts.on(0), hosts.on(1)],
         &topology_env("fts-netns", &hosts),
@@ -206,7 +121,9 @@ impl Drop for Proc {
 
 #[test]
 fn partition_is_reported_not_hung() {
-    let Some(hosts) = Hosts::new() else { return };
+    let Some(hosts) = Hosts::new("kmc", SUBNET) else {
+        return;
+    };
     let env = topology_env("partition", &hosts);
     let spawn = |node: usize, role: &str| {
         let prefix = hosts.on(node);
@@ -241,7 +158,7 @@ fn partition_is_reported_not_hung() {
             break;
         }
     }
-    ip(&["-n", &hosts.ns[1], "link", "set", &hosts.dev[1], "down"]).unwrap();
+    hosts.cut(1).unwrap();
     // The observer's own assertions decide; its output says what it saw.
     out.extend(lines.map_while(Result::ok));
     let status = observer.0.wait().unwrap();

@@ -28,6 +28,7 @@ pub mod inspect;
 mod lock;
 pub mod media;
 mod pool;
+pub mod procstat;
 
 pub use error::{PoolError, Result};
 pub use format::{Section, SECTION_SPARSE};

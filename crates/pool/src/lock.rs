@@ -36,14 +36,7 @@ pub fn try_lock(file: &File, exclusive: bool) -> std::io::Result<LockOutcome> {
 
 /// Whether process `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(s) => !matches!(
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next()),
-            Some('Z') | Some('X') | None
-        ),
-    }
+    crate::procstat::pid_is_running(pid.into())
 }
 
 /// One attempt at the flock.

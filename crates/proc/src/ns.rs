@@ -204,14 +204,7 @@ impl Namespace {
 
     /// Whether the init still runs (killing it ends every process of the namespace).
     pub fn alive(&self) -> bool {
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.init)) {
-            Err(_) => false,
-            Ok(s) => !matches!(
-                s.rsplit_once(')')
-                    .and_then(|(_, rest)| rest.trim_start().chars().next()),
-                Some('Z') | Some('X') | None
-            ),
-        }
+        kioku_pool::procstat::pid_is_running(self.init.into())
     }
 
     /// Which namespaces.

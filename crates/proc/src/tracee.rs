@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use kioku_pool::procstat::ProcStat;
+
 use crate::error::{ProcError, Result};
 use crate::maps::{read_maps, MapEntry};
 use crate::mem;
@@ -1497,12 +1499,5 @@ fn tgid_of(tid: i32) -> Option<i32> {
 
 /// Whether thread `tid` of `pid` has exited (a zombie, or gone).
 fn is_zombie(pid: i32, tid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) {
-        Err(_) => true,
-        Ok(s) => matches!(
-            s.rsplit_once(')')
-                .and_then(|(_, r)| r.trim_start().chars().next()),
-            Some('Z') | Some('X')
-        ),
-    }
+    ProcStat::read(format!("/proc/{pid}/task/{tid}/stat")).map_or(true, |s| s.has_exited())
 }

@@ -20,6 +20,8 @@ use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kioku_pool::procstat::ProcStat;
+
 use crate::error::{Result, RunError};
 
 /// Longest request line the monitor reads.
@@ -378,10 +380,7 @@ fn proc_uid(pid: i32) -> std::io::Result<u32> {
 }
 
 fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses: the state and ppid follow the last ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(1)?.parse().ok()
+    ProcStat::of(pid.into()).ok()?.number(4)
 }
 
 fn is_ancestor_or_self(ancestor: i32, mut pid: i32) -> bool {

@@ -554,14 +554,7 @@ pub fn program_gone(pid: i32) -> bool {
 
 /// Whether any of `pids` is dead or dying, waiting up to half a second in all.
 pub fn any_gone(pids: &[i32]) -> bool {
-    let dead = |pid: i32| match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => matches!(
-            s.rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next()),
-            Some('Z') | Some('X') | None
-        ),
-    };
+    let dead = |pid: i32| !kioku_pool::procstat::pid_is_running(pid.into());
     for _ in 0..500 {
         if pids.iter().any(|&p| dead(p)) {
             return true;

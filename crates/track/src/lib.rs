@@ -38,6 +38,7 @@ mod maps;
 mod mprotect;
 mod query;
 mod rangeset;
+mod segv;
 pub mod sys;
 pub mod uffd;
 mod uffd_backend;

@@ -2,9 +2,7 @@
 //! page in a lock-free bitmap and makes the page writable again (libckpt's method).
 //!
 //! All trackers of the process share one table of [`MAX_MPROTECT_RANGES`] slots, read by the
-//! signal handler with atomics only. Slot life cycle: FREE → RESERVED (being filled) → ACTIVE
-//! (handler records faults) → RETIRED (a tombstone: a fault that raced with `untrack` is simply
-//! retried for [`TOMBSTONE_NS`]) → FREE.
+//! signal handler with atomics only (slot life cycle and fault search: [`crate::segv`]).
 //!
 //! Ordering rules that make every write visible to some scan:
 //! * handler: `mprotect(page, RW)` *then* set the bit;
@@ -13,44 +11,35 @@
 //! A write between the swap and the re-protect lands on a page this scan reports; a fault after
 //! the re-protect sets the bit for the next scan.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::rangeset::RangeSet;
+use crate::segv::{self, now_ns, protect, SlotRange, ACTIVE, FREE, RESERVED, RETIRED};
 use crate::{push_coalesced, BackendKind, Event, PageRange, PageTracker, ScanStats, TrackError};
 
 /// Ranges the mprotect backend can track in one process (all trackers together).
 pub const MAX_MPROTECT_RANGES: usize = 256;
-/// How long a fault in a just-untracked range is retried instead of passed on.
-const TOMBSTONE_NS: u64 = 1_000_000_000;
 /// A retired slot may be reused after this long when no free slot is left.
 const TOMBSTONE_MIN_NS: u64 = 50_000_000;
 
-/// `si_code` of a fault on a mapped page without the needed permission (asm-generic/siginfo.h).
-const SEGV_ACCERR: libc::c_int = 2;
-
-const FREE: u8 = 0;
-const RESERVED: u8 = 1;
-const ACTIVE: u8 = 2;
-const RETIRED: u8 = 3;
-
 struct Slot {
-    state: AtomicU8,
-    start: AtomicUsize,
-    end: AtomicUsize,
+    range: SlotRange,
     bitmap: AtomicPtr<AtomicU64>,
-    retired_at: AtomicU64,
 }
 
 impl Slot {
     const fn new() -> Slot {
         Slot {
-            state: AtomicU8::new(FREE),
-            start: AtomicUsize::new(0),
-            end: AtomicUsize::new(0),
+            range: SlotRange::new(),
             bitmap: AtomicPtr::new(std::ptr::null_mut()),
-            retired_at: AtomicU64::new(0),
         }
+    }
+}
+
+impl AsRef<SlotRange> for Slot {
+    fn as_ref(&self) -> &SlotRange {
+        &self.range
     }
 }
 
@@ -67,21 +56,6 @@ static SEGV_DEBUG: AtomicBool = AtomicBool::new(false);
 /// Serialises track/untrack of all mprotect trackers (never taken in the handler).
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into `ts`; it is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn protect(start: usize, len: usize, prot: libc::c_int) -> bool {
-    // SAFETY: changes protection of pages the caller tracks; no Rust references are created.
-    unsafe { libc::mprotect(start as *mut libc::c_void, len, prot) == 0 }
-}
-
 pub(crate) fn write_stderr(msg: &[u8]) {
     // SAFETY: write(2) of a static buffer is async-signal-safe.
     unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
@@ -94,11 +68,7 @@ pub(crate) fn page_size_for_handler() -> usize {
 
 /// Whether `r` overlaps a range an mprotect write tracker of this process tracks.
 pub(crate) fn overlaps_active(r: PageRange) -> bool {
-    SLOTS.iter().any(|s| {
-        s.state.load(Ordering::SeqCst) == ACTIVE
-            && s.start.load(Ordering::Acquire) < r.end
-            && r.start < s.end.load(Ordering::Acquire)
-    })
+    segv::overlaps_active(&SLOTS, r)
 }
 
 /// Sets every bit of a slot (used when a per-page mprotect fails: whole-range over-report).
@@ -140,56 +110,35 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 
 /// Returns true when the fault was ours (recorded, or to be retried).
 fn handle_fault(info: *mut libc::siginfo_t) -> bool {
-    if info.is_null() {
+    let Some(addr) = segv::fault_addr(info) else {
         return false;
-    }
-    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
-    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    if code != SEGV_ACCERR {
-        return false;
-    }
+    };
     let ps = PAGE_SIZE.load(Ordering::Relaxed);
-    let mut tombstone = false;
     let high = HIGH_WATER.load(Ordering::SeqCst).min(MAX_MPROTECT_RANGES);
-    for slot in SLOTS[..high].iter() {
-        let state = slot.state.load(Ordering::SeqCst);
-        if state != ACTIVE && state != RETIRED {
-            continue;
-        }
-        let start = slot.start.load(Ordering::Acquire);
-        let end = slot.end.load(Ordering::Acquire);
-        if addr < start || addr >= end {
-            continue;
-        }
-        if state == RETIRED {
-            let at = slot.retired_at.load(Ordering::Acquire);
-            tombstone |= now_ns().saturating_sub(at) < TOMBSTONE_NS;
-            continue;
-        }
+    segv::resolve(&SLOTS[..high], addr, |slot, start, end| {
         let bitmap = slot.bitmap.load(Ordering::Acquire);
         if bitmap.is_null() {
-            continue;
+            return None;
         }
         let page = addr & !(ps - 1);
         let idx = (page - start) / ps;
         if protect(page, ps, libc::PROT_READ | libc::PROT_WRITE) {
             // SAFETY: idx < pages of the slot; the bitmap lives while IN_HANDLER > 0.
             unsafe { (*bitmap.add(idx / 64)).fetch_or(1u64 << (idx % 64), Ordering::AcqRel) };
-            return true;
+            return Some(true);
         }
         // Per-page mprotect failed (typically ENOMEM: too many VMAs). Unprotect the whole range
         // and report all of it; the next scan re-protects it in one piece.
         if protect(start, end - start, libc::PROT_READ | libc::PROT_WRITE) {
             set_all(bitmap, (end - start) / ps);
-            return true;
+            return Some(true);
         }
         write_stderr(
             b"kioku-track: cannot make a tracked page writable again (mprotect failed); aborting\n",
         );
         // SAFETY: abort is async-signal-safe.
         unsafe { libc::abort() };
-    }
-    tombstone
+    })
 }
 
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
@@ -291,12 +240,12 @@ impl MprotectTracker {
     /// older than `TOMBSTONE_MIN_NS`.
     fn claim(r: PageRange) -> Result<usize, TrackError> {
         let now = now_ns();
-        let age = |i: usize| now.saturating_sub(SLOTS[i].retired_at.load(Ordering::Acquire));
+        let age = |i: usize| now.saturating_sub(SLOTS[i].range.retired_at.load(Ordering::Acquire));
         let pick = (0..MAX_MPROTECT_RANGES)
-            .find(|&i| SLOTS[i].state.load(Ordering::SeqCst) == FREE)
+            .find(|&i| SLOTS[i].range.state.load(Ordering::SeqCst) == FREE)
             .or_else(|| {
                 (0..MAX_MPROTECT_RANGES)
-                    .filter(|&i| SLOTS[i].state.load(Ordering::SeqCst) == RETIRED)
+                    .filter(|&i| SLOTS[i].range.state.load(Ordering::SeqCst) == RETIRED)
                     .filter(|&i| age(i) >= TOMBSTONE_MIN_NS)
                     .max_by_key(|&i| age(i))
             });
@@ -307,25 +256,25 @@ impl MprotectTracker {
         };
         let slot = &SLOTS[i];
         // The table lock is held, so nobody else changes the state between the check and here.
-        slot.state.store(RESERVED, Ordering::SeqCst);
+        slot.range.state.store(RESERVED, Ordering::SeqCst);
         let words = r.len_pages().div_ceil(64);
         let bitmap: Box<[AtomicU64]> = (0..words).map(|_| AtomicU64::new(0)).collect();
-        slot.start.store(r.start, Ordering::Release);
-        slot.end.store(r.end, Ordering::Release);
+        slot.range.start.store(r.start, Ordering::Release);
+        slot.range.end.store(r.end, Ordering::Release);
         slot.bitmap
             .store(Box::into_raw(bitmap) as *mut AtomicU64, Ordering::Release);
         HIGH_WATER.fetch_max(i + 1, Ordering::SeqCst);
-        slot.state.store(ACTIVE, Ordering::SeqCst);
+        slot.range.state.store(ACTIVE, Ordering::SeqCst);
         Ok(i)
     }
 
     /// Retires slot `i`, waits for running handlers and returns its bitmap (table lock held).
     fn retire(i: usize) -> Box<[AtomicU64]> {
         let slot = &SLOTS[i];
-        let start = slot.start.load(Ordering::Acquire);
-        let end = slot.end.load(Ordering::Acquire);
-        slot.retired_at.store(now_ns(), Ordering::Release);
-        slot.state.store(RETIRED, Ordering::SeqCst);
+        let start = slot.range.start.load(Ordering::Acquire);
+        let end = slot.range.end.load(Ordering::Acquire);
+        slot.range.retired_at.store(now_ns(), Ordering::Release);
+        slot.range.state.store(RETIRED, Ordering::SeqCst);
         while IN_HANDLER.load(Ordering::SeqCst) != 0 {
             std::thread::yield_now();
         }
@@ -338,8 +287,8 @@ impl MprotectTracker {
 
     fn slot_range(i: usize) -> PageRange {
         PageRange::new(
-            SLOTS[i].start.load(Ordering::Acquire),
-            SLOTS[i].end.load(Ordering::Acquire),
+            SLOTS[i].range.start.load(Ordering::Acquire),
+            SLOTS[i].range.end.load(Ordering::Acquire),
         )
     }
 
@@ -349,11 +298,11 @@ impl MprotectTracker {
         let mut syscalls = 0;
         // Slots sorted by start so the output is sorted.
         self.slots
-            .sort_by_key(|&i| SLOTS[i].start.load(Ordering::Acquire));
+            .sort_by_key(|&i| SLOTS[i].range.start.load(Ordering::Acquire));
         for &i in &self.slots {
             let slot = &SLOTS[i];
-            let start = slot.start.load(Ordering::Acquire);
-            let end = slot.end.load(Ordering::Acquire);
+            let start = slot.range.start.load(Ordering::Acquire);
+            let end = slot.range.end.load(Ordering::Acquire);
             let bitmap = slot.bitmap.load(Ordering::Acquire);
             let pages = (end - start) / ps;
             self.scratch.clear();
@@ -435,23 +384,11 @@ impl PageTracker for MprotectTracker {
         for part in self.tracked.missing(range) {
             // Refuse ranges another tracker of this process holds (a write tracker here, or
             // the access sampler's protection probe).
-            if crate::access::protnone::overlaps_active(part) {
+            if overlaps_active(part) || crate::access::protnone::overlaps_active(part) {
                 return Err(TrackError::Overlap {
                     start: part.start,
                     end: part.end,
                 });
-            }
-            for slot in SLOTS.iter() {
-                if slot.state.load(Ordering::SeqCst) == ACTIVE {
-                    let s = slot.start.load(Ordering::Acquire);
-                    let e = slot.end.load(Ordering::Acquire);
-                    if s < part.end && part.start < e {
-                        return Err(TrackError::Overlap {
-                            start: part.start,
-                            end: part.end,
-                        });
-                    }
-                }
             }
             match crate::maps::covered(self.pid, part, crate::maps::Need::ReadWrite) {
                 Ok(true) => {}
@@ -473,7 +410,7 @@ impl PageTracker for MprotectTracker {
             if !protect(part.start, part.len(), libc::PROT_READ) {
                 let err = std::io::Error::last_os_error();
                 drop(Self::retire(i));
-                SLOTS[i].state.store(FREE, Ordering::SeqCst);
+                SLOTS[i].range.state.store(FREE, Ordering::SeqCst);
                 return Err(TrackError::Sys {
                     what: "mprotect(PROT_READ)",
                     source: err,
@@ -515,7 +452,7 @@ impl PageTracker for MprotectTracker {
                         // Undo: the old slot still tracks everything.
                         for (_, j) in keep {
                             drop(Self::retire(j));
-                            SLOTS[j].state.store(FREE, Ordering::SeqCst);
+                            SLOTS[j].range.state.store(FREE, Ordering::SeqCst);
                         }
                         return Err(e);
                     }

@@ -1,75 +1,30 @@
-//! Building C programs against `include/kioku.h` and the library cargo built for these tests.
+//! Building C programs against `include/kioku.h` and the library cargo built for these tests,
+//! and comparing the C layout of the header's structs with the Rust definitions.
 
 #![allow(dead_code)] // Each test binary uses its own part.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The repository root (holds `include/` and `examples/`).
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
+use kioku_testkit::cprog::{self, Link};
 
-/// The directory holding `libkioku.a` nearest above this test executable: `cargo test` builds
-/// the package's staticlib next to the test (`<target>/<profile>/deps/`) before running its
-/// integration tests; `<target>/<profile>/` (where `cargo build` puts it) is the fallback.
+/// The static library the C programs link against.
+const ARCHIVE: &str = "libkioku.a";
+
+/// The directory holding the `libkioku.a` (and `libkioku.so`) built for these tests.
 pub fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .ancestors()
-        .skip(1)
-        .find(|d| d.join("libkioku.a").exists())
-        .unwrap_or_else(|| {
-            panic!(
-                "no libkioku.a above {}; run `cargo build -p kioku-capi` first",
-                exe.display()
-            )
-        });
-    dir.to_path_buf()
+    cprog::lib_dir(ARCHIVE)
 }
 
-/// The C compiler: `$CC`, else `cc`.
-pub fn cc() -> String {
-    std::env::var("CC").unwrap_or_else(|_| "cc".into())
-}
-
-/// Compiles the C sources into `out`, linked statically against `libkioku.a`, with warnings
-/// as errors. Panics with the compiler's output if it fails.
+/// Compiles the C sources into `out` (C99, pedantic), linked statically against `libkioku.a`,
+/// with warnings as errors. Panics with the compiler's output if it fails.
 pub fn build_c(sources: &[&Path], out: &Path) {
-    let mut cmd = Command::new(cc());
-    cmd.args([
-        "-std=c99",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-pedantic",
-        "-O1",
-        "-I",
-    ])
-    .arg(repo_root().join("include"));
-    cmd.args(sources);
-    cmd.arg(lib_dir().join("libkioku.a"));
-    // The system libraries Rust's standard library needs in a static link.
-    cmd.args([
-        "-lpthread",
-        "-ldl",
-        "-lm",
-        "-lrt",
-        "-lgcc_s",
-        "-lutil",
-        "-o",
-    ])
-    .arg(out);
-    let o = cmd
-        .output()
-        .expect("run the C compiler (cc) — is gcc installed?");
-    assert!(
-        o.status.success(),
-        "compiling {sources:?} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    cprog::build(
+        &["-std=c99", "-pedantic", "-O1"],
+        sources,
+        Link::Static(ARCHIVE),
+        out,
     );
 }
 
@@ -78,10 +33,65 @@ pub fn run(cmd: &mut Command) -> Output {
     cmd.output().expect("run the C program")
 }
 
+/// Runs a C check program to completion and returns its standard output; panics with both
+/// outputs unless it succeeded and its last line is `ok`.
+pub fn run_check(cmd: &mut Command) -> String {
+    let o = run(cmd);
+    let (out, err) = text(&o);
+    assert!(
+        o.status.success() && out.ends_with("ok\n"),
+        "{} failed ({:?}):\n{err}\n{out}",
+        cmd.get_program().to_string_lossy(),
+        o.status
+    );
+    out
+}
+
 /// Standard output and error as text, for messages.
 pub fn text(o: &Output) -> (String, String) {
     (
         String::from_utf8_lossy(&o.stdout).into_owned(),
         String::from_utf8_lossy(&o.stderr).into_owned(),
     )
+}
+
+/// Offset and size of each struct field (`"type.field"`) and size of each struct (`"type"`,
+/// offset 0), from the lines `layout TYPE FIELD OFFSET SIZE` and `size TYPE SIZE` a C check
+/// program prints.
+pub type Layout = BTreeMap<String, (usize, usize)>;
+
+/// The layout the C program printed in `out` (other lines are ignored).
+pub fn c_layout(out: &str) -> Layout {
+    let mut c = Layout::new();
+    for l in out.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        match w.as_slice() {
+            ["layout", ty, field, off, size] => {
+                c.insert(
+                    format!("{ty}.{field}"),
+                    (off.parse().unwrap(), size.parse().unwrap()),
+                );
+            }
+            ["size", ty, size] => {
+                c.insert(ty.to_string(), (0, size.parse().unwrap()));
+            }
+            _ => {}
+        }
+    }
+    c
+}
+
+/// The Rust layout of `$ty` under the C name `$cname`, in the shape of [`c_layout`]:
+/// `rust_layout!("kioku_recovery", Recovery, [epoch: u64, time_ns: u64])`.
+#[macro_export]
+macro_rules! rust_layout {
+    ($cname:literal, $ty:ty, [$($f:ident: $fty:ty),*]) => {{
+        let mut m = $crate::common::Layout::new();
+        m.insert($cname.to_string(), (0, std::mem::size_of::<$ty>()));
+        $(m.insert(
+            format!("{}.{}", $cname, stringify!($f)),
+            (std::mem::offset_of!($ty, $f), std::mem::size_of::<$fty>()),
+        );)*
+        m
+    }};
 }

@@ -90,8 +90,20 @@ pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// The arguments of `kioku run --pool POOL --interval INTERVAL -- CMD...`.
+pub fn run_args<'a>(pool: &'a str, interval: &'a str, cmd: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["run", "--pool", pool, "--interval", interval, "--"];
+    args.extend_from_slice(cmd);
+    args
+}
+
 /// `kioku ARGS` with stdout appended to `dir/stdout.txt` and stderr to `dir/stderr.txt`.
 pub fn spawn_kioku(args: &[&str], dir: &RunDir) -> Child {
+    spawn_kioku_env(args, dir, &[])
+}
+
+/// [`spawn_kioku`] with the environment variables `env` set too.
+pub fn spawn_kioku_env(args: &[&str], dir: &RunDir, env: &[(&str, &str)]) -> Child {
     let open = |n: &str| {
         std::fs::OpenOptions::new()
             .create(true)
@@ -105,11 +117,43 @@ pub fn spawn_kioku(args: &[&str], dir: &RunDir) -> Child {
         // Every capture compared with the program's memory, both contexts compared after
         // every checkpoint: a difference is logged as an ERROR, which the tests look for.
         .env("KIOKU_VERIFY_CAPTURE", "1")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(open("stdout.txt"))
         .stderr(open("stderr.txt"))
         .spawn()
         .expect("spawning kioku")
+}
+
+/// What `kioku inspect --json` says of the pool at `pool` (relative to `dir`), read without
+/// the monitor (`null` where it says nothing), and the command's output.
+pub fn inspect_json(dir: &RunDir, pool: &str) -> (serde_json::Value, Output) {
+    let o = kioku_in(dir, &["inspect", "--pool", pool, "--json"]);
+    (serde_json::from_slice(&o.stdout).unwrap_or_default(), o)
+}
+
+/// The epoch of the last checkpoint the pool at `pool` committed (0 if none, or no pool yet).
+pub fn epoch_of(dir: &RunDir, pool: &str) -> u64 {
+    inspect_json(dir, pool).0["epoch"].as_u64().unwrap_or(0)
+}
+
+/// Waits (up to 30 s: a loaded machine starts slowly) until the pool at `pool` (relative to the
+/// run directory) has committed a checkpoint of epoch `epoch` or later.
+pub fn wait_for_epoch(dir: &RunDir, pool: &str, epoch: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (v, o) = inspect_json(dir, pool);
+        if v["epoch"].as_u64().is_some_and(|e| e >= epoch) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of epoch {epoch} in {pool} after 30 s: {}\nkioku's log:\n{}",
+            stderr(&o),
+            stderr_of(dir)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The traced program of monitor `pid` (its only child), waiting up to 5 s for it.

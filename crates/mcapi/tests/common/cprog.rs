@@ -3,24 +3,16 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use kioku_testkit::cprog::{self, Link};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-pub fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-pub fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.ancestors()
-        .skip(1)
-        .find(|d| d.join("libkioku_mcapi.so").exists())
-        .unwrap_or_else(|| panic!("no libkioku_mcapi.so above {}", exe.display()))
-        .to_path_buf()
-}
+/// The shared library the C programs link against.
+pub const LIB: &str = "libkioku_mcapi.so";
 
 pub fn header() -> String {
-    std::fs::read_to_string(repo().join("include/kioku_mcapi.h")).unwrap()
+    std::fs::read_to_string(cprog::repo_root().join("include/kioku_mcapi.h")).unwrap()
 }
 
 /// `tests/c/fts.c`, built once.
@@ -30,30 +22,12 @@ pub fn fts() -> &'static Path {
         .get_or_init(|| {
             let dir = tempfile::tempdir().unwrap();
             let exe = dir.path().join("fts");
-            let lib = lib_dir();
-            let o = Command::new("cc")
-                .args([
-                    "-std=c11",
-                    "-D_DEFAULT_SOURCE",
-                    "-Wall",
-                    "-Wextra",
-                    "-Werror",
-                    "-O1",
-                    "-I",
-                ])
-                .arg(repo().join("include"))
-                .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fts.c"))
-                .arg("-o")
-                .arg(&exe)
-                .arg(format!("-L{}", lib.display()))
-                .arg(format!("-Wl,-rpath,{}", lib.display()))
-                .arg("-lkioku_mcapi")
-                .output()
-                .unwrap();
-            assert!(
-                o.status.success(),
-                "cc: {}",
-                String::from_utf8_lossy(&o.stderr)
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/fts.c");
+            cprog::build(
+                &["-std=c11", "-D_DEFAULT_SOURCE", "-O1"],
+                &[&src],
+                Link::Shared("kioku_mcapi"),
+                &exe,
             );
             (dir, exe)
         })

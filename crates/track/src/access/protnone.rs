@@ -9,8 +9,7 @@
 //! `vm.max_map_count`.
 //!
 //! All probes of a process share one table of [`MAX_SAMPLED_RANGES`] slots read by the handler
-//! with atomics only. Slot life cycle: FREE → RESERVED → ACTIVE → RETIRED (a tombstone that
-//! lets a fault racing with `untrack` retry) → FREE.
+//! with atomics only (slot life cycle and fault search: [`crate::segv`]).
 //!
 //! Ordering that makes every access of an armed page visible to the next collect:
 //! * handler: for a page whose *armed* bit is set: restore its protection, set its *touched*
@@ -23,48 +22,40 @@
 //! A fault that sets its touched bit after the collect read the touched word is counted by the
 //! next collect (its page was observed, the access falls into the next period).
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::maps;
+use crate::segv::{
+    self, now_ns, protect, SlotRange, ACTIVE, FREE, RESERVED, RETIRED, TOMBSTONE_NS,
+};
 use crate::{PageRange, TrackError};
 
 /// Ranges the protection probe can track in one process (all probes together).
 pub const MAX_SAMPLED_RANGES: usize = 256;
-/// How long a fault in a just-retired range is retried instead of passed on.
-const TOMBSTONE_NS: u64 = 1_000_000_000;
-
-const FREE: u8 = 0;
-const RESERVED: u8 = 1;
-const ACTIVE: u8 = 2;
-const RETIRED: u8 = 3;
-
-/// `si_code` of a fault on a mapped page without the needed permission.
-const SEGV_ACCERR: libc::c_int = 2;
-
 struct Slot {
-    state: AtomicU8,
-    start: AtomicUsize,
-    end: AtomicUsize,
+    range: SlotRange,
     /// The protection of the range (restored on fault and disarm).
     prot: AtomicUsize,
     /// Two bitmaps of `words` words each: armed, then touched.
     bits: AtomicPtr<AtomicU64>,
     words: AtomicUsize,
-    retired_at: AtomicU64,
 }
 
 impl Slot {
     const fn new() -> Slot {
         Slot {
-            state: AtomicU8::new(FREE),
-            start: AtomicUsize::new(0),
-            end: AtomicUsize::new(0),
+            range: SlotRange::new(),
             prot: AtomicUsize::new(0),
             bits: AtomicPtr::new(std::ptr::null_mut()),
             words: AtomicUsize::new(0),
-            retired_at: AtomicU64::new(0),
         }
+    }
+}
+
+impl AsRef<SlotRange> for Slot {
+    fn as_ref(&self) -> &SlotRange {
+        &self.range
     }
 }
 
@@ -77,22 +68,6 @@ static IN_HANDLER: AtomicUsize = AtomicUsize::new(0);
 static HANDLER_NS: AtomicU64 = AtomicU64::new(0);
 /// Serialises changes of the table (never taken in the handler).
 static TABLE_LOCK: Mutex<()> = Mutex::new(());
-
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into `ts`; it is async-signal-safe.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn protect(start: usize, len: usize, prot: libc::c_int) -> bool {
-    // SAFETY: changes the protection of pages the probe tracks; no Rust reference points into
-    // them (the program's own accesses fault and are resolved by the handler).
-    unsafe { libc::mprotect(start as *mut libc::c_void, len, prot) == 0 }
-}
 
 /// Word `w` of bitmap `which` (0 armed, 1 touched) of a slot's bits.
 ///
@@ -131,14 +106,9 @@ fn access_kind(ctx: *mut libc::c_void) -> Access {
 /// Called by the process's SIGSEGV handler for faults the write tracker does not own. Returns
 /// true when the fault was in a sampled range (resolved, or to be retried).
 pub(crate) fn handle_fault(info: *mut libc::siginfo_t, ctx: *mut libc::c_void) -> bool {
-    if info.is_null() {
+    let Some(addr) = segv::fault_addr(info) else {
         return false;
-    }
-    // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
-    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
-    if code != SEGV_ACCERR {
-        return false;
-    }
+    };
     IN_HANDLER.fetch_add(1, Ordering::SeqCst);
     let t0 = now_ns();
     let r = handle(addr, access_kind(ctx));
@@ -157,26 +127,11 @@ pub(crate) fn handler_ns() -> u64 {
 fn handle(addr: usize, access: Access) -> bool {
     let ps = crate::mprotect::page_size_for_handler();
     let high = HIGH_WATER.load(Ordering::SeqCst).min(MAX_SAMPLED_RANGES);
-    let mut tombstone = false;
-    for slot in &SLOTS[..high] {
-        let state = slot.state.load(Ordering::SeqCst);
-        if state != ACTIVE && state != RETIRED {
-            continue;
-        }
-        let start = slot.start.load(Ordering::Acquire);
-        let end = slot.end.load(Ordering::Acquire);
-        if addr < start || addr >= end {
-            continue;
-        }
-        if state == RETIRED {
-            let at = slot.retired_at.load(Ordering::Acquire);
-            tombstone |= now_ns().saturating_sub(at) < TOMBSTONE_NS;
-            continue;
-        }
+    segv::resolve(&SLOTS[..high], addr, |slot, start, _end| {
         let bits = slot.bits.load(Ordering::Acquire);
         let words = slot.words.load(Ordering::Acquire);
         if bits.is_null() {
-            continue;
+            return None;
         }
         let page = addr & !(ps - 1);
         let idx = (page - start) / ps;
@@ -200,7 +155,7 @@ fn handle(addr: usize, access: Access) -> bool {
                 Access::Write => libc::PROT_WRITE,
                 Access::Fetch => libc::PROT_EXEC,
             };
-            return prot & needed != 0;
+            return Some(prot & needed != 0);
         }
         if !protect(page, ps, prot) {
             crate::mprotect::write_stderr(
@@ -211,18 +166,13 @@ fn handle(addr: usize, access: Access) -> bool {
         }
         touched.fetch_or(bit, Ordering::AcqRel);
         armed.fetch_and(!bit, Ordering::AcqRel);
-        return true;
-    }
-    tombstone
+        Some(true)
+    })
 }
 
 /// Whether `r` overlaps a range of any protection probe of this process.
 pub(crate) fn overlaps_active(r: PageRange) -> bool {
-    SLOTS.iter().any(|s| {
-        s.state.load(Ordering::SeqCst) == ACTIVE
-            && s.start.load(Ordering::Acquire) < r.end
-            && r.start < s.end.load(Ordering::Acquire)
-    })
+    segv::overlaps_active(&SLOTS, r)
 }
 
 /// The sampling probe based on `mprotect(PROT_NONE)`; calling process only.
@@ -246,7 +196,8 @@ impl ProtNoneProbe {
     fn slot_of(&self, addr: usize) -> Option<usize> {
         self.slots.iter().copied().find(|&i| {
             let s = &SLOTS[i];
-            s.start.load(Ordering::Acquire) <= addr && addr < s.end.load(Ordering::Acquire)
+            s.range.start.load(Ordering::Acquire) <= addr
+                && addr < s.range.end.load(Ordering::Acquire)
         })
     }
 
@@ -260,12 +211,12 @@ impl ProtNoneProbe {
         let mut parts = Vec::new();
         while cur < r.end {
             if let Some(i) = self.slot_of(cur) {
-                cur = SLOTS[i].end.load(Ordering::Acquire).min(r.end);
+                cur = SLOTS[i].range.end.load(Ordering::Acquire).min(r.end);
                 continue;
             }
             let mut next = r.end;
             for &i in &self.slots {
-                let s = SLOTS[i].start.load(Ordering::Acquire);
+                let s = SLOTS[i].range.start.load(Ordering::Acquire);
                 if s > cur && s < next {
                     next = s;
                 }
@@ -317,8 +268,8 @@ impl ProtNoneProbe {
         for &i in &self.slots {
             let s = &SLOTS[i];
             let (start, end) = (
-                s.start.load(Ordering::Acquire),
-                s.end.load(Ordering::Acquire),
+                s.range.start.load(Ordering::Acquire),
+                s.range.end.load(Ordering::Acquire),
             );
             let (a, b) = (start.max(r.start), end.min(r.end));
             if a >= b {
@@ -344,8 +295,8 @@ impl ProtNoneProbe {
                 continue;
             };
             let s = &SLOTS[i];
-            let start = s.start.load(Ordering::Acquire);
-            let end = s.end.load(Ordering::Acquire);
+            let start = s.range.start.load(Ordering::Acquire);
+            let end = s.range.end.load(Ordering::Acquire);
             let r = PageRange::new(r.start, r.end.min(end));
             let bits = s.bits.load(Ordering::Acquire);
             let words = s.words.load(Ordering::Acquire);
@@ -385,7 +336,7 @@ impl ProtNoneProbe {
                 calls += disarm_slot(i, *r, ps);
             }
             let s = &SLOTS[i];
-            let start = s.start.load(Ordering::Acquire);
+            let start = s.range.start.load(Ordering::Acquire);
             let bits = s.bits.load(Ordering::Acquire);
             let words = s.words.load(Ordering::Acquire);
             for p in r.pages() {
@@ -414,8 +365,8 @@ impl Drop for ProtNoneProbe {
         for &i in &self.slots {
             let s = &SLOTS[i];
             let r = PageRange::new(
-                s.start.load(Ordering::Acquire),
-                s.end.load(Ordering::Acquire),
+                s.range.start.load(Ordering::Acquire),
+                s.range.end.load(Ordering::Acquire),
             );
             disarm_slot(i, r, ps);
             retire(i);
@@ -427,11 +378,11 @@ impl Drop for ProtNoneProbe {
 fn claim(r: PageRange, prot: libc::c_int, ps: usize) -> Result<usize, TrackError> {
     let now = now_ns();
     let pick = (0..MAX_SAMPLED_RANGES)
-        .find(|&i| SLOTS[i].state.load(Ordering::SeqCst) == FREE)
+        .find(|&i| SLOTS[i].range.state.load(Ordering::SeqCst) == FREE)
         .or_else(|| {
             (0..MAX_SAMPLED_RANGES).find(|&i| {
-                SLOTS[i].state.load(Ordering::SeqCst) == RETIRED
-                    && now.saturating_sub(SLOTS[i].retired_at.load(Ordering::Acquire))
+                SLOTS[i].range.state.load(Ordering::SeqCst) == RETIRED
+                    && now.saturating_sub(SLOTS[i].range.retired_at.load(Ordering::Acquire))
                         >= TOMBSTONE_NS
             })
         });
@@ -441,17 +392,17 @@ fn claim(r: PageRange, prot: libc::c_int, ps: usize) -> Result<usize, TrackError
         });
     };
     let slot = &SLOTS[i];
-    slot.state.store(RESERVED, Ordering::SeqCst);
+    slot.range.state.store(RESERVED, Ordering::SeqCst);
     let words = (r.len() / ps).div_ceil(64);
     let bits: Box<[AtomicU64]> = (0..2 * words).map(|_| AtomicU64::new(0)).collect();
-    slot.start.store(r.start, Ordering::Release);
-    slot.end.store(r.end, Ordering::Release);
+    slot.range.start.store(r.start, Ordering::Release);
+    slot.range.end.store(r.end, Ordering::Release);
     slot.prot.store(prot as usize, Ordering::Release);
     slot.words.store(words, Ordering::Release);
     slot.bits
         .store(Box::into_raw(bits) as *mut AtomicU64, Ordering::Release);
     HIGH_WATER.fetch_max(i + 1, Ordering::SeqCst);
-    slot.state.store(ACTIVE, Ordering::SeqCst);
+    slot.range.state.store(ACTIVE, Ordering::SeqCst);
     Ok(i)
 }
 
@@ -460,7 +411,7 @@ fn claim(r: PageRange, prot: libc::c_int, ps: usize) -> Result<usize, TrackError
 /// `mprotect` calls made.
 fn disarm_slot(i: usize, r: PageRange, ps: usize) -> usize {
     let s = &SLOTS[i];
-    let start = s.start.load(Ordering::Acquire);
+    let start = s.range.start.load(Ordering::Acquire);
     let bits = s.bits.load(Ordering::Acquire);
     let words = s.words.load(Ordering::Acquire);
     let prot = s.prot.load(Ordering::Acquire) as libc::c_int;
@@ -501,8 +452,8 @@ fn disarm_slot(i: usize, r: PageRange, ps: usize) -> usize {
 /// Retires slot `i`, waits for running handlers and frees its bitmaps (table lock held).
 fn retire(i: usize) {
     let slot = &SLOTS[i];
-    slot.retired_at.store(now_ns(), Ordering::Release);
-    slot.state.store(RETIRED, Ordering::SeqCst);
+    slot.range.retired_at.store(now_ns(), Ordering::Release);
+    slot.range.state.store(RETIRED, Ordering::SeqCst);
     while IN_HANDLER.load(Ordering::SeqCst) != 0 {
         std::thread::yield_now();
     }
