@@ -221,21 +221,33 @@ impl Capturer {
         self
     }
 
-    /// Staging when the pool is a file on a disk file system (and not turned off with
-    /// `KIOKU_NO_STAGING=1`).
+    /// Staging when the pool is a file on a disk file system or on tmpfs (and not turned off
+    /// with `KIOKU_NO_STAGING=1`). On tmpfs the pool is sparse: the running context's pages
+    /// are allocated anew for each checkpoint, and copying into its mapping in the stop paid
+    /// that allocation (`fallocate`, zeroing) and a page fault per page — most of a small
+    /// program's stop; staged pages pay it after the resume.
     fn new_staging(&self) -> Option<staging::Staging> {
         if std::env::var_os("KIOKU_NO_STAGING").is_some_and(|v| v == "1") {
             return None;
         }
         let medium = self.engine.pool().medium();
-        (medium.kind() == kioku_pool::MediumKind::File).then(|| staging::Staging::new(medium.fd()))
+        matches!(
+            medium.kind(),
+            kioku_pool::MediumKind::File | kioku_pool::MediumKind::Shm
+        )
+        .then(|| staging::Staging::new(medium.fd()))
     }
 
     /// Writes staged pages into the pool file (after the tree resumed; before anything reads
     /// or changes the running context). Returns the bytes written.
     pub fn write_staged(&mut self) -> Result<u64> {
         match self.staging.as_mut() {
-            Some(s) if !s.is_empty() => s.write_out(self.engine.space().pool_mappings()),
+            Some(s) if !s.is_empty() => {
+                // Pool space first (a sparse section: a full medium fails here, with a typed
+                // error, never a SIGBUS).
+                self.engine.allocate_running(&s.destinations())?;
+                s.write_out(self.engine.space().pool_mappings())
+            }
             _ => Ok(0),
         }
     }

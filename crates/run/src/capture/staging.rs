@@ -79,6 +79,14 @@ impl Staging {
         self.pending.is_empty()
     }
 
+    /// Where the staged pages go: (running-context address, length) of each.
+    pub fn destinations(&self) -> Vec<(usize, usize)> {
+        self.pending
+            .iter()
+            .map(|&(local, _, len)| (local, len))
+            .collect()
+    }
+
     /// Turns `chunks` (program address, running-context address, length) into chunks whose
     /// destinations are fresh staging memory, remembering where each belongs.
     pub fn stage(
