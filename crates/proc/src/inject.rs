@@ -63,8 +63,15 @@ impl Inner {
             return Ok(None);
         }
         if let Some(a) = self.syscall_insn {
+            // Checked again only when the tracee may have run since (several calls of one
+            // checkpoint's stop use it).
+            let gen = sys::ran_generation();
+            if self.syscall_checked == Some(gen) {
+                return Ok(Some(a));
+            }
             let mut b = [0u8; 2];
             if mem::read_mem(pid, a, &mut b).is_ok() && b == SYSCALL {
+                self.syscall_checked = Some(gen);
                 return Ok(Some(a));
             }
             self.syscall_insn = None;

@@ -120,6 +120,8 @@ pub(crate) struct Inner {
     detached: bool,
     /// Address of a `syscall` instruction in the tracee (in the vdso), once found.
     pub syscall_insn: Option<usize>,
+    /// The [`sys::ran_generation`] at which `syscall_insn` was last seen holding `syscall`.
+    pub syscall_checked: Option<u64>,
     /// Always write `syscall` over the word at `rip` instead of searching for one.
     pub patch_syscall: bool,
     /// execve calls completed since the spawn (the first exec of a spawn not counted).
@@ -680,6 +682,7 @@ impl Tracee {
             spawned: false,
             detached: false,
             syscall_insn: None,
+            syscall_checked: None,
             patch_syscall: false,
             execs: 0,
             notices: vec![],
@@ -948,6 +951,7 @@ impl Inner {
             spawned,
             detached: false,
             syscall_insn: None,
+            syscall_checked: None,
             patch_syscall: false,
             execs: 0,
             notices: vec![],

@@ -113,6 +113,10 @@ struct Survey {
     maps_text: String,
     vmas: Vec<Vma>,
     files: Vec<FileId>,
+    /// [`ProcessCapture::wanted_areas`] of this stop, once computed: (areas wanted, pages
+    /// populated in the captured mappings). The tree has not run since, so the capture
+    /// reuses them (one `PAGEMAP_SCAN` per area less, twice).
+    want: Option<(Vec<PageRange>, Vec<PageRange>)>,
 }
 
 /// The checkpointing state of one process of the tree.
@@ -296,6 +300,7 @@ impl ProcessCapture {
             maps_text,
             vmas,
             files,
+            want: None,
         });
         Ok(())
     }
@@ -312,7 +317,10 @@ impl ProcessCapture {
             Some(s) => s.vmas.clone(),
             None => return Ok(None),
         };
-        let want = self.wanted_areas(&vmas)?;
+        let (want, pop) = self.wanted_areas(&vmas)?;
+        if let Some(s) = self.survey.as_mut() {
+            s.want = Some((want.clone(), pop));
+        }
         let mut estimate = Vec::new();
         for a in &self.tracked_part(&want) {
             self.query
@@ -531,12 +539,16 @@ impl ProcessCapture {
             maps_text,
             vmas,
             files,
+            want,
         } = self.survey.take().ok_or_else(|| RunError::Unsupported {
             what: "internal: capture without a survey".into(),
         })?;
 
         // (1) Areas: runs of captured mappings that hold data; regions follow them.
-        let want = self.wanted_areas(&vmas)?;
+        let (want, full_populated) = match want {
+            Some(w) => w,
+            None => self.wanted_areas(&vmas)?,
+        };
         let fresh = self.reconcile_areas(&want, st)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
@@ -549,10 +561,8 @@ impl ProcessCapture {
         // (3) Written pages, and pages dropped since the last capture.
         let mut written = Vec::new();
         self.tracker.scan_into(&mut written)?;
-        let mut populated = Vec::new();
-        for a in &want {
-            self.query.scan(*a, Query::populated(), &mut populated)?;
-        }
+        // Populated pages of the areas: what `wanted_areas` found in the stopped process.
+        let mut populated = intersect(&full_populated, &want);
         normalize(&mut populated);
         let dropped = intersect(&subtract(&self.populated, &populated), &want);
         self.populated = populated;
@@ -585,10 +595,12 @@ impl ProcessCapture {
         // section: a full medium fails here, not with SIGBUS). Staged pages get theirs when
         // they are written out, after the tree resumed ([`Capturer::write_staged`]): the
         // reservation (allocating and zeroing the pages) is not the stop's to pay.
-        if st.staging.is_none() {
+        let bytes: usize = chunks.iter().map(|c| c.2).sum();
+        let stage = st.staging.as_ref().is_some_and(|s| s.takes(bytes));
+        if !stage {
             allocate_shadow(&chunks, st)?;
         }
-        let copied = match st.staging.as_mut() {
+        let copied = match st.staging.as_mut().filter(|_| stage) {
             Some(s) => {
                 let staged = s.stage(&chunks)?;
                 sys::copy_pages(pid, &staged, true).inspect_err(|_| s.unstage(chunks.len()))?
@@ -940,12 +952,15 @@ impl ProcessCapture {
     /// unused bulk of thread stacks) takes nothing; once the program touches it, its pages are
     /// not write-tracked yet and are taken at that capture. Private file mappings are taken
     /// whole (their untouched pages read the file, not zeros).
-    fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<Vec<PageRange>> {
+    /// The areas wanted (see the module's notes), and the populated pages of every captured
+    /// mapping (sorted, merged).
+    fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<(Vec<PageRange>, Vec<PageRange>)> {
         let full = area_ranges(vmas);
         let mut pop = Vec::new();
         for a in &full {
             self.query.scan(*a, Query::populated(), &mut pop)?;
         }
+        normalize(&mut pop);
         let g = AREA_GRANULE;
         let mut keep: Vec<PageRange> = pop
             .iter()
@@ -966,7 +981,7 @@ impl ProcessCapture {
                 _ => bridged.push(r),
             }
         }
-        Ok(intersect(&full, &bridged))
+        Ok((intersect(&full, &bridged), pop))
     }
 
     fn create_region(&mut self, w: &PageRange, st: &mut Store<'_>) -> Result<()> {
