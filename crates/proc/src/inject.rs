@@ -32,6 +32,25 @@ const MAX_RESTARTS: usize = 16;
 /// `UFFD_USER_MODE_ONLY` (Linux 5.11).
 pub const UFFD_USER_MODE_ONLY: i32 = 1;
 
+/// Calls a checkpoint injects that cannot change the address space (it only reads state):
+/// what was learned of the layout stays valid across them.
+fn keeps_layout(nr: i64) -> bool {
+    matches!(
+        nr,
+        libc::SYS_getitimer
+            | libc::SYS_timer_gettime
+            | libc::SYS_sigaltstack
+            | libc::SYS_prctl
+            | libc::SYS_rt_sigaction
+            | libc::SYS_sched_getaffinity
+            | libc::SYS_getpriority
+            | libc::SYS_fcntl
+            | libc::SYS_getsockopt
+            | libc::SYS_getsockname
+            | libc::SYS_getpeername
+    )
+}
+
 fn errno_of(ret: i64) -> Option<i32> {
     (-4095..0).contains(&ret).then_some(-ret as i32)
 }
@@ -44,8 +63,15 @@ impl Inner {
             return Ok(None);
         }
         if let Some(a) = self.syscall_insn {
+            // Checked again only when the tracee may have run since (several calls of one
+            // checkpoint's stop use it).
+            let gen = sys::ran_generation();
+            if self.syscall_checked == Some(gen) {
+                return Ok(Some(a));
+            }
             let mut b = [0u8; 2];
             if mem::read_mem(pid, a, &mut b).is_ok() && b == SYSCALL {
+                self.syscall_checked = Some(gen);
                 return Ok(Some(a));
             }
             self.syscall_insn = None;
@@ -117,6 +143,9 @@ impl Inner {
                 (at, Some(word))
             }
         };
+        if !keeps_layout(nr) {
+            sys::note_ran();
+        }
         let mut call = saved;
         call.rip = site as u64;
         call.rax = nr as u64;
@@ -463,15 +492,34 @@ impl Tracee {
         let rsp = self.regs(tid)?.rsp;
         let need = (data.len() as u64 + 15) & !15;
         // Only inside the mapping the stack pointer is in (the thread's stack, or its signal
-        // stack): below it, by the ABI, nothing of the program lives.
-        let stack = self
-            .maps()?
-            .into_iter()
-            .find(|m| m.contains(rsp as usize) && m.perms.write);
+        // stack): below it, by the ABI, nothing of the program lives. The mapping found last
+        // serves while no tracee ran since (a checkpoint injects several calls in one stop).
+        let within = |a: usize, (start, end): (usize, usize)| start <= a && a < end;
+        let gen = sys::ran_generation();
+        let seen = self
+            .inner
+            .borrow()
+            .stack_seen
+            .filter(|&(g, s, e)| g == gen && within(rsp as usize, (s, e)))
+            .map(|(_, s, e)| (s, e));
+        let stack = match seen {
+            Some(r) => Some(r),
+            None => {
+                let found = self
+                    .maps()?
+                    .into_iter()
+                    .find(|m| m.contains(rsp as usize) && m.perms.write)
+                    .map(|m| (m.start, m.end));
+                if let Some((s, e)) = found {
+                    self.inner.borrow_mut().stack_seen = Some((gen, s, e));
+                }
+                found
+            }
+        };
         let below = rsp
             .checked_sub(RED_ZONE + need + 64)
             .map(|a| (a & !15) as usize)
-            .filter(|&a| stack.as_ref().is_some_and(|m| m.contains(a)));
+            .filter(|&a| stack.is_some_and(|r| within(a, r)));
         if let Some(at) = below {
             let mut old = vec![0u8; data.len()];
             if self.read_mem(at, &mut old).is_ok() && self.write_mem(at, data).is_ok() {

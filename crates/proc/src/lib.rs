@@ -47,5 +47,6 @@ pub use mem::{read_mem, write_mem};
 pub use ns::{Namespace, NamespaceKind};
 pub use regs::{FpKind, FpState, Regs, ThreadState};
 pub use space::{tracker_for, TracedSpace};
+pub use sys::read_small as read_proc_file;
 pub use tracee::{list_threads, Exit, Notice, Tracee, TraceeCommand};
 pub use tree::{TrapHandler, Tree};

@@ -173,7 +173,7 @@ pub fn parse_maps(text: &str) -> Result<Vec<MapEntry>> {
 /// Reads and parses /proc/PID/maps.
 pub fn read_maps(pid: i32) -> Result<Vec<MapEntry>> {
     let path = format!("/proc/{pid}/maps");
-    let text = std::fs::read_to_string(&path).map_err(|source| ProcError::Proc { path, source })?;
+    let text = crate::sys::read_small(&path).map_err(|source| ProcError::Proc { path, source })?;
     parse_maps(&text)
 }
 

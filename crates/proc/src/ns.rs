@@ -422,19 +422,25 @@ pub fn ns_pid_of(host: i32) -> Option<i32> {
 
 /// The thread id of thread `host_tid` of process `host_pid` in its innermost pid namespace.
 pub fn ns_tid_of(host_pid: i32, host_tid: i32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{host_pid}/task/{host_tid}/status")).ok()?;
+    let s = crate::sys::read_small(&format!("/proc/{host_pid}/task/{host_tid}/status")).ok()?;
     last_id(&s, "NSpid:")
 }
 
 /// Process group and session of `host` as its namespace sees them (0: outside it).
 pub fn ns_pgid_sid_of(host: i32) -> Option<(i32, i32)> {
-    let s = std::fs::read_to_string(format!("/proc/{host}/status")).ok()?;
+    let s = crate::sys::read_small(&format!("/proc/{host}/status")).ok()?;
     Some((last_id(&s, "NSpgid:")?, last_id(&s, "NSsid:")?))
 }
 
 fn ns_ids_of(host: i32, key: &str) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{host}/status")).ok()?;
+    let s = crate::sys::read_small(&format!("/proc/{host}/status")).ok()?;
     last_id(&s, key)
+}
+
+/// The innermost id on line `key` (`NSpid:`, `NSpgid:`, `NSsid:`) of a /proc status text
+/// the caller read already.
+pub fn ns_id_in_status(status: &str, key: &str) -> Option<i32> {
+    last_id(status, key)
 }
 
 fn last_id(status: &str, key: &str) -> Option<i32> {

@@ -58,8 +58,29 @@ fn check(r: libc::c_long) -> io::Result<libc::c_long> {
     Ok(r)
 }
 
+/// Bumped whenever a traced thread may run program code (a resume, a detach, an injected
+/// call that may change an address space): what was learned of a tracee's memory layout
+/// while every thread stayed stopped holds as long as this is unchanged.
+static RAN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The current [`RAN`] generation.
+pub(crate) fn ran_generation() -> u64 {
+    RAN.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Notes that a tracee may have run or changed its address space.
+pub(crate) fn note_ran() {
+    RAN.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+}
+
 /// Issues a request that passes only scalars (and addresses in the tracee).
 pub fn ptrace(req: Req, tid: i32) -> io::Result<libc::c_long> {
+    if matches!(
+        req,
+        Req::Cont(_) | Req::Listen | Req::Detach(_) | Req::Seize(_)
+    ) {
+        note_ran();
+    }
     let (op, addr, data): (libc::c_uint, usize, usize) = match req {
         Req::Seize(opts) => (libc::PTRACE_SEIZE, 0, opts as usize),
         Req::Interrupt => (libc::PTRACE_INTERRUPT, 0, 0),
@@ -297,4 +318,71 @@ pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// SIGCHLD blocked in this thread while it waits for its tracees, so that a stop or exit
+/// between two looks is not lost: it stays pending for `sigtimedwait`.
+pub(crate) struct SigchldBlocked {
+    old: libc::sigset_t,
+}
+
+impl SigchldBlocked {
+    pub(crate) fn new() -> SigchldBlocked {
+        // SAFETY: sigset manipulation on locals and the calling thread's own mask.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGCHLD);
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            SigchldBlocked { old }
+        }
+    }
+}
+
+impl Drop for SigchldBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restoring the calling thread's mask saved in `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// Sleeps until a SIGCHLD (a tracee stopped or ended) or `timeout`.
+pub(crate) fn wait_sigchld(timeout: std::time::Duration) {
+    // SAFETY: sigset manipulation on locals; sigtimedwait only reads and writes them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+    }
+}
+
+/// A small /proc file (`status`, `stat`, `maps` of a small process) read whole: /proc files
+/// say size 0, so `std::fs::read_to_string` reads them in doubling steps from 32 bytes (eight
+/// `read`s and a `statx` for a `status`); this reads into a 4 KiB buffer first (one `read`
+/// and the end-of-file `read`), growing it only for larger files. Checkpoint stops read
+/// several of them per process.
+pub fn read_small(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            buf.resize(buf.len() * 2, 0);
+        }
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{ProcError, Result};
 use crate::ns::Namespace;
+use crate::sys;
 use crate::tracee::{Exit, Notice, Tracee};
 
 /// What the owner does at a seccomp trap: (every process, the trapped process, the thread).
@@ -181,7 +182,7 @@ impl Tree {
     ) -> std::result::Result<Option<Exit>, E> {
         let deadline = Instant::now() + d;
         self.resume_all()?;
-        let _blocked = SigchldBlocked::new();
+        let _blocked = sys::SigchldBlocked::new();
         let mut nap = Duration::from_micros(50);
         loop {
             let mut progressed = false;
@@ -205,7 +206,7 @@ impl Tree {
                 nap = Duration::from_micros(50);
                 continue;
             }
-            wait_sigchld(nap.min(deadline - now));
+            sys::wait_sigchld(nap.min(deadline - now));
             nap = (nap * 2).min(NAP_MAX);
         }
     }
@@ -292,47 +293,5 @@ impl Drop for Tree {
         // Processes are killed by their own handles (spawned or adopted ones); the
         // namespace's init goes last, ending whatever is left in it.
         self.procs.clear();
-    }
-}
-
-/// SIGCHLD blocked in this thread while it waits for its tracees, so that a stop or exit
-/// between two looks is not lost: it stays pending for `sigtimedwait`.
-struct SigchldBlocked {
-    old: libc::sigset_t,
-}
-
-impl SigchldBlocked {
-    fn new() -> SigchldBlocked {
-        // SAFETY: sigset manipulation on locals and the calling thread's own mask.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGCHLD);
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
-            SigchldBlocked { old }
-        }
-    }
-}
-
-impl Drop for SigchldBlocked {
-    fn drop(&mut self) {
-        // SAFETY: restoring the calling thread's mask saved in `new`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
-    }
-}
-
-/// Sleeps until a SIGCHLD (a tracee stopped or ended) or `timeout`.
-fn wait_sigchld(timeout: Duration) {
-    // SAFETY: sigset manipulation on locals; sigtimedwait only reads and writes them.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGCHLD);
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs() as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
     }
 }

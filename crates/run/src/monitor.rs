@@ -34,8 +34,14 @@ impl Default for MonitorOptions {
 pub struct Summary {
     pub checkpoints: u64,
     pub last_epoch: u64,
-    /// Stop times (ms) of every checkpoint.
+    /// Stop times (ms) of every checkpoint: from the stop request until the capture is done
+    /// (the resume follows). They leave out what the program pays after it resumes.
     pub stop_ms: Vec<f64>,
+    /// For every checkpoint, the pages found written in write-tracked memory since the one
+    /// before: each cost the program a write-protect fault after that checkpoint's resume
+    /// (≈ 1–2 µs each here; docs/perf.md), time `stop_ms` does not show. Memory rewritten
+    /// whole is taken whole instead, without faults (docs/run.md).
+    pub wp_faults: Vec<u64>,
     /// Times (ms) from the end of the stop until each checkpoint was durable (the engine's
     /// write-back and commit), overlapping the program's run.
     pub durable_ms: Vec<f64>,
@@ -300,6 +306,7 @@ impl Monitor {
         s.checkpoints += 1;
         s.last_epoch = report.epoch;
         s.stop_ms.push(report.capture.stop.as_secs_f64() * 1e3);
+        s.wp_faults.push(report.capture.written);
         s.durable_ms.push(report.engine.total.as_secs_f64() * 1e3);
         s.copied_bytes +=
             report.capture.pages * kioku_track::page_size() as u64 + report.capture.precopied;

@@ -129,6 +129,12 @@ fn words(v: &[u64]) -> Vec<u8> {
 
 /// Captures the process-wide state of the stopped process `r` acts in.
 pub fn capture_process(r: &dyn Remote) -> Result<ProcessState> {
+    capture_process_with(r, None)
+}
+
+/// [`capture_process`] given the text of the process's `/proc/PID/status` when the caller
+/// read it in the same stop (one read less per checkpoint).
+pub fn capture_process_with(r: &dyn Remote, status: Option<&str>) -> Result<ProcessState> {
     let pid = r.pid();
     let mut s = ProcessState::default();
     for res in 0..RLIM_NLIMITS {
@@ -158,8 +164,15 @@ pub fn capture_process(r: &dyn Remote) -> Result<ProcessState> {
         }
     }
     s.posix_timers = posix_timers(r)?;
-    let status = read(format!("/proc/{pid}/status"))?;
-    s.umask = status_field(&status, "Umask")
+    let read_status;
+    let status = match status {
+        Some(s) => s,
+        None => {
+            read_status = read(format!("/proc/{pid}/status"))?;
+            &read_status
+        }
+    };
+    s.umask = status_field(status, "Umask")
         .and_then(|v| u32::from_str_radix(v, 8).ok())
         .unwrap_or(0o022);
     let b = call_out(
@@ -409,6 +422,12 @@ fn restore_timers(r: &dyn Remote, timers: &[PosixTimer], tids: &BTreeMap<i32, i3
 
 /// Captures thread `tid` (monitor's id) of the stopped process; `r` must act in that thread.
 pub fn capture_thread(r: &dyn Remote, tid: i32) -> Result<ThreadState> {
+    capture_thread_with(r, tid, None)
+}
+
+/// [`capture_thread`] given the text of the thread's `/proc/PID/task/TID/status` when the
+/// caller read it in the same stop.
+pub fn capture_thread_with(r: &dyn Remote, tid: i32, status: Option<&str>) -> Result<ThreadState> {
     let pid = r.pid();
     let dir = format!("/proc/{pid}/task/{tid}");
     let name = read(format!("{dir}/comm"))?
@@ -444,16 +463,25 @@ pub fn capture_thread(r: &dyn Remote, tid: i32) -> Result<ThreadState> {
         return Err(io("sched_getaffinity")(std::io::Error::last_os_error()));
     }
     set.truncate((n as usize).div_ceil(8));
-    let stat = read(format!("{dir}/stat"))?;
-    let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
-    // Field 19 (nice); the first after the name is field 3.
-    let nice = rest
-        .split_whitespace()
-        .nth(19 - 3)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let status = read(format!("{dir}/status"))?;
-    let no_new_privs = status_field(&status, "NoNewPrivs") == Some("1");
+    // The thread's nice value (one call rather than reading its /proc stat).
+    // SAFETY: getpriority takes scalars; errno tells a failure from a nice value of -1.
+    let nice = unsafe {
+        *libc::__errno_location() = 0;
+        let n = libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t);
+        if n == -1 && *libc::__errno_location() != 0 {
+            return Err(io("getpriority")(std::io::Error::last_os_error()));
+        }
+        n
+    };
+    let read_status;
+    let status = match status {
+        Some(s) => s,
+        None => {
+            read_status = read(format!("{dir}/status"))?;
+            &read_status
+        }
+    };
+    let no_new_privs = status_field(status, "NoNewPrivs") == Some("1");
     Ok(ThreadState {
         name,
         altstack,

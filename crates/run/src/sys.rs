@@ -256,7 +256,7 @@ pub fn status_mask(status: &str, key: &str) -> u64 {
 }
 
 pub fn read_proc(path: String) -> Result<String> {
-    std::fs::read_to_string(&path).map_err(|e| RunError::io(format!("reading {path}"), e))
+    kioku_proc::read_proc_file(&path).map_err(|e| RunError::io(format!("reading {path}"), e))
 }
 
 /// Ranges in `a` but not in `b`; both sorted and non-overlapping.

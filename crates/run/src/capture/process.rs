@@ -113,6 +113,10 @@ struct Survey {
     maps_text: String,
     vmas: Vec<Vma>,
     files: Vec<FileId>,
+    /// [`ProcessCapture::wanted_areas`] of this stop, once computed: (areas wanted, pages
+    /// populated in the captured mappings). The tree has not run since, so the capture
+    /// reuses them (one `PAGEMAP_SCAN` per area less, twice).
+    want: Option<(Vec<PageRange>, Vec<PageRange>)>,
 }
 
 /// The checkpointing state of one process of the tree.
@@ -296,6 +300,7 @@ impl ProcessCapture {
             maps_text,
             vmas,
             files,
+            want: None,
         });
         Ok(())
     }
@@ -312,7 +317,10 @@ impl ProcessCapture {
             Some(s) => s.vmas.clone(),
             None => return Ok(None),
         };
-        let want = self.wanted_areas(&vmas)?;
+        let (want, pop) = self.wanted_areas(&vmas)?;
+        if let Some(s) = self.survey.as_mut() {
+            s.want = Some((want.clone(), pop));
+        }
         let mut estimate = Vec::new();
         for a in &self.tracked_part(&want) {
             self.query
@@ -531,12 +539,16 @@ impl ProcessCapture {
             maps_text,
             vmas,
             files,
+            want,
         } = self.survey.take().ok_or_else(|| RunError::Unsupported {
             what: "internal: capture without a survey".into(),
         })?;
 
         // (1) Areas: runs of captured mappings that hold data; regions follow them.
-        let want = self.wanted_areas(&vmas)?;
+        let (want, full_populated) = match want {
+            Some(w) => w,
+            None => self.wanted_areas(&vmas)?,
+        };
         let fresh = self.reconcile_areas(&want, st)?;
 
         // (2) Parts not write-tracked (new, replaced or moved mappings): register them and take
@@ -549,10 +561,8 @@ impl ProcessCapture {
         // (3) Written pages, and pages dropped since the last capture.
         let mut written = Vec::new();
         self.tracker.scan_into(&mut written)?;
-        let mut populated = Vec::new();
-        for a in &want {
-            self.query.scan(*a, Query::populated(), &mut populated)?;
-        }
+        // Populated pages of the areas: what `wanted_areas` found in the stopped process.
+        let mut populated = intersect(&full_populated, &want);
         normalize(&mut populated);
         let dropped = intersect(&subtract(&self.populated, &populated), &want);
         self.populated = populated;
@@ -581,10 +591,16 @@ impl ProcessCapture {
             st.shared
                 .chunks(*object, *offset, r.start, r.len(), st.engine, &mut chunks);
         }
-        // Pool space is reserved before anything is copied (a sparse section: a full medium
-        // fails here, not with SIGBUS when the staged pages are written out).
-        allocate_shadow(&chunks, st)?;
-        let copied = match st.staging.as_mut() {
+        // Pool space is reserved before anything is copied into the pool's mapping (a sparse
+        // section: a full medium fails here, not with SIGBUS). Staged pages get theirs when
+        // they are written out, after the tree resumed ([`Capturer::write_staged`]): the
+        // reservation (allocating and zeroing the pages) is not the stop's to pay.
+        let bytes: usize = chunks.iter().map(|c| c.2).sum();
+        let stage = st.staging.as_ref().is_some_and(|s| s.takes(bytes));
+        if !stage {
+            allocate_shadow(&chunks, st)?;
+        }
+        let copied = match st.staging.as_mut().filter(|_| stage) {
             Some(s) => {
                 let staged = s.stage(&chunks)?;
                 sys::copy_pages(pid, &staged, true).inspect_err(|_| s.unstage(chunks.len()))?
@@ -609,12 +625,16 @@ impl ProcessCapture {
         let threads = self.threads(tracee)?;
         let status = sys::read_proc(format!("/proc/{pid}/status"))?;
         let sigactions = self.sigactions(tracee, &status)?;
-        let state = crate::procstate::capture_process(&TracedRemote {
-            tracee,
-            tid: tracee.control_thread()?,
-            channel: None,
-        })?;
-        let mm = self.mm_fields(tracee, &maps_text)?;
+        let state = crate::procstate::capture_process_with(
+            &TracedRemote {
+                tracee,
+                tid: tracee.control_thread()?,
+                channel: None,
+            },
+            Some(&status),
+        )?;
+        let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
+        let mm = self.mm_fields(tracee, &maps_text, &stat)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                 .map_err(|e| RunError::io("reading /proc/PID/exe", e))?;
@@ -638,7 +658,7 @@ impl ProcessCapture {
         }
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
             .map_err(|e| RunError::io("reading /proc/PID/cwd", e))?;
-        let id = identity(pid, self.image_pid)?;
+        let id = identity_of(&stat, Some(&status), pid, self.image_pid);
         let image = ProcessImage {
             pid: self.image_pid,
             ppid: id.ppid,
@@ -932,12 +952,15 @@ impl ProcessCapture {
     /// unused bulk of thread stacks) takes nothing; once the program touches it, its pages are
     /// not write-tracked yet and are taken at that capture. Private file mappings are taken
     /// whole (their untouched pages read the file, not zeros).
-    fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<Vec<PageRange>> {
+    /// The areas wanted (see the module's notes), and the populated pages of every captured
+    /// mapping (sorted, merged).
+    fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<(Vec<PageRange>, Vec<PageRange>)> {
         let full = area_ranges(vmas);
         let mut pop = Vec::new();
         for a in &full {
             self.query.scan(*a, Query::populated(), &mut pop)?;
         }
+        normalize(&mut pop);
         let g = AREA_GRANULE;
         let mut keep: Vec<PageRange> = pop
             .iter()
@@ -958,7 +981,7 @@ impl ProcessCapture {
                 _ => bridged.push(r),
             }
         }
-        Ok(intersect(&full, &bridged))
+        Ok((intersect(&full, &bridged), pop))
     }
 
     fn create_region(&mut self, w: &PageRange, st: &mut Store<'_>) -> Result<()> {
@@ -1205,7 +1228,7 @@ impl ProcessCapture {
             let image_tid = if self.image_pid == pid {
                 tid
             } else {
-                kioku_proc::ns::ns_tid_of(pid, tid).unwrap_or(tid)
+                kioku_proc::ns::ns_id_in_status(&status, "NSpid:").unwrap_or(tid)
             };
             out.push(ThreadImage {
                 tid: image_tid,
@@ -1219,13 +1242,14 @@ impl ProcessCapture {
                 tid_address,
                 robust_list: sys::robust_list(tid)?,
                 rseq: sys::rseq_config(tid)?,
-                kernel: crate::procstate::capture_thread(
+                kernel: crate::procstate::capture_thread_with(
                     &TracedRemote {
                         tracee,
                         tid,
                         channel: None,
                     },
                     tid,
+                    Some(&status),
                 )?,
             });
         }
@@ -1260,8 +1284,7 @@ impl ProcessCapture {
         Ok(out)
     }
 
-    fn mm_fields(&mut self, tracee: &Tracee, maps_text: &str) -> Result<MmFields> {
-        let stat = sys::read_proc(format!("/proc/{}/stat", self.pid))?;
+    fn mm_fields(&mut self, tracee: &Tracee, maps_text: &str, stat: &str) -> Result<MmFields> {
         // Fields after the command name (which may hold spaces): field 3 is the first.
         let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
         let f: Vec<u64> = rest
@@ -1370,6 +1393,12 @@ pub(crate) struct Identity {
 /// without one).
 pub(crate) fn identity(pid: i32, image_pid: i32) -> Result<Identity> {
     let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
+    Ok(identity_of(&stat, None, pid, image_pid))
+}
+
+/// [`identity`] from the text of the process's `/proc/PID/stat` (and its status when the
+/// caller read it in the same stop).
+fn identity_of(stat: &str, status: Option<&str>, pid: i32, image_pid: i32) -> Identity {
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<i64> = rest
         .split_whitespace()
@@ -1378,23 +1407,31 @@ pub(crate) fn identity(pid: i32, image_pid: i32) -> Result<Identity> {
     let at = |n: usize| f.get(n - 3).copied().unwrap_or(0);
     let exit_signal = at(38) as i32;
     if image_pid == pid {
-        return Ok(Identity {
+        return Identity {
             ppid: at(4) as i32,
             pgid: at(5) as i32,
             sid: at(6) as i32,
             exit_signal,
-        });
+        };
     }
-    let (pgid, sid) = kioku_proc::ns::ns_pgid_sid_of(pid).unwrap_or((0, 0));
+    let in_status = status.and_then(|s| {
+        Some((
+            kioku_proc::ns::ns_id_in_status(s, "NSpgid:")?,
+            kioku_proc::ns::ns_id_in_status(s, "NSsid:")?,
+        ))
+    });
+    let (pgid, sid) = in_status
+        .or_else(|| kioku_proc::ns::ns_pgid_sid_of(pid))
+        .unwrap_or((0, 0));
     // The parent's id in the namespace (the init is 1; a parent outside it shows as 0).
     let host_ppid = at(4) as i32;
     let ppid = kioku_proc::ns::ns_pid_of(host_ppid).unwrap_or(0);
-    Ok(Identity {
+    Identity {
         ppid,
         pgid,
         sid,
         exit_signal,
-    })
+    }
 }
 
 /// `prctl(PR_GET_TID_ADDRESS)` in thread `tid`.

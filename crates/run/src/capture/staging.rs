@@ -17,7 +17,7 @@ use std::os::fd::RawFd;
 use crate::error::{Result, RunError};
 
 /// Anonymous memory kept between checkpoints; more is unmapped after each write-out.
-const RETAIN: usize = 64 << 20;
+pub(crate) const RETAIN: usize = 64 << 20;
 
 /// The running context's mappings in the monitor: address → (length, offset in the pool
 /// file), kept by the shadow space as the engine maps and unmaps regions.
@@ -56,6 +56,9 @@ impl PoolMappings {
 /// Pages copied out of the stopped tree, waiting to be written into the pool file.
 pub(crate) struct Staging {
     fd: RawFd,
+    /// Most bytes staged per checkpoint; more go straight into the pool's mapping. `None`:
+    /// no limit (a disk, where storing into the mapping costs far more than a second copy).
+    limit: Option<usize>,
     buf: *mut u8,
     cap: usize,
     used: usize,
@@ -64,10 +67,12 @@ pub(crate) struct Staging {
 }
 
 impl Staging {
-    /// Staging for the pool file open at `fd` (which outlives it: the engine's pool).
-    pub fn new(fd: RawFd) -> Staging {
+    /// Staging for the pool file open at `fd` (which outlives it: the engine's pool), of at
+    /// most `limit` bytes per checkpoint.
+    pub fn new(fd: RawFd, limit: Option<usize>) -> Staging {
         Staging {
             fd,
+            limit,
             buf: std::ptr::null_mut(),
             cap: 0,
             used: 0,
@@ -75,8 +80,26 @@ impl Staging {
         }
     }
 
+    /// Whether every copy is to be staged (a disk).
+    pub fn unlimited(&self) -> bool {
+        self.limit.is_none()
+    }
+
+    /// Whether `more` bytes are to be staged (within the limit, with what is staged already).
+    pub fn takes(&self, more: usize) -> bool {
+        self.limit.is_none_or(|l| self.used + more <= l)
+    }
+
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
+    }
+
+    /// Where the staged pages go: (running-context address, length) of each.
+    pub fn destinations(&self) -> Vec<(usize, usize)> {
+        self.pending
+            .iter()
+            .map(|&(local, _, len)| (local, len))
+            .collect()
     }
 
     /// Turns `chunks` (program address, running-context address, length) into chunks whose

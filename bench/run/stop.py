@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Stop floor and monitor CPU (issue 18), called by bench/run/stop.sh.
+
+* pi spigot at --interval 10ms: kioku's reported stop (median, 90th percentile), the run's
+  wall and CPU (all processes, the monitor included) against a plain run's.
+* xz -T2 -6 on 50 MiB of text at 1 s and 100 ms: wall and CPU against a plain run's.
+Each kioku (BASE_KIOKU, this tree's) is run interleaved with the plain run, repetition by
+repetition; medians are shown. Prints Markdown.
+"""
+import json
+import os
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+BIN = os.environ["BENCH_BIN"]
+SHM = os.environ["BENCH_SHM"]
+KIOKUS = [("this", os.environ["KIOKU"])]
+if os.environ.get("BASE_KIOKU"):
+    KIOKUS.insert(0, ("base", os.environ["BASE_KIOKU"]))
+DIGITS = os.environ.get("PI_DIGITS", "20000")
+PI_REPS = int(os.environ.get("PI_REPS", "3"))
+XZ_REPS = int(os.environ.get("XZ_REPS", "1"))
+RT = ["chrt", "-f", "5"] if os.environ.get("RT") == "1" else []
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def timed(cmd):
+    """(wall s, CPU s of the command and everything it waited for)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+    wall = time.monotonic() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def under_kioku(kioku, interval, prog):
+    pool = os.path.join(SHM, "stop.pool")
+    summary = os.path.join(SHM, "summary.json")
+    for f in (pool, summary):
+        if os.path.exists(f):
+            os.remove(f)
+    wall, cpu = timed(RT + [kioku, "run", "--pool", pool, "--medium", "shm", "--interval", interval,
+                            "--summary-json", summary, "--"] + prog)
+    with open(summary) as f:
+        s = json.load(f)["summary"]
+    os.remove(pool)
+    return wall, cpu, s
+
+
+def pct(a, b):
+    return f"{(a / b - 1) * 100:+.1f} %"
+
+
+def pi_rows():
+    prog = [os.path.join(BIN, "pi"), DIGITS]
+    plain, runs = [], {name: [] for name, _ in KIOKUS}
+    for r in range(PI_REPS):
+        plain.append(timed(RT + prog))
+        for name, k in KIOKUS:
+            runs[name].append(under_kioku(k, "10ms", prog))
+        log(f"pi rep {r + 1}: plain {plain[-1][0]:.2f} s; " +
+            "; ".join(f"{n} {runs[n][-1][0]:.2f} s, stop median {statistics.median(runs[n][-1][2]['stop_ms']):.3f} ms"
+                      for n in runs))
+    pw = statistics.median(w for w, _ in plain)
+    pc = statistics.median(c for _, c in plain)
+    out = [f"pi spigot, {DIGITS} digits, `--interval 10ms`, pool on /dev/shm{', SCHED_FIFO (RT=1)' if RT else ''}; "
+           f"medians of {PI_REPS} (stop: median and 90th percentile of every checkpoint of the median run). "
+           f"Plain: {pw:.2f} s wall, {pc:.2f} s CPU.", "",
+           "| kioku | checkpoints | captured KiB | copied KiB / checkpoint | stop median ms | stop p90 ms | wall | wall overhead | CPU | CPU overhead |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, rs in runs.items():
+        rs = sorted(rs, key=lambda x: statistics.median(x[2]["stop_ms"]))
+        w, c, s = rs[len(rs) // 2]
+        st = sorted(s["stop_ms"])
+        wall = statistics.median(x[0] for x in rs)
+        cpu = statistics.median(x[1] for x in rs)
+        n = max(s["checkpoints"], 1)
+        out.append(f"| {name} | {s['checkpoints']} | {s['captured_bytes'] >> 10} | {s['copied_bytes'] / n / 1024:.0f} | "
+                   f"{statistics.median(st):.3f} | {st[int(len(st) * 0.9)]:.3f} | {wall:.2f} s | {pct(wall, pw)} | "
+                   f"{cpu:.2f} s | {pct(cpu, pc)} |")
+    return out
+
+
+def xz_rows():
+    inp = os.path.join(SHM, "xz.in")
+    rnd = random.Random(1)
+    words = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 9))) for _ in range(5000)]
+    with open(inp, "w") as f:
+        n = 0
+        while n < 50 << 20:
+            line = " ".join(rnd.choice(words) for _ in range(12)) + "\n"
+            f.write(line)
+            n += len(line)
+    xz = ["xz", "-T2", "-6", "-c", "-k", inp]
+    plain, runs = [], {(name, i): [] for name, _ in KIOKUS for i in ("1s", "100ms")}
+    for r in range(XZ_REPS):
+        plain.append(timed(xz))
+        for name, k in KIOKUS:
+            for i in ("1s", "100ms"):
+                runs[(name, i)].append(under_kioku(k, i, xz))
+        log(f"xz rep {r + 1}: plain {plain[-1][0]:.1f} s / {plain[-1][1]:.1f} s CPU; " +
+            "; ".join(f"{n} {i} {v[-1][0]:.1f} s / {v[-1][1]:.1f} s CPU" for (n, i), v in runs.items()))
+    os.remove(inp)
+    pw = statistics.median(w for w, _ in plain)
+    pc = statistics.median(c for _, c in plain)
+    out = [f"xz -T2 -6 on 50 MiB of text, pool on /dev/shm, normal priority; medians of {XZ_REPS}. "
+           f"Plain: {pw:.1f} s wall, {pc:.1f} s CPU.", "",
+           "| kioku | interval | checkpoints | stop median ms | wall | wall overhead | CPU | CPU overhead |",
+           "|---|---|---|---|---|---|---|---|"]
+    for (name, i), rs in runs.items():
+        wall = statistics.median(x[0] for x in rs)
+        cpu = statistics.median(x[1] for x in rs)
+        s = rs[0][2]
+        st = s.get("stop_ms") or [0]
+        out.append(f"| {name} | {i} | {s['checkpoints']} | {statistics.median(st):.1f} | {wall:.1f} s | {pct(wall, pw)} | "
+                   f"{cpu:.1f} s | {pct(cpu, pc)} |")
+    return out
+
+
+lines = pi_rows()
+if XZ_REPS > 0:
+    lines += [""] + xz_rows()
+print("\n".join(lines))
