@@ -24,7 +24,7 @@ import org.junit.jupiter.api.Test;
  * written. {@code -Dkioku.flips=all} flips every bit instead of one per byte (for make soak).
  */
 class BitFlipTest {
-  private static Node graph() {
+  static Node graph() {
     Node a = new Node();
     Node b = new Node();
     a.value = -7;

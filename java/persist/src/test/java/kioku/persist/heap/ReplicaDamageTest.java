@@ -1,0 +1,138 @@
+package kioku.persist.heap;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.util.Arrays;
+import java.util.Random;
+import kioku.persist.pool.CrashMode;
+import kioku.persist.pool.SimMedium;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Damage to more than one word of a replica is refused or repaired to exactly what was
+ * written, never opened with other values: two flips of the same bit in two words (which
+ * cancel in the XOR check word), flips of the top bit (which cancel in any sum modulo 2^64),
+ * and random damage to several words, in a replica read whole and one larger than a read.
+ */
+class ReplicaDamageTest {
+  /** A written heap whose root is {@code root}, as the image a clean stop leaves. */
+  private record Written(Object root, byte[] image, int at, int words) {}
+
+  private static Written write(Object root) throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    HeapHarness.setRoot(h, root);
+    long addr = PersistentHeap.addressOf(h.word(root));
+    long header = h.space().getLong(addr);
+    long size = h.classes().get((int) header).replicaSize(header >>> 32);
+    byte[] image = m.crash(CrashMode.DRAINED_ONLY);
+    return new Written(root, image, (int) h.space().off(addr), (int) (size / 8));
+  }
+
+  private static long[] longs(int n) {
+    long[] a = new long[n];
+    for (int i = 0; i < n; i++) a[i] = (i + 1) * 0x9E3779B97F4A7C15L;
+    return a;
+  }
+
+  private static void flip(byte[] image, int at, int word, int bit) {
+    image[at + 8 * word + bit / 8] ^= (byte) (1 << (bit % 8));
+  }
+
+  /**
+   * Opens the damaged image: true if refused with a message that says the heap is damaged and
+   * what to do, false if it opened with exactly the written values; fails otherwise.
+   */
+  private static boolean refusedOrExact(Written w, byte[] damaged, String what) throws Exception {
+    Object got;
+    try {
+      got = HeapHarness.recoveredRoot(HeapHarness.open(SimMedium.fromImage(damaged)));
+    } catch (HeapException e) {
+      String msg = e.getMessage();
+      assertTrue(msg.contains("damaged") && msg.contains("restore the pool from a backup"),
+          what + ": refused without saying it is damaged and what to do: " + msg);
+      return true;
+    }
+    if (w.root() instanceof long[] want) {
+      if (!Arrays.equals(want, (long[]) got)) {
+        long[] g = (long[]) got;
+        int i = 0;
+        while (i < want.length && want[i] == g[i]) i++;
+        fail(what + ": opened with other values (element " + i + ": " + Long.toHexString(g[i])
+            + " instead of " + Long.toHexString(want[i]) + ")");
+      }
+    } else {
+      assertEquals(BitFlipTest.describe(w.root()), BitFlipTest.describe(got), what + ": opened with other values");
+    }
+    return false;
+  }
+
+  @Test
+  void theSameBitFlippedInTwoWordsIsRefused() throws Exception {
+    for (int n : new int[] {5, 5000}) {
+      Written w = write(longs(n));
+      int last = w.words() - 1;
+      int[][] pairs = {{3, 4}, {3, last}, {4, last - 1}, {0, 3}, {1, 3}, {2, 3}, {1, 2}, {5, 7},
+          {3, Math.min(4098, last)}, {Math.min(4095, last - 1), Math.min(4096, last)}};
+      for (int[] pair : pairs) {
+        for (int bit : new int[] {0, 5, 31, 32, 62, 63}) {
+          byte[] damaged = w.image().clone();
+          flip(damaged, w.at(), pair[0], bit);
+          flip(damaged, w.at(), pair[1], bit);
+          String what = "long[" + n + "], bit " + bit + " of words " + pair[0] + " and " + pair[1];
+          boolean refused = refusedOrExact(w, damaged, what);
+          // Two wrong body words cannot be told from other two: only a refusal is sound.
+          if (pair[0] >= 3 && pair[1] >= 3) assertTrue(refused, what + ": not refused");
+        }
+      }
+    }
+  }
+
+  @Test
+  void randomDamageToSeveralWordsIsRefusedOrRepairedExactly() throws Exception {
+    Random rnd = new Random(0x5eed);
+    int refused = 0;
+    for (Object root : new Object[] {longs(5), longs(5000), BitFlipTest.graph()}) {
+      Written w = write(root);
+      int trials = w.words() > 1000 ? 40 : 150;
+      for (int t = 0; t < trials; t++) {
+        byte[] damaged = w.image().clone();
+        int k = 2 + rnd.nextInt(3);
+        StringBuilder what = new StringBuilder(root.getClass().getSimpleName() + " words");
+        int[] picked = rnd.ints(0, w.words()).distinct().limit(k).toArray();
+        int sameBit = rnd.nextInt(64);
+        for (int word : picked) {
+          switch (rnd.nextInt(3)) {
+            case 0 -> flip(damaged, w.at(), word, sameBit);
+            case 1 -> flip(damaged, w.at(), word, rnd.nextInt(64));
+            default -> {
+              for (int b = 0; b < 8; b++) damaged[w.at() + 8 * word + b] ^= (byte) (1 + rnd.nextInt(255));
+            }
+          }
+          what.append(' ').append(word);
+        }
+        if (refusedOrExact(w, damaged, what.toString())) refused++;
+      }
+    }
+    assertTrue(refused > 0);
+  }
+
+  @Test
+  void oneWrongBodyWordIsStillRepaired() throws Exception {
+    for (int n : new int[] {5, 5000}) {
+      Written w = write(longs(n));
+      for (int word : new int[] {3, 4, w.words() - 1}) {
+        for (int bit : new int[] {0, 31, 63}) {
+          byte[] damaged = w.image().clone();
+          flip(damaged, w.at(), word, bit);
+          PersistentHeap h = HeapHarness.open(SimMedium.fromImage(damaged));
+          assertTrue(Arrays.equals((long[]) w.root(), (long[]) HeapHarness.recoveredRoot(h)),
+              "long[" + n + "] word " + word + " bit " + bit);
+          assertEquals(1, h.stats().repairedAtOpen(), "long[" + n + "] word " + word + " bit " + bit);
+        }
+      }
+    }
+  }
+}
