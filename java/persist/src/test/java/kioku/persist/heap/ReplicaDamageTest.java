@@ -135,4 +135,47 @@ class ReplicaDamageTest {
       }
     }
   }
+
+  /**
+   * A store outside a section cut by a power failure at each of its ordering points, with
+   * words torn and unflushed lines evicted at random: every image opens with the old value or
+   * the new one, never refused (the store order leaves only what {@link ReplicaCheck#verify}
+   * repairs) and never anything else.
+   */
+  @Test
+  void aStoreCutAtAnyPointOpensOldOrNew() throws Exception {
+    for (int n : new int[] {5, 5000}) {
+      for (int index : new int[] {0, n - 1}) {
+        long[] a = longs(n);
+        long before = a[index];
+        long after = ~before ^ 0x8000_0000_0000_0001L; // changes most bits, the top one too
+        SimMedium probe = SimMedium.create(0);
+        PersistentHeap hp = HeapHarness.create(probe);
+        long[] ap = longs(n);
+        HeapHarness.setRoot(hp, ap);
+        long start = probe.orderingPoints();
+        ap[index] = after;
+        hp.storePrimitive(ap, index, after);
+        long points = probe.orderingPoints() - start;
+        assertTrue(points >= 3, "a store has " + points + " ordering points");
+        for (long cutAt = start; cutAt <= start + points; cutAt++) {
+          SimMedium m = SimMedium.create(0);
+          PersistentHeap h = HeapHarness.create(m);
+          HeapHarness.setRoot(h, a);
+          m.cutPowerAt(cutAt);
+          a[index] = after;
+          h.storePrimitive(a, index, after);
+          for (long seed = 0; seed < 24; seed++) {
+            byte[] image = m.crash(CrashMode.random(seed, true, true));
+            long[] got = (long[]) HeapHarness.recoveredRoot(HeapHarness.open(SimMedium.fromImage(image)));
+            String what = "long[" + n + "][" + index + "] cut at " + (cutAt - start) + " seed " + seed;
+            assertTrue(got[index] == before || got[index] == after, what + ": " + Long.toHexString(got[index]));
+            a[index] = got[index];
+            assertTrue(Arrays.equals(a, got), what + ": another element changed");
+          }
+          a[index] = before;
+        }
+      }
+    }
+  }
 }
