@@ -178,4 +178,53 @@ class ReplicaDamageTest {
       }
     }
   }
+
+  /**
+   * Two flips of bit k in words q and r change S2 by 2^k (±h(q) ± h(r)) mod P: zero only if
+   * h(q) = ±h(r) mod P. No two weights of the table (replicas up to 4,096 words) are.
+   */
+  @Test
+  void noTwoWeightsOfTheTableAreEqualOrOpposite() {
+    long[] all = new long[2 * 4096];
+    for (int p = 0; p < 4096; p++) {
+      long h = ReplicaCheck.weight(p);
+      assertTrue(h > 0, "weight " + p);
+      all[2 * p] = h;
+      all[2 * p + 1] = ReplicaCheck.P - h; // -h mod P
+    }
+    long[] sorted = all.clone();
+    Arrays.sort(sorted); // any total order puts equal values next to each other
+    for (int i = 1; i < sorted.length; i++) {
+      assertTrue(sorted[i] != sorted[i - 1], "two weights equal or opposite: " + Long.toHexString(sorted[i]));
+    }
+    // And the arithmetic: h * (new - old) mod P of one word, against BigInteger.
+    java.math.BigInteger bigP = new java.math.BigInteger(Long.toUnsignedString(ReplicaCheck.P));
+    Random rnd = new Random(7);
+    for (int i = 0; i < 10_000; i++) {
+      long p = rnd.nextInt(1 << 20);
+      long a = rnd.nextLong();
+      long b = i % 3 == 0 ? a ^ Long.MIN_VALUE : rnd.nextLong();
+      java.math.BigInteger want = java.math.BigInteger.valueOf(ReplicaCheck.weight(p))
+          .multiply(new java.math.BigInteger(Long.toUnsignedString(b)).subtract(new java.math.BigInteger(Long.toUnsignedString(a))))
+          .mod(bigP);
+      assertEquals(want.longValue(), ReplicaCheck.s2Delta(p, a, b), "p " + p);
+      ReplicaCheck.Sum sum = new ReplicaCheck.Sum();
+      sum.add(ReplicaCheck.weight(p), b);
+      sum.add(ReplicaCheck.weight(p + 1), a);
+      java.math.BigInteger sumWant = java.math.BigInteger.valueOf(ReplicaCheck.weight(p))
+          .multiply(new java.math.BigInteger(Long.toUnsignedString(b)))
+          .add(java.math.BigInteger.valueOf(ReplicaCheck.weight(p + 1)).multiply(new java.math.BigInteger(Long.toUnsignedString(a))))
+          .mod(bigP);
+      assertEquals(sumWant.longValue(), sum.value(), "sum at p " + p);
+    }
+    // A long sum, whose 192-bit accumulator carries into its top word.
+    ReplicaCheck.Sum sum = new ReplicaCheck.Sum();
+    java.math.BigInteger want = java.math.BigInteger.ZERO;
+    for (int i = 0; i < 100_000; i++) {
+      long w = rnd.nextLong() | Long.MIN_VALUE;
+      sum.add(ReplicaCheck.weight(i), w);
+      want = want.add(java.math.BigInteger.valueOf(ReplicaCheck.weight(i)).multiply(new java.math.BigInteger(Long.toUnsignedString(w))));
+    }
+    assertEquals(want.mod(bigP).longValue(), sum.value());
+  }
 }
