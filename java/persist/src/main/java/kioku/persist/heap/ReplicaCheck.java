@@ -118,9 +118,10 @@ final class ReplicaCheck {
     private long mid;
     private long top;
 
+    /** Adds {@code weight * word}, the weight from {@link #weight} (below 2^63). */
     void add(long weight, long word) {
       long pl = weight * word;
-      long ph = unsignedMultiplyHigh(weight, word);
+      long ph = Math.multiplyHigh(weight, word) + ((word >> 63) & weight); // weight >= 0
       long l = lo + pl;
       if (Long.compareUnsigned(l, pl) < 0) ph++; // ph < 2^64 - 1: no overflow
       lo = l;
