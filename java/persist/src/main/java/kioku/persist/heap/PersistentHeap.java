@@ -690,13 +690,12 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           // alone new (repaired from both checks) or S1 alone stale, never S2 alone stale,
           // which ReplicaCheck.verify refuses as two wrong words.
           space.putLong(at, neu);
-          space.flush(at, 8);
-          space.drain();
+          space.persist(at, 8);
           space.putLong(s2, s2New);
-          space.flush(s2, 8);
-          space.drain();
+          space.persist(s2, 8);
           space.putLong(s1, s1New);
-          space.flush(s1, 8);
+          space.persist(s1, 8);
+          return;
         } else {
           // Inside a section: the old word is logged, and a crash before the section commits
           // rolls it back and recomputes the checks.
