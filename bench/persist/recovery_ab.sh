@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Recovery and make_persistent of about GB gigabytes of small objects (RecoveryMain's "objects"
 # shape: linked lists of 8,192 Items), agent A (before) against agent B (after), in one run:
-# each agent builds a heap by make_persistent (the build with A is kept), then REPS rounds of
-# a recovery with each agent, in alternating order, and a build of the same graph with `new`
+# each agent builds a heap by make_persistent into its own pool (so two agents whose heap
+# layouts differ can be compared), then REPS rounds of a recovery of its own pool by each
+# agent, in alternating order, and a build of the same graph with `new`
 # without the agent. Prints RESULT lines (wall seconds, process CPU seconds, peak RSS) and the
 # load average at the start and the end; CPU seconds are what a loaded machine stretches least.
 #
@@ -17,7 +18,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 jar="$here/target/benchmarks.jar"
 shm=$(mktemp -d /dev/shm/kioku-recovery-ab.XXXXXX)
 trap 'rm -rf "$shm"' EXIT
-pool="$shm/recovery.pool"
+pool_a="$shm/a.pool"
+pool_b="$shm/b.pool"
 run() {
   local agent=$1
   shift
@@ -26,9 +28,8 @@ run() {
 }
 echo "load average at the start: $(cut -d' ' -f1-3 /proc/loadavg) ($(date -u '+%Y-%m-%d %H:%M') UTC)"
 bytes=$(python3 -c "print(int($gb * 1e9))")
-echo "build B: $(run "$b" build "$pool" objects "$bytes")"
-rm -f "$pool"
-built=$(run "$a" build "$pool" objects "$bytes")
+echo "build B: $(run "$b" build "$pool_b" objects "$bytes")"
+built=$(run "$a" build "$pool_a" objects "$bytes")
 echo "build A: $built"
 chunks=$(echo "$built" | grep -o 'chunks=[0-9]*' | cut -d= -f2)
 for i in $(seq 1 "$reps"); do
@@ -36,7 +37,11 @@ for i in $(seq 1 "$reps"); do
   [ $((i % 2)) = 0 ] && order="B A"
   for x in $order; do
     agent=$a
-    [ "$x" = B ] && agent=$b
+    pool=$pool_a
+    if [ "$x" = B ]; then
+      agent=$b
+      pool=$pool_b
+    fi
     echo "recover $x: $(run "$agent" recover "$pool" objects)"
   done
   echo "new: $(run "" plain objects "$chunks")"

@@ -21,8 +21,12 @@ final class HeapFormat {
   /** "KIOKUJVM" as a little-endian u64. */
   static final long MAGIC = 0x4d564a554b4f494bL;
 
-  /** 2: replica check words, self-checking counts and roots, growable undo logs. */
-  static final int VERSION = 2;
+  /**
+   * 2: replica check words, self-checking counts and roots, growable undo logs. 3: S2 is a sum
+   * modulo the prime 2^64 - 59 with pseudo-random weights (it was modulo 2^64 with weights
+   * 2p + 1, under which some damage to two words cancelled); a version-2 pool is refused.
+   */
+  static final int VERSION = 3;
 
   // persist.meta header. The fields written once (magic to chunk, log geometry) are covered by
   // a CRC-32C; the two counts, which change, are self-checking (u32 n, then u32 ~n).

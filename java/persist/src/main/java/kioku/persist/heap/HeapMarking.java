@@ -181,7 +181,8 @@ final class HeapMarking {
           space.drain();
           return size;
         default:
-          throw PersistentHeap.damagedAt(addr, "fails its check words (more than one word differs)");
+          throw PersistentHeap.damagedAt(addr, "(" + d.name() + ", " + size + " bytes) fails its check words"
+              + " and no single wrong word explains it (two or more words differ, or its check S2)");
       }
     }
   }
@@ -197,7 +198,7 @@ final class HeapMarking {
     if (words.length < BUFFERED) words = new long[BUFFERED];
     long[] w = words;
     long s1 = 0;
-    long s2 = 0;
+    ReplicaCheck.Sum s2 = new ReplicaCheck.Sum();
     long checks1 = 0;
     long checks2 = 0;
     for (long from = 0; from < n; from += BUFFERED) {
@@ -213,11 +214,11 @@ final class HeapMarking {
         } else {
           if (p == 0 && x != header) return false;
           s1 ^= x;
-          s2 += ReplicaCheck.weight(p) * x;
+          s2.add(ReplicaCheck.weight(p), x);
         }
       }
     }
-    return s1 == checks1 && s2 == checks2;
+    return s1 == checks1 && s2.value() == checks2;
   }
 
   /** Reads a replica that fits in {@link #words} (size checked against the space already). */

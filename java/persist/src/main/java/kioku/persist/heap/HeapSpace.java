@@ -69,4 +69,9 @@ final class HeapSpace {
   void drain() {
     medium.drain();
   }
+
+  /** A flush and a drain of one range (one fence on media where they are the same). */
+  void persist(long addr, long len) {
+    medium.persist(off(addr), len);
+  }
 }

@@ -680,17 +680,34 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       long old = space.getLong(at);
       long neu = (old & ~mask) | (bits & mask);
       if (neu != old) {
-        space.putLong(at, neu);
         long p = (at - replica) >>> 3;
         long s1 = replica + ReplicaCheck.S1;
         long s2 = replica + ReplicaCheck.S2;
-        space.putLong(s1, space.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu));
-        space.putLong(s2, space.getLong(s2) + ReplicaCheck.s2Delta(p, old, neu));
-        if (at + 8 - s1 <= 64) {
-          space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        long s1New = space.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
+        long s2New = ReplicaCheck.s2Add(space.getLong(s2), ReplicaCheck.s2Delta(p, old, neu));
+        if (drain) {
+          // The word, then S2, then S1, each durable before the next: a crash leaves the word
+          // alone new (repaired from both checks) or S1 alone stale, never S2 alone stale,
+          // which ReplicaCheck.verify refuses as two wrong words.
+          space.putLong(at, neu);
+          space.persist(at, 8);
+          space.putLong(s2, s2New);
+          space.persist(s2, 8);
+          space.putLong(s1, s1New);
+          space.persist(s1, 8);
+          return;
         } else {
-          space.flush(at, 8);
-          space.flush(s1, 16);
+          // Inside a section: the old word is logged, and a crash before the section commits
+          // rolls it back and recomputes the checks.
+          space.putLong(at, neu);
+          space.putLong(s1, s1New);
+          space.putLong(s2, s2New);
+          if (at + 8 - s1 <= 64) {
+            space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+          } else {
+            space.flush(at, 8);
+            space.flush(s1, 16);
+          }
         }
       }
       if (drain) space.drain();

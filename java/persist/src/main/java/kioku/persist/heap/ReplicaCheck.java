@@ -7,18 +7,29 @@ import kioku.persist.pool.Medium;
  *
  * <p>A replica is a sequence of 8-byte words; word p (p = offset / 8) is the header at p = 0,
  * the check words at p = 1 and 2, and the body from p = 3. Over every word but the checks:
- * {@code S1 = XOR w_p} and {@code S2 = SUM (2p + 1) * w_p} (mod 2^64). A store changes one
- * word and both checks incrementally ({@link #s1Delta}, {@link #s2Delta}), so the checks never
- * need the whole replica again.
+ * {@code S1 = XOR w_p} and {@code S2 = SUM h(p) * w_p mod P}, P = 2^64 - 59 (a prime), with
+ * h(p) a pseudo-random weight in [1, 2^63) ({@link #weight}). A store changes one word and
+ * both checks incrementally ({@link #s1Delta}, {@link #s2Delta}, {@link #s2Add}), so the
+ * checks never need the whole replica again.
  *
- * <p>A store outside a failure-atomic section writes its word and the two checks and then
- * drains, so a crash can leave any of the three old or new: one wrong unit. So can one flipped
- * bit. {@link #verify} finds and fixes one wrong unit — a body or header word (S1 gives the bits
- * that differ, S2 which word: {@code (2p + 1)} is odd, hence invertible, so at most one p fits)
- * or a check word — and reports anything more as damage. Either outcome of a torn store is a
- * state the program could have seen (the store had not returned); a flipped bit is put back.
- * Replicas changed by a section that a crash interrupted get their checks recomputed after
- * the rollback instead ({@link #recompute}).
+ * <p>Why a prime and random weights: in a sum modulo 2^64 a change of the top bit is 2^63 times
+ * any weight, so two flipped top bits cancelled (and a single one could not be located); and
+ * weights in a simple progression (2p + 1, p + 1) make structured pairs cancel (bit b of word r
+ * cleared, bit b - 1 of word 2r + 1 set). Modulo P every weight is invertible, so one wrong
+ * word always shows in both checks and S2 names its position; two wrong words the XOR does not
+ * see (the same bits changed in both) always show in S2; any other damage escapes both checks
+ * with a chance near 2^-64.
+ *
+ * <p>A store outside a failure-atomic section writes its word, then S2, then S1, with the
+ * medium drained between them ({@code PersistentHeap.writeChecked}), so a crash leaves one of:
+ * nothing new; the word new and both checks old (one wrong word: S1 gives the bits that
+ * differ, S2 which word); the word and S2 new and S1 old (S1 stale); all new. {@link #verify}
+ * repairs exactly those and refuses everything else: in particular S2 alone wrong, which the
+ * store order never leaves but two wrong words the XOR does not see do (so a flipped bit in S2
+ * itself is refused too: it cannot be told from them). Either outcome of a torn store is a
+ * state the program could have seen (the store had not returned); a flipped bit in a word or
+ * in S1 is put back. Replicas changed by a section that a crash interrupted get their checks
+ * recomputed after the rollback instead ({@link #recompute}).
  */
 final class ReplicaCheck {
   private ReplicaCheck() {}
@@ -26,17 +37,104 @@ final class ReplicaCheck {
   static final int S1 = 8;
   static final int S2 = 16;
 
-  /** The weight of word p in S2. */
+  /** The modulus of S2: the largest prime below 2^64 (unsigned). */
+  static final long P = 0xFFFFFFFFFFFFFFC5L; // 2^64 - 59
+
+  /** 2^64 mod P. */
+  private static final long TWO64 = 59;
+
+  private static final int TABLE = 4096;
+  private static final long[] WEIGHTS = new long[TABLE];
+
+  static {
+    for (int p = 0; p < TABLE; p++) WEIGHTS[p] = mixedWeight(p);
+  }
+
+  /** The weight of word p in S2: in [1, 2^63), so never 0 modulo P. */
   static long weight(long p) {
-    return 2 * p + 1;
+    return p < TABLE ? WEIGHTS[(int) p] : mixedWeight(p);
+  }
+
+  /** SplitMix64's finalizer of p, halved and made odd. */
+  private static long mixedWeight(long p) {
+    long z = p + 0x9E3779B97F4A7C15L;
+    z = (z ^ (z >>> 30)) * 0xBF58476D1CE4E5B9L;
+    z = (z ^ (z >>> 27)) * 0x94D049BB133111EBL;
+    z ^= z >>> 31;
+    return (z >>> 1) | 1;
+  }
+
+  /** x mod P for x read as unsigned. */
+  static long reduce(long x) {
+    return Long.compareUnsigned(x, P) >= 0 ? x - P : x;
+  }
+
+  /** (a + b) mod P for a and b in [0, P). */
+  static long add(long a, long b) {
+    long s = a + b;
+    if (Long.compareUnsigned(s, a) < 0) s += TWO64; // wrapped: 2^64 = 59 mod P (no wrap again)
+    return reduce(s);
+  }
+
+  /** (a - b) mod P for a and b in [0, P). */
+  static long sub(long a, long b) {
+    return b == 0 ? a : add(a, P - b);
+  }
+
+  private static long unsignedMultiplyHigh(long a, long b) {
+    return Math.multiplyHigh(a, b) + ((a >> 63) & b) + ((b >> 63) & a);
+  }
+
+  /** (a * b) mod P for a and b in [0, 2^64) read as unsigned. */
+  static long mul(long a, long b) {
+    long hi = unsignedMultiplyHigh(a, b);
+    long lo = a * b;
+    // hi * 2^64 + lo = hi * 59 + lo (mod P); hi * 59 < 2^70: fold once more.
+    long hi2 = unsignedMultiplyHigh(hi, TWO64);
+    long lo2 = hi * TWO64;
+    return add(add(reduce(lo), reduce(lo2)), hi2 * TWO64);
   }
 
   static long s1Delta(long oldWord, long newWord) {
     return oldWord ^ newWord;
   }
 
+  /** What word p's change from {@code oldWord} to {@code newWord} adds to S2 (mod P). */
   static long s2Delta(long p, long oldWord, long newWord) {
-    return weight(p) * (newWord - oldWord);
+    return mul(weight(p), sub(reduce(newWord), reduce(oldWord)));
+  }
+
+  /** S2 after adding {@code delta} from {@link #s2Delta}. */
+  static long s2Add(long s2, long delta) {
+    return add(reduce(s2), delta);
+  }
+
+  /**
+   * A sum of products {@code weight * word} kept as a 192-bit integer and reduced modulo P
+   * only at the end: the check of a whole replica costs one multiplication per word.
+   */
+  static final class Sum {
+    private long lo;
+    private long mid;
+    private long top;
+
+    /** Adds {@code weight * word}, the weight from {@link #weight} (below 2^63). */
+    void add(long weight, long word) {
+      long pl = weight * word;
+      long ph = Math.multiplyHigh(weight, word) + ((word >> 63) & weight); // weight >= 0
+      long l = lo + pl;
+      if (Long.compareUnsigned(l, pl) < 0) ph++; // ph < 2^64 - 1: no overflow
+      lo = l;
+      long m = mid + ph;
+      if (Long.compareUnsigned(m, ph) < 0) top++;
+      mid = m;
+    }
+
+    /** The sum modulo P. */
+    long value() {
+      // top * 2^128 + mid * 2^64 + lo = top * 59^2 + mid * 59 + lo (mod P)
+      return ReplicaCheck.add(ReplicaCheck.add(reduce(lo), mul(mid, TWO64)), mul(top, TWO64 * TWO64));
+    }
   }
 
   /** S1 and S2 of the replica at {@code addr} of {@code bytes} bytes, read from the medium. */
@@ -44,15 +142,15 @@ final class ReplicaCheck {
     Medium m = space.medium;
     long off = space.off(addr);
     long s1 = 0;
-    long s2 = 0;
+    Sum s2 = new Sum();
     long words = bytes / 8;
     for (long p = 0; p < words; p++) {
       if (p == 1 || p == 2) continue;
       long w = m.getLong(off + 8 * p);
       s1 ^= w;
-      s2 += weight(p) * w;
+      s2.add(weight(p), w);
     }
-    return new long[] {s1, s2};
+    return new long[] {s1, s2.value()};
   }
 
   /**
@@ -61,13 +159,14 @@ final class ReplicaCheck {
    */
   static boolean holds(long[] w, int words) {
     long s1 = w[0];
-    long s2 = w[0]; // weight(0) = 1
+    Sum s2 = new Sum();
+    s2.add(weight(0), w[0]);
     for (int p = 3; p < words; p++) {
       long x = w[p];
       s1 ^= x;
-      s2 += weight(p) * x;
+      s2.add(weight(p), x);
     }
-    return s1 == w[1] && s2 == w[2];
+    return s1 == w[1] && s2.value() == w[2];
   }
 
   /** Writes freshly computed checks (not flushed). */
@@ -80,15 +179,17 @@ final class ReplicaCheck {
   /** What {@link #verify} found. */
   enum Outcome {
     INTACT,
-    /** One word or check was wrong and has been rewritten (flushed, not drained). */
+    /** One word or S1 was wrong and has been rewritten (flushed, not drained). */
     REPAIRED,
     DAMAGED
   }
 
   /**
-   * Checks the replica and repairs one wrong word or check word in place. The caller knows
-   * the size from the header; if the repaired word is the header itself, the caller must
-   * re-read it (a repaired header with another count means the size was wrong: damage).
+   * Checks the replica and repairs what a torn store or one flipped bit leaves — one wrong
+   * body or header word, or a wrong S1 — in place, and reports anything else as damage. The
+   * caller knows the size from the header; if the repaired word is the header itself, the
+   * caller must re-read it (a repaired header with another count means the size was wrong:
+   * damage).
    */
   static Outcome verify(HeapSpace space, long addr, long bytes) {
     long[] s = compute(space, addr, bytes);
@@ -97,20 +198,21 @@ final class ReplicaCheck {
     boolean ok1 = s[0] == stored1;
     boolean ok2 = s[1] == stored2;
     if (ok1 && ok2) return Outcome.INTACT;
-    if (ok1) {
-      space.putLong(addr + S2, s[1]);
-      space.flush(addr + S2, 8);
-      return Outcome.REPAIRED;
-    }
+    if (Long.compareUnsigned(stored2, P) >= 0) return Outcome.DAMAGED; // never a residue
     if (ok2) {
+      // S1 alone differs: a store's S1 that a crash lost (the word and S2 were written before
+      // it), or S1 itself damaged. Damage to words instead would have to cancel in S2.
       space.putLong(addr + S1, s[0]);
       space.flush(addr + S1, 8);
       return Outcome.REPAIRED;
     }
+    // S2 alone differs: no crash leaves that (a store writes S2 before S1), but two wrong words
+    // that change the same bits do; and S2 damaged itself cannot be told from them.
+    if (ok1) return Outcome.DAMAGED;
     // One data word w_p should be v = w_p ^ x, where x is what S1 says differs; S2 then says
-    // (2p + 1) * (v - w_p) = stored2 - s2.
+    // h(p) * (v - w_p) = stored2 - s2 (mod P).
     long x = stored1 ^ s[0];
-    long d2 = stored2 - s[1];
+    long d2 = sub(stored2, s[1]);
     Medium m = space.medium;
     long off = space.off(addr);
     long words = bytes / 8;
@@ -118,7 +220,7 @@ final class ReplicaCheck {
     for (long p = 0; p < words; p++) {
       if (p == 1 || p == 2) continue;
       long w = m.getLong(off + 8 * p);
-      if (weight(p) * ((w ^ x) - w) == d2) {
+      if (s2Delta(p, w, w ^ x) == d2) {
         if (found >= 0) return Outcome.DAMAGED; // two explanations: do not guess
         found = p;
       }

@@ -525,7 +525,8 @@ final class Sections {
             space.putLong(at, old);
             long p = (at - replica) / 8;
             space.putLong(replica + ReplicaCheck.S1, space.getLong(replica + ReplicaCheck.S1) ^ ReplicaCheck.s1Delta(cur, old));
-            space.putLong(replica + ReplicaCheck.S2, space.getLong(replica + ReplicaCheck.S2) + ReplicaCheck.s2Delta(p, cur, old));
+            space.putLong(replica + ReplicaCheck.S2,
+                ReplicaCheck.s2Add(space.getLong(replica + ReplicaCheck.S2), ReplicaCheck.s2Delta(p, cur, old)));
             space.flush(at, 8);
             space.flush(replica + ReplicaCheck.S1, 16);
           } finally {
