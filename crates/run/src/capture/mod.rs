@@ -477,6 +477,10 @@ impl Capturer {
                 copied += pc.precopy(pre, &self.marks, staging);
             }
         }
+        // The capture that follows copies again what the tree wrote meanwhile: up to as much.
+        if let Some(s) = self.staging.as_mut() {
+            s.prefault(copied as usize);
+        }
         copied
     }
 
@@ -493,12 +497,18 @@ impl Capturer {
                 exit: tree.root_exit().unwrap_or(kioku_proc::Exit::Code(0)),
             }));
         }
+        let t_enter = Instant::now();
         self.sync()?;
         if !self.surveyed {
             self.survey(tree)?;
         }
         self.surveyed = false;
         let t_copy = Instant::now();
+        tracing::debug!(
+            stop_to_capture_ms = (t_enter - stop_began).as_secs_f64() * 1e3,
+            sync_survey_ms = (t_copy - t_enter).as_secs_f64() * 1e3,
+            "capture begins"
+        );
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
@@ -644,8 +654,15 @@ impl Capturer {
     /// Syncs the other context with a checkpoint [`Capturer::commit`] made durable, if one
     /// waits: the checkpoint before it is gone from here on. Returns how long that took.
     pub fn sync(&mut self) -> Result<Option<std::time::Duration>> {
-        self.write_staged()?;
+        let staged = self.write_staged()?;
         if !self.engine.is_prepared() {
+            if staged == 0 {
+                // Nothing pending: the next stop comes (this is called before the tree is
+                // stopped, and again inside the stop, where it does nothing).
+                if let Some(s) = self.staging.as_mut() {
+                    s.ready_for_stop();
+                }
+            }
             return Ok(None);
         }
         let stats = self.engine.finish()?;
