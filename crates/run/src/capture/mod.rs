@@ -152,7 +152,7 @@ impl Capturer {
         // The monitor alone writes the regions (by copying): pool space only for pages that
         // hold data, and its own mapped pool pages let go of after each checkpoint.
         // (On memory only: on a disk the dense two contexts are kept — see docs/run.md.)
-        if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+        if sparse_on(engine.pool().medium().kind()) {
             engine.set_sparse(true)?;
         }
         let journal = if journal {
@@ -688,6 +688,14 @@ impl Capturer {
         self.engine.checkpoint(&image.encode())?;
         Ok(())
     }
+}
+
+/// Whether the monitor's engine is sparse (one copy of the memory) on a pool of this medium:
+/// on memory (shm), and on a disk only when `KIOKU_SPARSE_DISK=1` (docs/run.md).
+pub(crate) fn sparse_on(kind: kioku_pool::MediumKind) -> bool {
+    kind == kioku_pool::MediumKind::Shm
+        || (kind == kioku_pool::MediumKind::File
+            && std::env::var_os("KIOKU_SPARSE_DISK").is_some_and(|v| v == "1"))
 }
 
 /// The pids (as the monitor sees them) of the tree's ended processes that may be zombies.
