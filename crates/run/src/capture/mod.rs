@@ -152,7 +152,7 @@ impl Capturer {
         // The monitor alone writes the regions (by copying): pool space only for pages that
         // hold data, and its own mapped pool pages let go of after each checkpoint.
         // (On memory only: on a disk the dense two contexts are kept — see docs/run.md.)
-        if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+        if sparse_on(engine.pool().medium().kind()) {
             engine.set_sparse(true)?;
         }
         let journal = if journal {
@@ -499,6 +499,10 @@ impl Capturer {
                 copied += pc.precopy(pre, &self.marks, staging);
             }
         }
+        // The capture that follows copies again what the tree wrote meanwhile: up to as much.
+        if let Some(s) = self.staging.as_mut() {
+            s.prefault(copied as usize);
+        }
         copied
     }
 
@@ -515,12 +519,18 @@ impl Capturer {
                 exit: tree.root_exit().unwrap_or(kioku_proc::Exit::Code(0)),
             }));
         }
+        let t_enter = Instant::now();
         self.sync()?;
         if !self.surveyed {
             self.survey(tree)?;
         }
         self.surveyed = false;
         let t_copy = Instant::now();
+        tracing::debug!(
+            stop_to_capture_ms = (t_enter - stop_began).as_secs_f64() * 1e3,
+            sync_survey_ms = (t_copy - t_enter).as_secs_f64() * 1e3,
+            "capture begins"
+        );
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
@@ -666,8 +676,15 @@ impl Capturer {
     /// Syncs the other context with a checkpoint [`Capturer::commit`] made durable, if one
     /// waits: the checkpoint before it is gone from here on. Returns how long that took.
     pub fn sync(&mut self) -> Result<Option<std::time::Duration>> {
-        self.write_staged()?;
+        let staged = self.write_staged()?;
         if !self.engine.is_prepared() {
+            if staged == 0 {
+                // Nothing pending: the next stop comes (this is called before the tree is
+                // stopped, and again inside the stop, where it does nothing).
+                if let Some(s) = self.staging.as_mut() {
+                    s.ready_for_stop();
+                }
+            }
             return Ok(None);
         }
         let stats = self.engine.finish()?;
@@ -693,6 +710,14 @@ impl Capturer {
         self.engine.checkpoint(&image.encode())?;
         Ok(())
     }
+}
+
+/// Whether the monitor's engine is sparse (one copy of the memory) on a pool of this medium:
+/// on memory (shm), and on a disk only when `KIOKU_SPARSE_DISK=1` (docs/run.md).
+pub(crate) fn sparse_on(kind: kioku_pool::MediumKind) -> bool {
+    kind == kioku_pool::MediumKind::Shm
+        || (kind == kioku_pool::MediumKind::File
+            && std::env::var_os("KIOKU_SPARSE_DISK").is_some_and(|v| v == "1"))
 }
 
 /// The pids (as the monitor sees them) of the tree's ended processes that may be zombies.

@@ -544,6 +544,7 @@ impl ProcessCapture {
             what: "internal: capture without a survey".into(),
         })?;
 
+        let t0 = std::time::Instant::now();
         // (1) Areas: runs of captured mappings that hold data; regions follow them.
         let (want, full_populated) = match want {
             Some(w) => w,
@@ -595,11 +596,13 @@ impl ProcessCapture {
         // section: a full medium fails here, not with SIGBUS). Staged pages get theirs when
         // they are written out, after the tree resumed ([`Capturer::write_staged`]): the
         // reservation (allocating and zeroing the pages) is not the stop's to pay.
+        let t_scan = t0.elapsed();
         let bytes: usize = chunks.iter().map(|c| c.2).sum();
         let stage = st.staging.as_ref().is_some_and(|s| s.takes(bytes));
         if !stage {
             allocate_shadow(&chunks, st)?;
         }
+        let t_alloc = t0.elapsed();
         let copied = match st.staging.as_mut().filter(|_| stage) {
             Some(s) => {
                 let staged = s.stage(&chunks)?;
@@ -610,6 +613,7 @@ impl ProcessCapture {
         for &(_, local, len) in &chunks {
             st.marks.add(PageRange::new(local, local + len));
         }
+        let t_copied = t0.elapsed();
         self.zero_shadow(&zero, st)?;
         if verify_enabled() {
             // Staged pages are written out first (inside the stop: a debugging aid), so that
@@ -620,6 +624,7 @@ impl ProcessCapture {
             self.verify(&vmas, st)?;
         }
         self.adapt_tracking(&written)?;
+        let t_adapted = t0.elapsed();
 
         // (5) Everything else.
         let threads = self.threads(tracee)?;
@@ -694,6 +699,16 @@ impl ProcessCapture {
             escalated: false,
         };
         let written_pages = pages_in(&written) as u64;
+        tracing::debug!(
+            pid,
+            scan_ms = t_scan.as_secs_f64() * 1e3,
+            allocate_ms = (t_alloc - t_scan).as_secs_f64() * 1e3,
+            copy_ms = (t_copied - t_alloc).as_secs_f64() * 1e3,
+            zero_adapt_ms = (t_adapted - t_copied).as_secs_f64() * 1e3,
+            rest_ms = (t0.elapsed() - t_adapted).as_secs_f64() * 1e3,
+            copied_mib = copied >> 20,
+            "process captured"
+        );
         let stats = ProcessStats {
             copied,
             written_pages,

@@ -164,7 +164,7 @@ pub fn restore(mut pool: Pool) -> Result<Restored> {
     };
     let (mut engine, rec) = Engine::recover_in_opts(pool, ShadowSpace::new(marks.clone()), &opts)?;
     engine.set_adaptive(false)?;
-    if engine.pool().medium().kind() == kioku_pool::MediumKind::Shm {
+    if crate::capture::sparse_on(engine.pool().medium().kind()) {
         engine.set_sparse(true)?;
     }
     if rec.epoch != epoch {
