@@ -23,6 +23,7 @@
 //! object holds them), so only the first correction is skipped.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -238,8 +239,12 @@ impl ProcessCapture {
             .iter()
             .map(|a| PageRange::new(a.start, a.end))
             .collect();
-        // Whole mappings, as the lazy restore registered them (no mapping split).
-        for r in whole_mappings(&areas, &image.vmas) {
+        // Registered as whole mappings (as the lazy restore did: no mapping split), tracked in
+        // the areas.
+        let mut mappings = whole_mappings(&areas, &image.vmas);
+        mappings = subtract(&mappings, &areas);
+        self.register_whole(&mappings)?;
+        for r in areas {
             self.tracker.track(r)?;
         }
         let mut shared = Vec::new();
@@ -476,6 +481,10 @@ impl ProcessCapture {
             }
             for m in mappings {
                 self.tracker.untrack(m)?;
+                if let Some(fd) = self.tracker.userfaultfd() {
+                    // (The parts around the area, registered whole: already gone is fine.)
+                    let _ = kioku_track::uffd::unregister(fd.as_raw_fd(), m);
+                }
             }
             self.hot.remove(&r.start);
             self.whole.insert(r.start, WHOLE_FOR);
@@ -489,20 +498,48 @@ impl ProcessCapture {
         Ok(())
     }
 
-    /// Registers the parts of `want` that are not write-tracked, grown to whole mappings
-    /// ([`whole_mappings`]: no mapping of the program is split); returns those inside `want`.
+    /// Registers the parts of `want` that are not write-tracked; returns them. The mappings
+    /// around them are registered whole ([`whole_mappings`]: no mapping of the program is
+    /// split), but only `want` is write-protected and tracked (write-protecting untouched
+    /// memory would fill its page tables with markers).
     fn register_untracked(&mut self, want: &[PageRange], vmas: &[Vma]) -> Result<Vec<PageRange>> {
-        let mut untracked = Vec::new();
-        for a in &whole_mappings(want, vmas) {
+        let mappings = whole_mappings(want, vmas);
+        let mut unregistered = Vec::new();
+        for a in &mappings {
             self.query
-                .scan(*a, Query::not_write_tracked(), &mut untracked)?;
+                .scan(*a, Query::not_write_tracked(), &mut unregistered)?;
         }
+        normalize(&mut unregistered);
+        // Registered with a whole mapping but not tracked: untouched until now.
+        let mut untracked = subtract(want, self.tracker.tracked());
+        untracked.extend(intersect(&unregistered, want));
         normalize(&mut untracked);
         for r in &untracked {
             self.tracker.untrack(*r)?;
+        }
+        self.register_whole(&unregistered)?;
+        for r in &untracked {
             self.tracker.track(*r)?;
         }
-        Ok(intersect(&untracked, want))
+        Ok(untracked)
+    }
+
+    /// Registers `ranges` (parts of whole mappings) with the tracker's userfaultfd for
+    /// write-protect mode, without protecting them: the tracker's registration of parts of
+    /// them then changes nothing and splits nothing.
+    fn register_whole(&self, ranges: &[PageRange]) -> Result<()> {
+        let Some(fd) = self.tracker.userfaultfd() else {
+            return Ok(());
+        };
+        for r in ranges {
+            kioku_track::uffd::register_wp(fd.as_raw_fd(), *r).map_err(|e| {
+                RunError::io(
+                    format!("registering {:#x}-{:#x} for write-protect", r.start, r.end),
+                    e,
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// Of `untracked`: what to copy whole (populated, or file-backed) and what to zero in the

@@ -258,13 +258,20 @@ pub(crate) fn handshake(fd: RawFd) -> std::io::Result<()> {
     ioctl(fd, uffd_sys::UFFDIO_API, &mut api)
 }
 
-/// Registers `r` for missing-page faults and write-protect tracking, write-protected.
-pub(crate) fn register(fd: RawFd, r: PageRange) -> std::io::Result<()> {
+/// Registers mapping `whole` for missing-page faults and write-protect tracking, and
+/// write-protects its part `r` (write-protecting untouched memory would fill its page tables
+/// with markers).
+pub(crate) fn register(fd: RawFd, whole: PageRange, r: PageRange) -> std::io::Result<()> {
     register_mode(
         fd,
-        r,
+        whole,
         uffd_sys::UFFDIO_REGISTER_MODE_MISSING | uffd_sys::UFFDIO_REGISTER_MODE_WP,
     )?;
+    write_protect(fd, r)
+}
+
+/// Write-protects registered range `r`.
+pub(crate) fn write_protect(fd: RawFd, r: PageRange) -> std::io::Result<()> {
     let mut wp = uffd_sys::UffdioWriteprotect {
         range: uffd_sys::UffdioRange {
             start: r.start as u64,

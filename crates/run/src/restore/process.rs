@@ -428,12 +428,18 @@ impl Rebuild<'_> {
                 // were not populated at the checkpoint: a fault there gets a zero page.
                 let whole = PageRange::new(v.start, v.end);
                 if !registered.contains(&whole) {
-                    if let Err(e) = lazy::register(uffd.as_raw_fd(), whole) {
+                    if let Err(e) = lazy::register(uffd.as_raw_fd(), whole, range) {
                         // (Dropping the descriptor unregisters what was registered.)
                         tracing::info!(range = ?whole, "restoring by writing pages in: registering for missing-page faults failed ({e})");
                         return Ok(None);
                     }
                     registered.push(whole);
+                } else if let Err(e) = lazy::write_protect(uffd.as_raw_fd(), range) {
+                    tracing::info!(
+                        ?range,
+                        "restoring by writing pages in: write-protecting failed ({e})"
+                    );
+                    return Ok(None);
                 }
                 let first = (lo - a.start) / ps;
                 ranges.push((
