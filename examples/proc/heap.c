@@ -8,6 +8,7 @@
  * Usage: heap [ROUNDS]
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +32,14 @@ static void fail(const char *what, int round) {
     exit(3);
 }
 
+/* An allocation or mapping call failed: say which, with its size and errno, and exit 1. */
+static void failed(const char *call, size_t n, int round) {
+    int e = errno;
+    fprintf(stderr, "heap: round %d: %s of %zu bytes failed: %s (errno %d)\n", round, call, n,
+            strerror(e), e);
+    exit(1);
+}
+
 static void spin(long n) {
     volatile uint64_t x = 0;
     for (long i = 0; i < n; i++) x += (uint64_t)i * 2654435761u;
@@ -44,7 +53,7 @@ int main(int argc, char **argv) {
     size_t arena_len = 8 << 20;
     unsigned char *arena = mmap(NULL, arena_len, PROT_READ | PROT_WRITE,
                                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (arena == MAP_FAILED) return 1;
+    if (arena == MAP_FAILED) failed("mmap (arena)", arena_len, -1);
     uint64_t digest = 0;
     for (int r = 0; r < rounds; r++) {
         /* Grow: fill empty slots, a few of them large enough to be mmap'd by malloc. */
@@ -53,12 +62,12 @@ int main(int argc, char **argv) {
             size_t n = (next() % 8 == 0) ? 200000 + next() % 300000 : 16 + next() % 4000;
             if (next() % 3 == 0) {
                 blk[i] = calloc(1, n);
-                if (!blk[i]) return 1;
+                if (!blk[i]) failed("calloc", n, r);
                 for (size_t k = 0; k < n; k += 509)
                     if (blk[i][k]) fail("calloc returned non-zero memory", r);
             } else {
                 blk[i] = malloc(n);
-                if (!blk[i]) return 1;
+                if (!blk[i]) failed("malloc", n, r);
             }
             len[i] = n;
             tag[i] = (unsigned char)next();
@@ -90,11 +99,11 @@ int main(int argc, char **argv) {
         /* mremap: grow a mapping, keeping what it held. */
         size_t m1 = (1 + next() % 4) << 20;
         unsigned char *m = mmap(NULL, m1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) return 1;
+        if (m == MAP_FAILED) failed("mmap", m1, r);
         memset(m, r, m1);
         spin(300000);
         unsigned char *m2 = mremap(m, m1, 2 * m1, MREMAP_MAYMOVE);
-        if (m2 == MAP_FAILED) return 1;
+        if (m2 == MAP_FAILED) failed("mremap (growing)", 2 * m1, r);
         for (size_t k = 0; k < m1; k += 4096)
             if (m2[k] != (unsigned char)r) fail("mremap lost contents", r);
         for (size_t k = m1; k < 2 * m1; k += 4096)

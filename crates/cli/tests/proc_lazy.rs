@@ -373,3 +373,55 @@ fn a_monitor_or_program_killed_while_filling_leaves_the_same_checkpoint() {
     assert!(r.wait().unwrap().success(), "{}", stderr_of(&dir));
     no_errors(&dir);
 }
+
+/// `partmap` (examples/proc/partmap.c) run and checkpointed once it is ready: a 3 MiB mapping of
+/// which the capture's area covers only the first MiB.
+fn partmap_checkpointed(dir: &RunDir) -> Child {
+    static P: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let prog = P.get_or_init(|| program("partmap", false));
+    let pool = dir.pool();
+    let mut run = spawn_kioku(
+        &[
+            "run",
+            "--pool",
+            pool.to_str().unwrap(),
+            "--interval",
+            "0",
+            "--",
+            prog.to_str().unwrap(),
+        ],
+        dir,
+    );
+    wait_line(dir, &mut run, "ready");
+    checkpoint(dir);
+    run
+}
+
+/// Lets `partmap` grow its mapping and checks that it could.
+fn partmap_grows(dir: &RunDir, mut child: Child) {
+    std::fs::write(dir.path("go"), b"").unwrap();
+    wait_line(dir, &mut child, "grown");
+    let st = child.wait().unwrap();
+    assert!(st.success(), "kioku: {st}\n{}", stderr_of(dir));
+    no_errors(dir);
+}
+
+// Issue 18 (heap exiting 1 now and then): write tracking registered only the area's part of a
+// mapping, which split it, so the program's mremap growing the mapping failed with EFAULT.
+#[test]
+fn a_mapping_captured_in_part_stays_one_mapping_for_the_program() {
+    let dir = RunDir::new();
+    let run = partmap_checkpointed(&dir);
+    partmap_grows(&dir, run);
+}
+
+// The same after a restore by mapping (its userfaultfd registration split it the same way).
+#[test]
+fn a_mapping_restored_in_part_stays_one_mapping_for_the_program() {
+    let dir = RunDir::new();
+    let mut run = partmap_checkpointed(&dir);
+    kill(&mut run);
+    let mut r = restore(&dir);
+    wait_restored(&dir, &mut r);
+    partmap_grows(&dir, r);
+}

@@ -433,6 +433,14 @@ impl Tracker {
         }
     }
 
+    /// The userfaultfd of the userfaultfd backend (`None` for the others).
+    pub fn userfaultfd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match &self.inner {
+            Inner::Uffd(t) => Some(t.userfaultfd()),
+            _ => None,
+        }
+    }
+
     /// The accessed-page tracker inside, mutably.
     pub fn access_mut(&mut self) -> Option<&mut AccessTracker> {
         match &mut self.inner {

@@ -68,6 +68,13 @@ impl UffdTracker {
         self.features
     }
 
+    /// The userfaultfd the tracker registers with (to register whole mappings around the
+    /// tracked ranges: registering part of a mapping splits it).
+    pub fn userfaultfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.uffd.as_fd()
+    }
+
     fn register_part(&mut self, r: PageRange) -> Result<(), TrackError> {
         let fd = self.uffd.as_raw_fd();
         // UFFDIO_REGISTER accepts ranges with holes; refuse them here so that every tracked page

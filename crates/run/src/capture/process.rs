@@ -23,6 +23,7 @@
 //! object holds them), so only the first correction is skipped.
 
 use std::collections::HashMap;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -237,8 +238,18 @@ impl ProcessCapture {
     /// After a restore: the areas are in place in the process and equal to the running
     /// context, and its shared mappings equal their objects; start tracking them afresh.
     pub fn track_restored(&mut self, image: &ProcessImage) -> Result<()> {
-        for a in self.areas.clone() {
-            self.tracker.track(PageRange::new(a.start, a.end))?;
+        let areas: Vec<PageRange> = self
+            .areas
+            .iter()
+            .map(|a| PageRange::new(a.start, a.end))
+            .collect();
+        // Registered as whole mappings (as the lazy restore did: no mapping split), tracked in
+        // the areas.
+        let mut mappings = whole_mappings(&areas, &image.vmas);
+        mappings = subtract(&mappings, &areas);
+        self.register_whole(&mappings)?;
+        for r in areas {
+            self.tracker.track(r)?;
         }
         let mut shared = Vec::new();
         for v in &image.vmas {
@@ -338,7 +349,7 @@ impl ProcessCapture {
             return Ok(None);
         }
         let fresh = self.reconcile_areas(&want, st)?;
-        let untracked = self.register_untracked(&self.tracked_part(&want))?;
+        let untracked = self.register_untracked(&self.tracked_part(&want), &vmas)?;
         let mut pre_pop = Vec::new();
         for r in &untracked {
             self.query.scan(*r, Query::populated(), &mut pre_pop)?;
@@ -442,7 +453,7 @@ impl ProcessCapture {
     /// After a capture's copy: an area of which at least `HOT_FRACTION` of the populated pages
     /// were written in `HOT_STREAK` consecutive captures stops being write-tracked (its
     /// registration and write-protection are dropped, so the program takes no fault there).
-    fn adapt_tracking(&mut self, written: &[PageRange]) -> Result<()> {
+    fn adapt_tracking(&mut self, written: &[PageRange], vmas: &[Vma]) -> Result<()> {
         if adaptive_disabled() {
             return Ok(());
         }
@@ -463,7 +474,26 @@ impl ProcessCapture {
             }
         }
         for r in to_whole {
-            self.tracker.untrack(r)?;
+            // Unregistered as whole mappings (no split); not when they hold another area,
+            // which must stay tracked.
+            let mappings = whole_mappings(&[r], vmas);
+            let others: Vec<PageRange> = self
+                .areas
+                .iter()
+                .filter(|a| a.start != r.start)
+                .map(|a| PageRange::new(a.start, a.end))
+                .collect();
+            if !intersect(&mappings, &others).is_empty() {
+                self.hot.remove(&r.start);
+                continue;
+            }
+            for m in mappings {
+                self.tracker.untrack(m)?;
+                if let Some(fd) = self.tracker.userfaultfd() {
+                    // (The parts around the area, registered whole: already gone is fine.)
+                    let _ = kioku_track::uffd::unregister(fd.as_raw_fd(), m);
+                }
+            }
             self.hot.remove(&r.start);
             self.whole.insert(r.start, WHOLE_FOR);
             tracing::debug!(
@@ -476,19 +506,48 @@ impl ProcessCapture {
         Ok(())
     }
 
-    /// Registers the parts of `want` that are not write-tracked; returns them.
-    fn register_untracked(&mut self, want: &[PageRange]) -> Result<Vec<PageRange>> {
-        let mut untracked = Vec::new();
-        for a in want {
+    /// Registers the parts of `want` that are not write-tracked; returns them. The mappings
+    /// around them are registered whole ([`whole_mappings`]: no mapping of the program is
+    /// split), but only `want` is write-protected and tracked (write-protecting untouched
+    /// memory would fill its page tables with markers).
+    fn register_untracked(&mut self, want: &[PageRange], vmas: &[Vma]) -> Result<Vec<PageRange>> {
+        let mappings = whole_mappings(want, vmas);
+        let mut unregistered = Vec::new();
+        for a in &mappings {
             self.query
-                .scan(*a, Query::not_write_tracked(), &mut untracked)?;
+                .scan(*a, Query::not_write_tracked(), &mut unregistered)?;
         }
+        normalize(&mut unregistered);
+        // Registered with a whole mapping but not tracked: untouched until now.
+        let mut untracked = subtract(want, self.tracker.tracked());
+        untracked.extend(intersect(&unregistered, want));
         normalize(&mut untracked);
         for r in &untracked {
             self.tracker.untrack(*r)?;
+        }
+        self.register_whole(&unregistered)?;
+        for r in &untracked {
             self.tracker.track(*r)?;
         }
         Ok(untracked)
+    }
+
+    /// Registers `ranges` (parts of whole mappings) with the tracker's userfaultfd for
+    /// write-protect mode, without protecting them: the tracker's registration of parts of
+    /// them then changes nothing and splits nothing.
+    fn register_whole(&self, ranges: &[PageRange]) -> Result<()> {
+        let Some(fd) = self.tracker.userfaultfd() else {
+            return Ok(());
+        };
+        for r in ranges {
+            kioku_track::uffd::register_wp(fd.as_raw_fd(), *r).map_err(|e| {
+                RunError::io(
+                    format!("registering {:#x}-{:#x} for write-protect", r.start, r.end),
+                    e,
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// Of `untracked`: what to copy whole (populated, or file-backed) and what to zero in the
@@ -556,7 +615,7 @@ impl ProcessCapture {
         // them whole. Areas taken whole on purpose stay unregistered.
         self.whole_tick();
         let whole = self.whole_ranges();
-        let untracked = self.register_untracked(&subtract(&want, &whole))?;
+        let untracked = self.register_untracked(&subtract(&want, &whole), &vmas)?;
         let shared_untracked = self.register_untracked_shared()?;
 
         // (3) Written pages, and pages dropped since the last capture.
@@ -623,7 +682,7 @@ impl ProcessCapture {
             }
             self.verify(&vmas, st)?;
         }
-        self.adapt_tracking(&written)?;
+        self.adapt_tracking(&written, &vmas)?;
         let t_adapted = t0.elapsed();
 
         // (5) Everything else.
@@ -1479,6 +1538,23 @@ fn area_ranges(vmas: &[Vma]) -> Vec<PageRange> {
         }
     }
     want
+}
+
+/// `ranges` grown to the whole captured mappings they touch. A userfaultfd registration (or
+/// its removal) over part of a mapping splits it in the kernel, which the program sees: an
+/// `mremap` growing a range that spans the split fails with `EFAULT`, and every split counts
+/// against `vm.max_map_count`. So write tracking is registered on whole mappings, while the
+/// areas (the pool's regions) keep covering only the parts that hold pages.
+pub(crate) fn whole_mappings(ranges: &[PageRange], vmas: &[Vma]) -> Vec<PageRange> {
+    let mut out: Vec<PageRange> = vmas
+        .iter()
+        .filter(|v| v.captured && !v.shared)
+        .filter(|v| ranges.iter().any(|r| r.start < v.end && v.start < r.end))
+        .map(|v| PageRange::new(v.start, v.end))
+        .collect();
+    out.extend_from_slice(ranges);
+    normalize(&mut out);
+    out
 }
 
 fn pages_in(v: &[PageRange]) -> usize {

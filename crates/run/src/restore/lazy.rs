@@ -27,6 +27,7 @@ use kioku_track::sys as uffd_sys;
 use kioku_track::PageRange;
 
 use crate::error::{Result, RunError};
+use crate::sys::{intersect, normalize, subtract};
 
 // include/uapi/linux/userfaultfd.h (Debian 12's headers and the libc crate lack most of these).
 const UFFD_FEATURE_EVENT_FORK: u64 = 1 << 1;
@@ -172,6 +173,7 @@ impl Proc {
         Proc {
             uffd: p.uffd,
             segments,
+            registered: p.registered,
             dropped: vec![],
             pid: Some(p.pid),
             done: false,
@@ -182,6 +184,9 @@ impl Proc {
 struct Proc {
     uffd: OwnedFd,
     segments: Vec<Segment>,
+    /// The mappings registered for missing-page faults, whole (kept up to date through
+    /// `UNMAP` and `REMAP` events), to drop that mode from whole mappings at the end.
+    registered: Vec<PageRange>,
     /// Ranges the program dropped or unmapped before they were filled (for the capture: they
     /// were populated at the checkpoint and read as zero now).
     dropped: Vec<PageRange>,
@@ -218,6 +223,9 @@ pub(crate) struct ProcSetup {
     pub pid: i32,
     pub uffd: OwnedFd,
     pub ranges: Vec<(PageRange, Source)>,
+    /// The whole mappings registered (they hold `ranges`; registering only a part of a mapping
+    /// would split it).
+    pub registered: Vec<PageRange>,
 }
 
 fn page() -> usize {
@@ -250,13 +258,20 @@ pub(crate) fn handshake(fd: RawFd) -> std::io::Result<()> {
     ioctl(fd, uffd_sys::UFFDIO_API, &mut api)
 }
 
-/// Registers `r` for missing-page faults and write-protect tracking, write-protected.
-pub(crate) fn register(fd: RawFd, r: PageRange) -> std::io::Result<()> {
+/// Registers mapping `whole` for missing-page faults and write-protect tracking, and
+/// write-protects its part `r` (write-protecting untouched memory would fill its page tables
+/// with markers).
+pub(crate) fn register(fd: RawFd, whole: PageRange, r: PageRange) -> std::io::Result<()> {
     register_mode(
         fd,
-        r,
+        whole,
         uffd_sys::UFFDIO_REGISTER_MODE_MISSING | uffd_sys::UFFDIO_REGISTER_MODE_WP,
     )?;
+    write_protect(fd, r)
+}
+
+/// Write-protects registered range `r`.
+pub(crate) fn write_protect(fd: RawFd, r: PageRange) -> std::io::Result<()> {
     let mut wp = uffd_sys::UffdioWriteprotect {
         range: uffd_sys::UffdioRange {
             start: r.start as u64,
@@ -524,6 +539,10 @@ impl Filler {
                 UFFD_EVENT_REMOVE | UFFD_EVENT_UNMAP => {
                     let (start, end) = (word(8) as usize, word(16) as usize);
                     self.zero_range(i, start, end, true);
+                    if msg[0] == UFFD_EVENT_UNMAP {
+                        let p = &mut self.procs[i];
+                        p.registered = subtract(&p.registered, &[PageRange::new(start, end)]);
+                    }
                 }
                 UFFD_EVENT_REMAP => {
                     let (from, to, len) = (word(8) as usize, word(16) as usize, word(24) as usize);
@@ -562,9 +581,11 @@ impl Filler {
                 ..s.clone()
             })
             .collect();
+        let registered = parent.registered.clone();
         self.procs.push(Proc {
             uffd: child,
             segments,
+            registered,
             dropped: vec![],
             pid: None,
             done: false,
@@ -628,6 +649,18 @@ impl Filler {
         kept.extend(moved);
         kept.sort_by_key(|s| s.start);
         p.segments = kept;
+        // The registration moves with the mapping.
+        let range = [PageRange::new(from, end)];
+        let mut registered = intersect(&p.registered, &range)
+            .into_iter()
+            .map(|r| PageRange::new(r.start - from + to, r.end - from + to))
+            .collect::<Vec<_>>();
+        registered.extend(subtract(
+            &subtract(&p.registered, &range),
+            &[PageRange::new(to, to + len)],
+        ));
+        normalize(&mut registered);
+        p.registered = registered;
     }
 
     /// A missing-page fault of process `i` at `addr`: fill the page and its unfilled
@@ -848,8 +881,17 @@ impl Filler {
             return;
         }
         let fd = p.uffd.as_raw_fd();
-        for s in &p.segments {
-            let r = PageRange::new(s.start, s.end);
+        // Whole mappings (a mode changed on a part would split it), then any segment moved
+        // outside them.
+        let mut ranges = p.registered.clone();
+        ranges.extend(subtract(
+            &p.segments
+                .iter()
+                .map(|s| PageRange::new(s.start, s.end))
+                .collect::<Vec<_>>(),
+            &p.registered,
+        ));
+        for r in ranges {
             if let Err(e) = register_mode(fd, r, uffd_sys::UFFDIO_REGISTER_MODE_WP) {
                 // (Harmless: faults there keep coming here and get zero pages.)
                 tracing::debug!(?r, "lazy restore: dropping MISSING mode failed: {e}");

@@ -305,6 +305,7 @@ fn build(
                 tids: vec![],
                 lazy: lazy_fill.as_ref(),
                 lazy_ranges: None,
+                lazy_registered: Vec::new(),
             };
             let (w, l) = process::rebuild_memory(&mut r, &engine)?;
             written += w;
@@ -341,7 +342,7 @@ fn build(
                 })
                 .collect();
             let pc = match r.lazy_ranges.take() {
-                Some((fd, ranges)) => {
+                Some((fd, _)) => {
                     // The same descriptor tracks its writes (one userfaultfd per range).
                     let tracking = fd
                         .try_clone()
@@ -349,8 +350,8 @@ fn build(
                     let mut pc = ProcessCapture::with_uffd(t, p.pid, areas, tracking)?;
                     pc.track_restored(p)?;
                     // (Tracking registered the ranges for write-protect only.)
-                    for r in ranges {
-                        lazy::register_missing(fd.as_raw_fd(), r).map_err(|e| {
+                    for range in std::mem::take(&mut r.lazy_registered) {
+                        lazy::register_missing(fd.as_raw_fd(), range).map_err(|e| {
                             RunError::io("registering memory for the lazy restore", e)
                         })?;
                     }

@@ -48,6 +48,8 @@ pub(crate) struct Rebuild<'a> {
     pub lazy: Option<&'a LazyFill>,
     /// Once handed to the fill: a duplicate of the process's userfaultfd and its lazy ranges.
     pub lazy_ranges: Option<(OwnedFd, Vec<PageRange>)>,
+    /// The whole mappings registered with that userfaultfd for missing-page faults.
+    pub lazy_registered: Vec<PageRange>,
 }
 
 /// Rebuilds the process's memory and what comes before its descriptors (left stopped, its
@@ -70,8 +72,10 @@ pub(crate) fn rebuild_memory(
                 .try_clone()
                 .map_err(|e| RunError::io("duplicating a userfaultfd", e))?;
             let ranges = setup.ranges.iter().map(|(r, _)| *r).collect();
+            let registered = setup.registered.clone();
             fill.add(setup);
             r.lazy_ranges = Some((fd, ranges));
+            r.lazy_registered = registered;
         }
     }
     let t_map = t0.elapsed();
@@ -383,6 +387,7 @@ impl Rebuild<'_> {
             return Ok(None);
         }
         let mut ranges = Vec::new();
+        let mut registered: Vec<PageRange> = Vec::new();
         for a in &self.image.areas {
             let (Some(crcs), Some((valid_off, other_off))) = (
                 engine.page_checksums(&a.region),
@@ -418,9 +423,22 @@ impl Rebuild<'_> {
                     continue;
                 }
                 let range = PageRange::new(lo, hi);
-                if let Err(e) = lazy::register(uffd.as_raw_fd(), range) {
-                    // (Dropping the descriptor unregisters what was registered.)
-                    tracing::info!(?range, "restoring by writing pages in: registering for missing-page faults failed ({e})");
+                // The whole mapping is registered, not only the area's part of it: a partial
+                // registration would split it (`whole_mappings`). Its pages outside the area
+                // were not populated at the checkpoint: a fault there gets a zero page.
+                let whole = PageRange::new(v.start, v.end);
+                if !registered.contains(&whole) {
+                    if let Err(e) = lazy::register(uffd.as_raw_fd(), whole, range) {
+                        // (Dropping the descriptor unregisters what was registered.)
+                        tracing::info!(range = ?whole, "restoring by writing pages in: registering for missing-page faults failed ({e})");
+                        return Ok(None);
+                    }
+                    registered.push(whole);
+                } else if let Err(e) = lazy::write_protect(uffd.as_raw_fd(), range) {
+                    tracing::info!(
+                        ?range,
+                        "restoring by writing pages in: write-protecting failed ({e})"
+                    );
                     return Ok(None);
                 }
                 let first = (lo - a.start) / ps;
@@ -438,10 +456,12 @@ impl Rebuild<'_> {
                 ));
             }
         }
+        registered.sort_by_key(|r| r.start);
         Ok(Some(ProcSetup {
             pid: t.pid(),
             uffd,
             ranges,
+            registered,
         }))
     }
 
