@@ -32,13 +32,8 @@ java: deps
 	$(CARGO) test --workspace --no-run -q
 	cd java && mvn -B -q -ntp verify
 
-# Every test: formatting and lints, one build of the Rust tests, then the Rust tests (unit,
-# property, crash and CLI) and the Java tests side by side. Both wait on child processes,
-# sleeps and I/O much of their time, so side by side they fit CI's 12 minutes on 2 cores; they
-# must pass on a loaded machine anyway. Each side's output is printed whole when it ends.
-test: lint
-	$(CARGO) test --workspace --no-run -q
-	$(MAKE) --no-print-directory -j2 --output-sync=target unit java
+# Every test: formatting and lints, then all unit, property, crash and CLI tests, then Java's.
+test: lint unit java
 
 # Long runs (not part of `make test`; hours on 2 cores): `make soak` runs them all.
 soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capture
