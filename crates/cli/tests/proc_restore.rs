@@ -3,7 +3,7 @@
 //! back with `kioku restore` (killed again, restored again…) until they finish; their output
 //! and the files they write must equal an uninterrupted run's, byte for byte.
 //!
-//! KIOKU_PROC_KILLS sets the kill-and-restore cycles per program (default 3).
+//! KIOKU_PROC_KILLS sets the kill-and-restore cycles per program (default 2; `make soak-rust`: 50).
 
 #[path = "common/programs.rs"]
 mod programs;
@@ -17,7 +17,7 @@ fn cycles() -> usize {
     std::env::var("KIOKU_PROC_KILLS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
+        .unwrap_or(2)
 }
 
 /// Runs `cmd` under kioku, killing it after a random time up to `max_ms`, restoring and killing

@@ -57,7 +57,7 @@ class JcstressIT {
       List.of(
           "-m", "quick",
           "-time", "200",
-          "-iters", "3",
+          "-iters", "2",
           // one compilation mode per fork instead of every split of actors over C1/C2
           "-sc", "false",
           // Small epochs, so that an iteration ends near its 200 ms: every state costs a
