@@ -11,11 +11,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 quick=${1:-}
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- crates bench include examples 2>/dev/null | head -1)" ] &&
-  src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance crates bench include examples
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -16,11 +16,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- crates examples bench include 2>/dev/null | head -1)" ] &&
-  src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance crates examples bench include
 before=${BEFORE:-c6eff64}
 
 work=$(mktemp -d)

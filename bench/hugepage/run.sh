@@ -34,10 +34,8 @@ OVERHEAD_SIZE=${OVERHEAD_SIZE:-268435456}
 OVERHEAD_PATTERNS=${OVERHEAD_PATTERNS:-skewed random}
 FAST_BUDGET=${FAST_BUDGET:-}
 COST_SIZES=${COST_SIZES-268435456 1073741824 4294967296}
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- crates bench 2>/dev/null | head -1)" ] && src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance crates bench
 python3 -c 'import matplotlib' 2>/dev/null || python3 -m pip install -q matplotlib
 cargo build --release -q -p kioku-hugepage --bin hugepage-bench
 bin="${CARGO_TARGET_DIR:-$root/target}/release/hugepage-bench"

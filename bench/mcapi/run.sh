@@ -9,11 +9,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- crates bench include 2>/dev/null | head -1)" ] &&
-  src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance crates bench include
 args=("$@")
 [ ${#args[@]} -eq 0 ] && args=(--rounds 5 --iters 2000 --mib 32)
 

@@ -20,11 +20,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- java/persist bench/persist 2>/dev/null | head -1)" ] &&
-  src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance java/persist bench/persist
 here=bench/persist
 given_jar=${KIOKU_PERSIST_JAR:-}
 mkdir -p "$here/target"

@@ -11,11 +11,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- crates examples bench 2>/dev/null | head -1)" ] &&
-  src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance crates examples bench
 
 # PEERS=dir: where bench/run/peers.sh installed CRIU ($PEERS/criu) and DMTCP ($PEERS/dmtcp).
 if [ -z "${CRIU:-}" ] && [ -n "${PEERS:-}" ] && [ -x "$PEERS/criu/sbin/criu" ]; then CRIU="$PEERS/criu/sbin/criu"; fi

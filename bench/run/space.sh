@@ -12,11 +12,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-start=$(date -u +%s)
-load_start=$(cut -d" " -f1-3 /proc/loadavg)
-src="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-[ -n "$(git status --porcelain -- crates bench 2>/dev/null | head -1)" ] &&
-  src="$src + uncommitted changes"
+. bench/provenance.sh
+provenance crates bench
 for t in xz sort java javac /usr/bin/time; do
   command -v "$t" >/dev/null || { echo "$t is missing (see the header of $0)" >&2; exit 1; }
 done
