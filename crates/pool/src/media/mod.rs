@@ -206,21 +206,10 @@ pub trait Medium: Send + Sync + fmt::Debug {
     /// crash the range may read as zeros or as before, so it is only for bytes no reader needs
     /// any more. `off` and `len` must be multiples of the page size.
     fn discard(&self, off: u64, len: u64) -> Result<()> {
-        check_range(off, len, self.len())?;
-        if len == 0
-            || mapping::punch_hole(self.fd(), off, len).map_err(|e| MediumError::Io {
-                op: "fallocate(PUNCH_HOLE)",
-                path: "the pool file".into(),
-                source: e,
-            })?
-        {
-            return Ok(());
+        if hole_or_zeros(self, off, len)? {
+            self.persist(off, len)?;
         }
-        // No holes on this file system: zeros take the bytes' place.
-        // SAFETY: the range was checked against the mapping length above, and the caller owns
-        // these bytes (nothing borrows them while it discards them).
-        unsafe { std::ptr::write_bytes(self.as_ptr().add(off as usize), 0, len as usize) };
-        self.persist(off, len)
+        Ok(())
     }
     /// Extend to `new_len` bytes (zero-filled), durably; the mapping may move.
     fn grow(&mut self, new_len: u64) -> Result<()>;
@@ -245,20 +234,10 @@ pub trait Medium: Send + Sync + fmt::Debug {
     /// then takes no memory or disk). Ordered like a store and `flush`: durable after the next
     /// `drain`. `off` and `len` must be multiples of the page size.
     fn zero(&self, off: u64, len: u64) -> Result<()> {
-        check_range(off, len, self.len())?;
-        if len == 0
-            || mapping::punch_hole(self.fd(), off, len).map_err(|e| MediumError::Io {
-                op: "fallocate(PUNCH_HOLE)",
-                path: "the pool file".into(),
-                source: e,
-            })?
-        {
-            return Ok(());
+        if hole_or_zeros(self, off, len)? {
+            self.flush(off, len)?;
         }
-        // SAFETY: the range was checked against the mapping length above, and the caller owns
-        // these bytes (nothing borrows them while it zeroes them).
-        unsafe { std::ptr::write_bytes(self.as_ptr().add(off as usize), 0, len as usize) };
-        self.flush(off, len)
+        Ok(())
     }
     /// The parts of `[off, off+len)` that hold data, as `(start, end)` offsets; the rest are
     /// holes, which read as zeros (reading them through the mapping would fill them).
@@ -306,6 +285,27 @@ pub trait Medium: Send + Sync + fmt::Debug {
     /// page-aligned range at `addr` with nothing else referring into it: whatever was mapped
     /// there is replaced.
     fn map_range(&self, addr: *mut u8, off: u64, len: u64, fixed: bool) -> Result<Mapping>;
+}
+
+/// Makes `[off, off+len)` of `m` read as zeros: a punched hole where the file system keeps
+/// holes, else zeros stored through the mapping. True when zeros were stored, which the caller
+/// still has to order (`discard` persists them, `zero` flushes them).
+fn hole_or_zeros<M: Medium + ?Sized>(m: &M, off: u64, len: u64) -> Result<bool> {
+    check_range(off, len, m.len())?;
+    if len == 0
+        || mapping::punch_hole(m.fd(), off, len).map_err(|e| MediumError::Io {
+            op: "fallocate(PUNCH_HOLE)",
+            path: "the pool file".into(),
+            source: e,
+        })?
+    {
+        return Ok(false);
+    }
+    // No holes on this file system: zeros take the bytes' place.
+    // SAFETY: the range was checked against the mapping length above, and the caller owns
+    // these bytes (nothing borrows them while they are zeroed).
+    unsafe { std::ptr::write_bytes(m.as_ptr().add(off as usize), 0, len as usize) };
+    Ok(true)
 }
 
 /// Fails unless `[off, off+len)` lies inside a medium of `size` bytes.
