@@ -88,6 +88,8 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private final SideTable side = new SideTable();
   private final WriterEpochs epochs = new WriterEpochs();
   private final ReplicaLocks replicaLocks = new ReplicaLocks();
+  /** {@link Medium#durableInStoreOrder}, read once. */
+  private final boolean durableInStoreOrder;
   private final ReentrantLock lock = new ReentrantLock();
   private final Object poolLock = new Object();
   private final long chunkBytes;
@@ -118,6 +120,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     this.pool = pool;
     this.medium = pool.medium();
     this.space = new HeapSpace(medium);
+    this.durableInStoreOrder = medium.durableInStoreOrder();
     this.chunkBytes = chunkBytes;
     this.classes = new ClassTable(medium, meta.offset(), cls.offset(), cls.length());
     this.roots = new RootTable(medium, meta.offset());
@@ -673,9 +676,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
   }
 
-  private void writeChecked(long replica, long at, long bits, long mask, boolean drain) {
-    ReentrantLock l = replicaLocks.of(replica);
-    l.lock();
+  /**
+   * The store proper, under the replica's stripe. Outside a section ({@code durable}) the word,
+   * then S2, then S1 must reach the medium in that order, each before the next, and all before
+   * this returns: a crash then leaves the word alone new (repaired from both checks) or S1
+   * alone stale, never S2 alone stale, which {@link ReplicaCheck#verify} refuses as two wrong
+   * words. On shm ({@link Medium#durableInStoreOrder}) keeping the three stores in order is
+   * enough; elsewhere each is made durable before the next (on {@code file} three msyncs: with
+   * one msync of the three, a write-back of the page that started before it could copy the
+   * page while the stores are being made, in any order, and leave S2 alone new).
+   */
+  private void writeChecked(long replica, long at, long bits, long mask, boolean durable) {
+    int stripe = replicaLocks.lock(replica);
     try {
       long old = space.getLong(at);
       long neu = (old & ~mask) | (bits & mask);
@@ -685,34 +697,41 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         long s2 = replica + ReplicaCheck.S2;
         long s1New = space.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
         long s2New = ReplicaCheck.s2Add(space.getLong(s2), ReplicaCheck.s2Delta(p, old, neu));
-        if (drain) {
-          // The word, then S2, then S1, each durable before the next: a crash leaves the word
-          // alone new (repaired from both checks) or S1 alone stale, never S2 alone stale,
-          // which ReplicaCheck.verify refuses as two wrong words.
-          space.putLong(at, neu);
-          space.persist(at, 8);
-          space.putLong(s2, s2New);
-          space.persist(s2, 8);
-          space.putLong(s1, s1New);
-          space.persist(s1, 8);
-          return;
-        } else {
-          // Inside a section: the old word is logged, and a crash before the section commits
-          // rolls it back and recomputes the checks.
-          space.putLong(at, neu);
-          space.putLong(s1, s1New);
-          space.putLong(s2, s2New);
-          if (at + 8 - s1 <= 64) {
-            space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        if (durable) {
+          if (durableInStoreOrder) {
+            // Stores kept in order are durable in order: no drain between them.
+            space.putLong(at, neu);
+            VarHandle.storeStoreFence();
+            space.putLong(s2, s2New);
+            VarHandle.storeStoreFence();
+            space.putLong(s1, s1New);
+            space.persist(s1, at + 8 - s1);
           } else {
-            space.flush(at, 8);
-            space.flush(s1, 16);
+            space.putLong(at, neu);
+            space.persist(at, 8);
+            space.putLong(s2, s2New);
+            space.persist(s2, 8);
+            space.putLong(s1, s1New);
+            space.persist(s1, 8);
           }
+          return;
         }
+        // Inside a section: the old word is logged, and a crash before the section commits
+        // rolls it back and recomputes the checks.
+        space.putLong(at, neu);
+        space.putLong(s1, s1New);
+        space.putLong(s2, s2New);
+        if (at + 8 - s1 <= 64) {
+          space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        } else {
+          space.flush(at, 8);
+          space.flush(s1, 16);
+        }
+      } else if (durable) {
+        space.drain();
       }
-      if (drain) space.drain();
     } finally {
-      l.unlock();
+      replicaLocks.unlock(stripe);
     }
   }
 

@@ -518,8 +518,7 @@ final class Sections {
         long replica = s.replicas[i];
         long old = s.olds[i];
         if (replica >= 0) {
-          ReentrantLock l = replicaLocks.of(replica);
-          l.lock();
+          int stripe = replicaLocks.lock(replica);
           try {
             long cur = space.getLong(at);
             space.putLong(at, old);
@@ -530,7 +529,7 @@ final class Sections {
             space.flush(at, 8);
             space.flush(replica + ReplicaCheck.S1, 16);
           } finally {
-            l.unlock();
+            replicaLocks.unlock(stripe);
           }
         } else {
           space.putLong(at, old);

@@ -63,6 +63,17 @@ public interface Medium extends AutoCloseable {
     drain();
   }
 
+  /**
+   * Whether a store survives what this medium survives as soon as it is made, in the order the
+   * program made it: then {@link #flush} and {@link #drain} only have to keep stores in order
+   * (shm: the file's pages are the memory, and a killed process's stores still reach them in
+   * order). A caller that orders several stores may then skip the drain between them, as long
+   * as it keeps the compiler from reordering them ({@code VarHandle.storeStoreFence}).
+   */
+  default boolean durableInStoreOrder() {
+    return false;
+  }
+
   /** Extend with zeros, durably. Existing offsets stay valid. */
   void grow(long newLength) throws PoolException;
 
