@@ -74,6 +74,18 @@ public interface Medium extends AutoCloseable {
     return false;
   }
 
+  /**
+   * The native address of {@code [off, off+len)} where the medium is memory this process maps
+   * and the range lies in one mapping, for code that reads and writes a few words many times
+   * (a durable store into a replica); 0 otherwise, and once closed. The address stays valid
+   * while the medium is reachable: the caller must keep it so
+   * ({@code java.lang.ref.Reference.reachabilityFence}) until it has made its last access.
+   * Words there are little-endian, as everywhere in the pool.
+   */
+  default long address(long off, long len) {
+    return 0;
+  }
+
   /** Extend with zeros, durably. Existing offsets stay valid. */
   void grow(long newLength) throws PoolException;
 
