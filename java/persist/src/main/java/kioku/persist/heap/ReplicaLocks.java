@@ -2,6 +2,7 @@ package kioku.persist.heap;
 
 import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
+import java.util.concurrent.locks.LockSupport;
 
 /**
  * Striped locks by replica address. A store into a replica holds its stripe while it reads the
@@ -13,9 +14,10 @@ import java.lang.invoke.VarHandle;
  * <p>Each stripe is a spin lock: one compare-and-set to take it, one release store to give it
  * back. A {@code ReentrantLock} cost a second atomic (its volatile unlock) and its queue check on
  * every durable store; a stripe is held for a handful of plain stores (or, on a disk file, an
- * msync), so a waiter spins briefly and then yields its core (the holder may be descheduled on
- * a loaded machine). Stripes are a cache line apart so that stores to different replicas do
- * not share a line. Not reentrant: a holder never takes a second stripe.
+ * msync), so a waiter spins briefly, then yields its core (the holder may be descheduled on
+ * a loaded machine), then sleeps (on a disk file the holder waits for msyncs). Stripes are a
+ * cache line apart so that stores to different replicas do not share a line. Not reentrant:
+ * a holder never takes a second stripe.
  */
 final class ReplicaLocks {
   private static final int STRIPES = 1024;
@@ -40,10 +42,19 @@ final class ReplicaLocks {
   }
 
   private void contended(int i) {
+    long sleep = 1_000;
     for (int spins = 0; ; spins++) {
       if ((int) SLOT.getOpaque(held, i) == 0 && SLOT.compareAndSet(held, i, 0, 1)) return;
-      if (spins < 64) Thread.onSpinWait();
-      else Thread.yield();
+      if (spins < 64) {
+        Thread.onSpinWait();
+      } else if (spins < 128) {
+        Thread.yield();
+      } else {
+        // The holder is making its store durable with msyncs (file: milliseconds) or is
+        // descheduled: sleep, longer each time, up to a millisecond.
+        LockSupport.parkNanos(sleep);
+        sleep = Math.min(sleep * 2, 1_000_000);
+      }
     }
   }
 
