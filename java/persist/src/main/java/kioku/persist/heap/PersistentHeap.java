@@ -648,11 +648,17 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    */
   private boolean store(long replica, long at, long bits, long mask, boolean isRef, Object target,
       Object oldRef) {
+    return store(sections.mine(), replica, at, bits, mask, isRef, target, oldRef);
+  }
+
+  /** {@link #store} with the thread's section object looked up by the caller. */
+  private boolean store(Sections.Section mine, long replica, long at, long bits, long mask,
+      boolean isRef, Object target, Object oldRef) {
     if (isRef && !mayHoldGarbage) {
       long before = space.getLong(at);
       if (before != 0 && before != bits) mayHoldGarbage = true;
     }
-    Sections.Section s = sections.open();
+    Sections.Section s = mine.depth > 0 ? mine : null;
     boolean implicit = false;
     if (s == null && sections.mayBeOwned() && sections.ownedByOther(at)) {
       s = sections.enterImplicit();
@@ -775,6 +781,24 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   // ---------------------------------------------------------------- the barrier's slow paths
 
+  /**
+   * The layout a store found last, by any thread: a plain field (a volatile store on each change
+   * would be a fence), safe to read racily as what stores read of a layout is final or volatile.
+   */
+  private Layout lastLayout;
+
+  /**
+   * {@link Layout#of(Object)}, answered from the last layout when the class is the same (a
+   * program storing into one class in a loop skips the {@code ClassValue} lookup).
+   */
+  private Layout layoutOf(Object o) {
+    Layout l = lastLayout;
+    if (l != null && l.type == o.getClass()) return l;
+    l = Layout.of(o);
+    lastLayout = l;
+    return l;
+  }
+
   @Override
   public void putPrimitive(Object o, long bits, int fieldId) {
     // Not persistent (the common case for JDK objects): done, before any bookkeeping, which
@@ -782,17 +806,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     long w = word(o);
     if (w == 0) return;
     if ((w & GREY) != 0 && awaitCopied(o) == 0) return;
-    Layout layout = Layout.of(o);
+    Layout layout = layoutOf(o);
     int slot = layout.slotOf(fieldId);
     if (slot < 0) return;
     boolean implicit = false;
-    WriterEpochs.State st = epochs.enter();
+    Sections.Section mine = sections.mine();
+    WriterEpochs.State st = epochs.enter(mine);
     try {
       w = word(o);
       if (w == 0) return;
       long replica = addressOf(w);
       long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
-      implicit = store(replica, at, bits, -1L, false, o, null);
+      implicit = store(mine, replica, at, bits, -1L, false, o, null);
     } finally {
       WriterEpochs.exit(st);
     }
@@ -971,17 +996,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (w == 0) return;
     if ((w & GREY) != 0 && awaitCopied(array) == 0) return;
     boolean implicit = false;
-    WriterEpochs.State st = epochs.enter();
+    Sections.Section mine = sections.mine();
+    WriterEpochs.State st = epochs.enter(mine);
     try {
       w = word(array);
       if (w == 0) return;
-      Layout layout = Layout.of(array.getClass());
+      Layout layout = layoutOf(array);
       int es = layout.elementSize;
       long replica = addressOf(w);
       long at = replica + HeapFormat.HEADER + (long) index * es;
       int shift = (int) (at & 7) * 8;
       long mask = es == 8 ? -1L : ((1L << (es * 8)) - 1) << shift;
-      implicit = store(replica, at & ~7L, bits << shift, mask, false, array, null);
+      implicit = store(mine, replica, at & ~7L, bits << shift, mask, false, array, null);
     } finally {
       WriterEpochs.exit(st);
     }

@@ -52,7 +52,17 @@ final class WriterEpochs {
   }
 
   State enter() {
-    State s = local.get();
+    return enter(local.get());
+  }
+
+  /** {@link #enter()} with the thread's state kept in its section object (no lookup). */
+  State enter(Sections.Section mine) {
+    State s = mine.epoch;
+    if (s == null) mine.epoch = s = local.get();
+    return enter(s);
+  }
+
+  private static State enter(State s) {
     SEQ.setRelease(s, s.seq + 1);
     // The replica word is read after this. HotSpot's compilers move no memory access across a
     // fence (the barrier relies on the same for its read of Barrier.active); the CPU's
