@@ -20,6 +20,7 @@ import json
 import math
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +49,9 @@ def main():
     it = shlex.split(os.environ.get("ITER", "-wi 3 -w 1s -i 4 -r 500ms"))
     work = tempfile.mkdtemp(prefix="kioku-compare-")
     shm = tempfile.mkdtemp(prefix="kioku-compare-", dir="/dev/shm")
+    # Pools of the `file` medium (WriteBench -p medium=file) go on a disk filesystem, as run.sh's.
+    os.makedirs(os.path.join(HERE, "target", "pools"), exist_ok=True)
+    disk = tempfile.mkdtemp(prefix="compare-", dir=os.path.join(HERE, "target", "pools"))
     jars = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     modes = ([] if args.no_baseline else [("none", [])]) + [
         (k, [f"-javaagent:{j}=instrument.exclude=org.openjdk.jmh,instrument.cache={work}/cache-{k}",
@@ -59,7 +63,8 @@ def main():
         for mode, jvm in (modes if r % 2 == 0 else list(reversed(modes))):
             rff = os.path.join(work, f"{mode}-{r}.json")
             cmd = ["java", "-jar", JAR, args.regex, "-f", "1", "-foe", "true", "-rf", "json", "-rff", rff,
-                   "-jvmArgsAppend", " ".join(["-Xms2g", "-Xmx2g", f"-Dkioku.bench.shm={shm}"] + jvm)] + it + \
+                   "-jvmArgsAppend", " ".join(["-Xms2g", "-Xmx2g", f"-Dkioku.bench.shm={shm}",
+                                                    f"-Dkioku.bench.disk={disk}"] + jvm)] + it + \
                 shlex.split(args.jmh)
             with open(os.path.join(work, f"{mode}-{r}.txt"), "w") as out:
                 if subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT).returncode:
@@ -71,6 +76,9 @@ def main():
                 units[b] = res["primaryMetric"]["scoreUnit"]
                 per_round.setdefault((b, mode), []).append(statistics.median(xs))
             print(f"round {r + 1}: {mode} done", file=sys.stderr, flush=True)
+    # The pools' directories (each fork deletes its own pool; a failed run exits before this).
+    shutil.rmtree(shm, ignore_errors=True)
+    shutil.rmtree(disk, ignore_errors=True)
     minutes = (time.monotonic() - t0) / 60
     load1 = open("/proc/loadavg").read().split()[:3]
     benches = sorted({b for b, _ in vals})

@@ -50,6 +50,11 @@ final class HeapSpace {
     return s >= 1 && s < l.length && (o & 7) == 0 && len >= 0 && o + len <= l[s];
   }
 
+  /** {@link Medium#address} of {@code [addr, addr+len)}; 0 if there is none. */
+  long address(long addr, long len) {
+    return medium.address(off(addr), len);
+  }
+
   long getLong(long addr) {
     return medium.getLong(off(addr));
   }

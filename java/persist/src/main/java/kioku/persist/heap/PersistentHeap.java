@@ -1,6 +1,7 @@
 package kioku.persist.heap;
 
 import java.lang.invoke.VarHandle;
+import java.lang.ref.Reference;
 import java.lang.reflect.Array;
 import java.lang.reflect.Field;
 import java.lang.reflect.Modifier;
@@ -88,6 +89,8 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private final SideTable side = new SideTable();
   private final WriterEpochs epochs = new WriterEpochs();
   private final ReplicaLocks replicaLocks = new ReplicaLocks();
+  /** {@link Medium#durableInStoreOrder}, read once. */
+  private final boolean durableInStoreOrder;
   private final ReentrantLock lock = new ReentrantLock();
   private final Object poolLock = new Object();
   private final long chunkBytes;
@@ -118,6 +121,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     this.pool = pool;
     this.medium = pool.medium();
     this.space = new HeapSpace(medium);
+    this.durableInStoreOrder = medium.durableInStoreOrder();
     this.chunkBytes = chunkBytes;
     this.classes = new ClassTable(medium, meta.offset(), cls.offset(), cls.length());
     this.roots = new RootTable(medium, meta.offset());
@@ -644,11 +648,17 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    */
   private boolean store(long replica, long at, long bits, long mask, boolean isRef, Object target,
       Object oldRef) {
+    return store(sections.mine(), replica, at, bits, mask, isRef, target, oldRef);
+  }
+
+  /** {@link #store} with the thread's section object looked up by the caller. */
+  private boolean store(Sections.Section mine, long replica, long at, long bits, long mask,
+      boolean isRef, Object target, Object oldRef) {
     if (isRef && !mayHoldGarbage) {
       long before = space.getLong(at);
       if (before != 0 && before != bits) mayHoldGarbage = true;
     }
-    Sections.Section s = sections.open();
+    Sections.Section s = mine.depth > 0 ? mine : null;
     boolean implicit = false;
     if (s == null && sections.mayBeOwned() && sections.ownedByOther(at)) {
       s = sections.enterImplicit();
@@ -673,9 +683,25 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
   }
 
-  private void writeChecked(long replica, long at, long bits, long mask, boolean drain) {
-    ReentrantLock l = replicaLocks.of(replica);
-    l.lock();
+  /**
+   * The store proper, under the replica's stripe. Outside a section ({@code durable}) the word,
+   * then S2, then S1 must reach the medium in that order, each before the next, and all before
+   * this returns: a crash then leaves the word alone new (repaired from both checks) or S1
+   * alone stale, never S2 alone stale, which {@link ReplicaCheck#verify} refuses as two wrong
+   * words. On shm ({@link Medium#durableInStoreOrder}) keeping the three stores in order is
+   * enough; elsewhere each is made durable before the next (on {@code file} three msyncs: with
+   * one msync of the three, a write-back of the page that started before it could copy the
+   * page while the stores are being made, in any order, and leave S2 alone new).
+   */
+  private void writeChecked(long replica, long at, long bits, long mask, boolean durable) {
+    if (durable && durableInStoreOrder) {
+      long base = space.address(replica, at + 8 - replica);
+      if (base != 0) {
+        writeInStoreOrder(base, replica, at, bits, mask);
+        return;
+      }
+    }
+    int stripe = replicaLocks.lock(replica);
     try {
       long old = space.getLong(at);
       long neu = (old & ~mask) | (bits & mask);
@@ -685,38 +711,93 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         long s2 = replica + ReplicaCheck.S2;
         long s1New = space.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
         long s2New = ReplicaCheck.s2Add(space.getLong(s2), ReplicaCheck.s2Delta(p, old, neu));
-        if (drain) {
-          // The word, then S2, then S1, each durable before the next: a crash leaves the word
-          // alone new (repaired from both checks) or S1 alone stale, never S2 alone stale,
-          // which ReplicaCheck.verify refuses as two wrong words.
-          space.putLong(at, neu);
-          space.persist(at, 8);
-          space.putLong(s2, s2New);
-          space.persist(s2, 8);
-          space.putLong(s1, s1New);
-          space.persist(s1, 8);
-          return;
-        } else {
-          // Inside a section: the old word is logged, and a crash before the section commits
-          // rolls it back and recomputes the checks.
-          space.putLong(at, neu);
-          space.putLong(s1, s1New);
-          space.putLong(s2, s2New);
-          if (at + 8 - s1 <= 64) {
-            space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        if (durable) {
+          if (durableInStoreOrder) {
+            // Stores kept in order are durable in order: no drain between them.
+            space.putLong(at, neu);
+            VarHandle.storeStoreFence();
+            space.putLong(s2, s2New);
+            VarHandle.storeStoreFence();
+            space.putLong(s1, s1New);
+            space.persist(s1, at + 8 - s1);
           } else {
-            space.flush(at, 8);
-            space.flush(s1, 16);
+            space.putLong(at, neu);
+            space.persist(at, 8);
+            space.putLong(s2, s2New);
+            space.persist(s2, 8);
+            space.putLong(s1, s1New);
+            space.persist(s1, 8);
           }
+          return;
         }
+        // Inside a section: the old word is logged, and a crash before the section commits
+        // rolls it back and recomputes the checks.
+        space.putLong(at, neu);
+        space.putLong(s1, s1New);
+        space.putLong(s2, s2New);
+        if (at + 8 - s1 <= 64) {
+          space.flush(s1, at + 8 - s1); // a small replica: the word and its checks, one range
+        } else {
+          space.flush(at, 8);
+          space.flush(s1, 16);
+        }
+      } else if (durable) {
+        space.drain();
       }
-      if (drain) space.drain();
     } finally {
-      l.unlock();
+      replicaLocks.unlock(stripe);
+    }
+  }
+
+  /**
+   * {@link #writeChecked} outside a section on a medium durable in store order (shm), through
+   * the replica's native address ({@code base}, from {@link HeapSpace#address}): the same
+   * stores in the same order, without a window lookup and a bounds check per word.
+   */
+  private void writeInStoreOrder(long base, long replica, long at, long bits, long mask) {
+    int stripe = replicaLocks.lock(replica);
+    try {
+      long word = base + (at - replica);
+      long old = Unsafes.U.getLong(word);
+      long neu = (old & ~mask) | (bits & mask);
+      if (neu != old) {
+        long s1 = base + ReplicaCheck.S1;
+        long s2 = base + ReplicaCheck.S2;
+        long s1New = Unsafes.U.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
+        long s2New = ReplicaCheck.s2Add(Unsafes.U.getLong(s2),
+            ReplicaCheck.s2Delta((at - replica) >>> 3, old, neu));
+        Unsafes.U.putLong(word, neu);
+        VarHandle.storeStoreFence();
+        Unsafes.U.putLong(s2, s2New);
+        VarHandle.storeStoreFence();
+        Unsafes.U.putLong(s1, s1New);
+      }
+      VarHandle.storeStoreFence(); // the medium's drain: durable before what follows
+    } finally {
+      replicaLocks.unlock(stripe);
+      Reference.reachabilityFence(medium); // keeps the mapping behind base
     }
   }
 
   // ---------------------------------------------------------------- the barrier's slow paths
+
+  /**
+   * The layout a store found last, by any thread: a plain field (a volatile store on each change
+   * would be a fence), safe to read racily as what stores read of a layout is final or volatile.
+   */
+  private Layout lastLayout;
+
+  /**
+   * {@link Layout#of(Object)}, answered from the last layout when the class is the same (a
+   * program storing into one class in a loop skips the {@code ClassValue} lookup).
+   */
+  private Layout layoutOf(Object o) {
+    Layout l = lastLayout;
+    if (l != null && l.type == o.getClass()) return l;
+    l = Layout.of(o);
+    lastLayout = l;
+    return l;
+  }
 
   @Override
   public void putPrimitive(Object o, long bits, int fieldId) {
@@ -725,17 +806,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     long w = word(o);
     if (w == 0) return;
     if ((w & GREY) != 0 && awaitCopied(o) == 0) return;
-    Layout layout = Layout.of(o);
+    Layout layout = layoutOf(o);
     int slot = layout.slotOf(fieldId);
     if (slot < 0) return;
     boolean implicit = false;
-    WriterEpochs.State st = epochs.enter();
+    Sections.Section mine = sections.mine();
+    WriterEpochs.State st = epochs.enter(mine);
     try {
       w = word(o);
       if (w == 0) return;
       long replica = addressOf(w);
       long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
-      implicit = store(replica, at, bits, -1L, false, o, null);
+      implicit = store(mine, replica, at, bits, -1L, false, o, null);
     } finally {
       WriterEpochs.exit(st);
     }
@@ -914,17 +996,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (w == 0) return;
     if ((w & GREY) != 0 && awaitCopied(array) == 0) return;
     boolean implicit = false;
-    WriterEpochs.State st = epochs.enter();
+    Sections.Section mine = sections.mine();
+    WriterEpochs.State st = epochs.enter(mine);
     try {
       w = word(array);
       if (w == 0) return;
-      Layout layout = Layout.of(array.getClass());
+      Layout layout = layoutOf(array);
       int es = layout.elementSize;
       long replica = addressOf(w);
       long at = replica + HeapFormat.HEADER + (long) index * es;
       int shift = (int) (at & 7) * 8;
       long mask = es == 8 ? -1L : ((1L << (es * 8)) - 1) << shift;
-      implicit = store(replica, at & ~7L, bits << shift, mask, false, array, null);
+      implicit = store(mine, replica, at & ~7L, bits << shift, mask, false, array, null);
     } finally {
       WriterEpochs.exit(st);
     }

@@ -56,6 +56,8 @@ final class Sections {
     final long id;
     /** Held by the owner while it logs and writes one word; others take it to commit it early. */
     final ReentrantLock lock = new ReentrantLock();
+    /** The thread's writer epoch, found here by stores that look this section up anyway. */
+    WriterEpochs.State epoch;
     int depth;
     boolean atomic;
     int head = -1;
@@ -128,6 +130,11 @@ final class Sections {
   }
 
   // ---------------------------------------------------------------- entering and leaving
+
+  /** The thread's section object, open or not (one lookup for a store's several needs). */
+  Section mine() {
+    return current.get();
+  }
 
   /** The thread's open section, or null outside one. */
   Section open() {
@@ -518,8 +525,7 @@ final class Sections {
         long replica = s.replicas[i];
         long old = s.olds[i];
         if (replica >= 0) {
-          ReentrantLock l = replicaLocks.of(replica);
-          l.lock();
+          int stripe = replicaLocks.lock(replica);
           try {
             long cur = space.getLong(at);
             space.putLong(at, old);
@@ -530,7 +536,7 @@ final class Sections {
             space.flush(at, 8);
             space.flush(replica + ReplicaCheck.S1, 16);
           } finally {
-            l.unlock();
+            replicaLocks.unlock(stripe);
           }
         } else {
           space.putLong(at, old);

@@ -9,6 +9,8 @@ import java.nio.MappedByteBuffer;
 import java.nio.channels.FileChannel;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
+import java.util.IdentityHashMap;
+import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -78,9 +80,49 @@ abstract class MappedMedium implements Medium {
   private void setWindows(MappedByteBuffer[] w) {
     LongBuffer[] v = new LongBuffer[w.length];
     for (int i = 0; i < w.length; i++) v[i] = w[i].asLongBuffer(); // little-endian, as w[i]
+    long[] a = new long[w.length];
+    long[] c = new long[w.length];
+    for (int i = 0; i < w.length; i++) {
+      synchronized (everMapped) {
+        everMapped.put(w[i], Boolean.TRUE);
+      }
+      a[i] = mode == FileChannel.MapMode.READ_WRITE ? NativeAddresses.of(w[i]) : 0;
+      c[i] = w[i].capacity();
+    }
     if (v.length < longViews.length) longViews = v; // close: drop the views first
+    if (a.length < addresses.length) addresses = new long[0];
     windows = w;
     longViews = v;
+    capacities = c;
+    addresses = a;
+  }
+
+  /**
+   * Every window this medium mapped: a mapping is undone only when its buffer is collected, so
+   * holding them keeps an address {@link #address} gave valid while this medium is reachable,
+   * even after a grow replaced the window (or a close dropped it).
+   */
+  private final Map<MappedByteBuffer, Boolean> everMapped = new IdentityHashMap<>();
+
+  /** The windows' native addresses (0: none) and sizes; replaced after {@link #windows}. */
+  private volatile long[] addresses = new long[0];
+
+  private volatile long[] capacities = new long[0];
+
+  /**
+   * The native address of {@code [off, off+len)} if it lies in one window, else 0 (and 0 once
+   * closed). Valid while this medium is reachable: the caller keeps it so
+   * ({@code Reference.reachabilityFence}) until its last access through the address.
+   */
+  @Override
+  public final long address(long off, long len) {
+    long[] a = addresses;
+    long[] c = capacities;
+    int w = (int) (off >>> shift);
+    long at = off & mask;
+    if (off < 0 || len < 0 || w >= a.length || w >= c.length || at + len > c[w]) return 0;
+    long base = a[w];
+    return base == 0 ? 0 : base + at;
   }
 
   /** Windows for {@code [0, newLen)}: full old windows are kept, the rest is mapped anew. */

@@ -63,6 +63,29 @@ public interface Medium extends AutoCloseable {
     drain();
   }
 
+  /**
+   * Whether a store survives what this medium survives as soon as it is made, in the order the
+   * program made it: then {@link #flush} and {@link #drain} only have to keep stores in order
+   * (shm: the file's pages are the memory, and a killed process's stores still reach them in
+   * order). A caller that orders several stores may then skip the drain between them, as long
+   * as it keeps the compiler from reordering them ({@code VarHandle.storeStoreFence}).
+   */
+  default boolean durableInStoreOrder() {
+    return false;
+  }
+
+  /**
+   * The native address of {@code [off, off+len)} where the medium is memory this process maps
+   * and the range lies in one mapping, for code that reads and writes a few words many times
+   * (a durable store into a replica); 0 otherwise, and once closed. The address stays valid
+   * while the medium is reachable: the caller must keep it so
+   * ({@code java.lang.ref.Reference.reachabilityFence}) until it has made its last access.
+   * Words there are little-endian, as everywhere in the pool.
+   */
+  default long address(long off, long len) {
+    return 0;
+  }
+
   /** Extend with zeros, durably. Existing offsets stay valid. */
   void grow(long newLength) throws PoolException;
 

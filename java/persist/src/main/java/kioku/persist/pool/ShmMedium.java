@@ -7,7 +7,8 @@ import java.nio.file.Path;
 /**
  * A file on tmpfs (/dev/shm). Its pages are the file, so a store is the file's content as soon
  * as the CPU makes it and any later process mapping the file sees it: this survives the death of
- * every process, not power loss or reboot. Flush and drain are only fences. Refuses a file on
+ * every process, not power loss or reboot. Flush does nothing and drain only keeps stores in
+ * order (a store-store fence: no instruction on x86). Refuses a file on
  * a disk filesystem, where no-op flushes would make nothing durable.
  */
 public final class ShmMedium extends MappedMedium {
@@ -48,22 +49,31 @@ public final class ShmMedium extends MappedMedium {
     return false; // fsync on tmpfs does nothing; the new size is visible to others at once
   }
 
+  /**
+   * Nothing to write back: the pages are the file. Unordered until {@link #drain}, as on every
+   * medium.
+   */
   @Override
-  public void flush(long off, long len) {
-    checkRange(off, len);
-    // Stores before the flush must not move after it (compiler or CPU).
-    VarHandle.fullFence();
-  }
+  public void flush(long off, long len) {}
 
+  /**
+   * Keeps the stores before it ahead of the stores after it (compiler and CPU): what survives
+   * the death of a process is every store it made, in order, so order is all durability needs
+   * here. No StoreLoad fence: callers that need one between threads take it themselves.
+   */
   @Override
   public void drain() {
-    VarHandle.fullFence();
+    VarHandle.storeStoreFence();
   }
 
-  /** A flush and a drain are the same fence here: one is enough. */
+  /** A flush and a drain: one store-store fence. */
   @Override
   public void persist(long off, long len) {
-    checkRange(off, len);
-    VarHandle.fullFence();
+    VarHandle.storeStoreFence();
+  }
+
+  @Override
+  public boolean durableInStoreOrder() {
+    return true;
   }
 }
