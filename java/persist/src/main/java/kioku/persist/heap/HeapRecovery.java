@@ -66,6 +66,26 @@ final class HeapRecovery {
     return medium.getLong(space.off(addr));
   }
 
+  /** Words of the replica being filled read with its header (a small object's: all of them). */
+  private static final int HEAD = 8;
+
+  /** How many of the replica's first words {@link #head} left in {@link #words}. */
+  private int ahead;
+
+  /**
+   * The header of the replica at {@code addr}, read with the words after it (up to {@link
+   * #HEAD}) into {@link #words} for {@link #fill}: one read per small replica, not two.
+   */
+  private long head(long addr) {
+    if (!space.valid(addr, 8L * HEAD)) {
+      ahead = 0;
+      return header(addr);
+    }
+    medium.getLongs(space.off(addr), words, 0, HEAD);
+    ahead = HEAD;
+    return words[0];
+  }
+
   private Map<String, Object> rebuild() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
@@ -84,7 +104,7 @@ final class HeapRecovery {
       // early; one already passed was made).
       live.forEach(
           (i, addr) -> {
-            long header = header(addr);
+            long header = head(addr);
             Resolved r = resolve((int) header);
             Object o = objects[i];
             if (o == null) o = make(i, addr, header, r);
@@ -374,13 +394,18 @@ final class HeapRecovery {
       case OBJECT, ENUM -> {
         Layout.Slot[] slots = r.layout.slots;
         int[] map = r.slotMap;
-        long at = space.off(body) + (r.d.kind() == Layout.Kind.ENUM ? 8 : 0);
+        int first = 3 + (r.d.kind() == Layout.Kind.ENUM ? 1 : 0); // word of the first field
         long[] w = words;
-        if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
-        medium.getLongs(at, w, 0, map.length); // one bulk read of the fields' words
+        int base = first;
+        if (first + map.length > ahead) { // not all read with the header: one bulk read
+          if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
+          medium.getLongs(space.off(addr) + 8L * first, w, 0, map.length);
+          base = 0;
+        }
+        ahead = 0; // the words are this replica's only until the next read
         for (int j = 0; j < map.length; j++) {
           Layout.Slot s = slots[map[j]];
-          long v = w[j];
+          long v = w[base + j];
           if (s.code() == 'L') {
             Unsafes.U.putObject(o, s.offset(), v == 0 ? null : object(v));
           } else {
