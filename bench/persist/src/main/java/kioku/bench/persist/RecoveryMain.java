@@ -17,7 +17,9 @@ import kioku.persist.KiokuPersist;
  *
  * SHAPE: {@code objects} (each chunk a linked list of 8192 {@link Item}s, 4 slots each),
  * {@code arrays} (each chunk a long[40960]), {@code mixed} (the two alternating, about half the
- * bytes each). Output: one line {@code RESULT key=value ...}.
+ * bytes each), {@code shuffled} (as {@code objects}, then every Item relinked in a seeded random
+ * order, so that following the lists visits the replicas in no address order: the heap of a
+ * program that kept changing its graph). Output: one line {@code RESULT key=value ...}.
  */
 public final class RecoveryMain {
   static final int ITEMS_PER_CHUNK = 8192;
@@ -35,7 +37,7 @@ public final class RecoveryMain {
 
   static boolean isItems(String shape, int i) {
     return switch (shape) {
-      case "objects" -> true;
+      case "objects", "shuffled" -> true;
       case "arrays" -> false;
       case "mixed" -> (i & 1) == 0;
       default -> throw new IllegalArgumentException("unknown shape " + shape);
@@ -58,6 +60,30 @@ public final class RecoveryMain {
     long[] a = new long[LONGS_PER_CHUNK];
     for (int k = 0; k < a.length; k++) a[k] = (long) i * LONGS_PER_CHUNK + k;
     return a;
+  }
+
+  /**
+   * Relinks the Items of the first {@code n} chunks (persistent: every store goes to the
+   * replicas) in a seeded random order, {@link #ITEMS_PER_CHUNK} per chunk: the same objects
+   * and checksum, in lists whose order no longer follows the replicas' addresses.
+   */
+  static void shuffle(Object[] chunks, int n) {
+    Item[] all = new Item[n * ITEMS_PER_CHUNK];
+    int k = 0;
+    for (int i = 0; i < n; i++) for (Item it = (Item) chunks[i]; it != null; it = it.next) all[k++] = it;
+    java.util.Random rnd = new java.util.Random(42);
+    for (int i = all.length - 1; i > 0; i--) {
+      int j = rnd.nextInt(i + 1);
+      Item t = all[i];
+      all[i] = all[j];
+      all[j] = t;
+    }
+    for (int i = 0; i < n; i++) {
+      int from = i * ITEMS_PER_CHUNK;
+      for (int j = from; j < from + ITEMS_PER_CHUNK - 1; j++) all[j].next = all[j + 1];
+      all[from + ITEMS_PER_CHUNK - 1].next = null;
+      chunks[i] = all[from];
+    }
   }
 
   /** A checksum of the graph, and its object count, as {checksum, objects}. */
@@ -91,6 +117,7 @@ public final class RecoveryMain {
       chunks[n] = chunk(shape, n); // make_persistent of the chunk
       n++;
     }
+    if (shape.equals("shuffled")) shuffle(chunks, n);
     double seconds = (System.nanoTime() - t0) / 1e9;
     double cpuSeconds = (processCpuNanos() - c0) / 1e9;
     long[] c = check(chunks);

@@ -229,9 +229,10 @@ final class Allocator {
     int sc = SizeClasses.classOf(size);
     if (c.kind[seg] == FREE) formatSegment(c, seg, sc);
     if (c.kind[seg] != sc) return false;
-    long inSeg = off % SizeClasses.SEGMENT;
-    if (inSeg % SizeClasses.size(sc) != 0) return false;
-    int slot = (int) (inSeg / SizeClasses.size(sc));
+    int inSeg = (int) (off & (SizeClasses.SEGMENT - 1)); // off >= 0; int division below
+    int slotSize = SizeClasses.size(sc);
+    if (inSeg % slotSize != 0) return false;
+    int slot = inSeg / slotSize;
     long bit = 1L << (slot % 64);
     int w = seg * 8 + slot / 64;
     if ((c.freeSlots[w] & bit) == 0) return false;

@@ -37,6 +37,9 @@ final class HeapMarking {
    */
   private static final int BUFFERED = 4096;
 
+  /** Words read with the header at open (a small object's replica: 7 words for 4 fields). */
+  private static final int HEAD = 8;
+
   /** The replica {@link #checkedSize} read, if {@link #loaded}. */
   private long[] words = new long[64];
 
@@ -136,7 +139,16 @@ final class HeapMarking {
   private long checkedSize(long addr, long[] touched) throws HeapException {
     loaded = false;
     for (int attempt = 0; ; attempt++) {
-      long header = reads.getLong(space.off(addr));
+      // At open, the first HEAD words in one read: the header and, for most small replicas,
+      // everything the checks need (one window lookup and copy per replica instead of two).
+      int ahead = attempt == 0 && touched != null && space.valid(addr, 8L * HEAD) ? HEAD : 0;
+      long header;
+      if (ahead > 0) {
+        reads.getLongs(space.off(addr), words, 0, HEAD);
+        header = words[0];
+      } else {
+        header = reads.getLong(space.off(addr));
+      }
       int cid = (int) header;
       long count = header >>> 32;
       ClassTable.Descriptor d = descriptor(cid);
@@ -161,7 +173,7 @@ final class HeapMarking {
         space.flush(addr + ReplicaCheck.S1, 16);
         return size;
       }
-      if (load(addr, size) ? words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))
+      if (load(addr, size, ahead) ? words[0] == header && ReplicaCheck.holds(words, (int) (size / 8))
           : holdsLarge(addr, size, header)) {
         return size;
       }
@@ -221,10 +233,14 @@ final class HeapMarking {
     return s1 == checks1 && s2.value() == checks2;
   }
 
-  /** Reads a replica that fits in {@link #words} (size checked against the space already). */
-  private boolean load(long addr, long size) {
+  /**
+   * Reads a replica that fits in {@link #words} (size checked against the space already);
+   * its first {@code ahead} words are there already.
+   */
+  private boolean load(long addr, long size, int ahead) {
     if (size > 8L * BUFFERED) return loaded = false;
     int n = (int) (size >>> 3);
+    if (n <= ahead) return loaded = true;
     if (words.length < n) words = new long[Math.max(n, 2 * words.length)];
     reads.getLongs(space.off(addr), words, 0, n);
     return loaded = true;

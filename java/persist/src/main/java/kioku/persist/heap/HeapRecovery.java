@@ -66,24 +66,45 @@ final class HeapRecovery {
     return medium.getLong(space.off(addr));
   }
 
+  /** Words of the replica being filled read with its header (a small object's: all of them). */
+  private static final int HEAD = 8;
+
+  /** How many of the replica's first words {@link #head} left in {@link #words}. */
+  private int ahead;
+
+  /**
+   * The header of the replica at {@code addr}, read with the words after it (up to {@link
+   * #HEAD}) into {@link #words} for {@link #fill}: one read per small replica, not two.
+   */
+  private long head(long addr) {
+    if (!space.valid(addr, 8L * HEAD)) {
+      ahead = 0;
+      return header(addr);
+    }
+    medium.getLongs(space.off(addr), words, 0, HEAD);
+    ahead = HEAD;
+    return words[0];
+  }
+
   private Map<String, Object> rebuild() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
     // Hash tables, whose buckets may need rebuilding (identity hashes differ in this JVM):
     // listed as they are created instead of a pass over every object afterwards.
     List<Object> tables = new java.util.ArrayList<>();
-    heap.beginAdoption(total);
+    heap.beginAdoption();
     java.util.IdentityHashMap<Object, Boolean> stale;
     try {
       later = new Later();
       this.tables = tables;
       this.objects = objects;
+      this.listed = new long[(total + 63) >>> 6];
       // One pass in address order: each replica's object is made when the pass or a reference
       // to it first needs it, then filled (a reference to a replica further on makes its object
       // early; one already passed was made).
       live.forEach(
           (i, addr) -> {
-            long header = header(addr);
+            long header = head(addr);
             Resolved r = resolve((int) header);
             Object o = objects[i];
             if (o == null) o = make(i, addr, header, r);
@@ -99,24 +120,36 @@ final class HeapRecovery {
           stale.put(o, Boolean.TRUE);
           // An enum constant is the running one: its added fields are initialized already.
           if (!r.type.isEnum()) FieldInitializers.run(o, r.type, r.added);
-        } else {
-          heap.adopt(o, addr);
+        } else if (heap.adopt(o, addr)) {
+          list(later.indexes[j]);
         }
       }
     } catch (HeapException | RuntimeException e) {
-      heap.abandonAdoption(); // a class that cannot be recovered: keep nothing of the attempt
+      // A class that cannot be recovered: the objects made so far are garbage, never listed.
+      this.objects = null;
+      this.listed = null;
       throw e;
     }
-    heap.endAdoption();
+    long[] listedBits = listed;
     this.objects = null;
     this.tables = null;
+    this.listed = null;
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
       long v = r.getValue();
       roots.put(r.getKey(), v == 0 ? null : objects[live.index(v)]);
     }
-    if (!stale.isEmpty()) heap.migrate(objects, stale, roots);
+    if (stale.isEmpty()) {
+      // Nothing needs the objects by replica number any more: the array becomes the list of
+      // those that keep their own word (one array of 18 M references per GB, not two).
+      int n = compactListed(objects, listedBits);
+      heap.endAdoption(objects, n);
+    } else {
+      Object[] kept = objects.clone();
+      heap.endAdoption(kept, compactListed(kept, listedBits));
+      heap.migrate(objects, stale, roots);
+    }
     Object[] candidates = tables.toArray();
     List<Object> rehash = Rehash.needing(candidates);
     List<Object> concurrentMaps = ConcurrentMaps.needing(candidates);
@@ -133,6 +166,30 @@ final class HeapRecovery {
   /** The objects made so far, by replica number ({@link Marks#index}). */
   private Object[] objects;
 
+  /** Replica numbers whose objects {@link PersistentHeap#adopt} said to list, one bit each. */
+  private long[] listed;
+
+  private void list(int i) {
+    listed[i >>> 6] |= 1L << i;
+  }
+
+  /**
+   * Moves the objects whose bit is set to the front of {@code objects}, in order, and clears
+   * the rest (the list must not keep objects alive that are not on it); returns their count.
+   */
+  private static int compactListed(Object[] objects, long[] bits) {
+    int n = 0;
+    for (int w = 0; w < bits.length; w++) {
+      long x = bits[w];
+      while (x != 0) {
+        objects[n++] = objects[(w << 6) + Long.numberOfTrailingZeros(x)];
+        x &= x - 1;
+      }
+    }
+    java.util.Arrays.fill(objects, n, objects.length, null);
+    return n;
+  }
+
   /** Makes (and adopts, or lists for later) the object of replica number {@code i}. */
   private Object make(int i, long addr, long header, Resolved r) throws HeapException {
     Object o = create(addr, header, r);
@@ -141,8 +198,8 @@ final class HeapRecovery {
     Layout.Kind k = r.d.kind();
     if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
       later.add(i, addr);
-    } else {
-      heap.adopt(o, addr); // a new object: nothing else can see it yet
+    } else if (heap.adopt(o, addr)) { // a new object: nothing else can see it yet
+      list(i);
     }
     return o;
   }
@@ -337,13 +394,18 @@ final class HeapRecovery {
       case OBJECT, ENUM -> {
         Layout.Slot[] slots = r.layout.slots;
         int[] map = r.slotMap;
-        long at = space.off(body) + (r.d.kind() == Layout.Kind.ENUM ? 8 : 0);
+        int first = 3 + (r.d.kind() == Layout.Kind.ENUM ? 1 : 0); // word of the first field
         long[] w = words;
-        if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
-        medium.getLongs(at, w, 0, map.length); // one bulk read of the fields' words
+        int base = first;
+        if (first + map.length > ahead) { // not all read with the header: one bulk read
+          if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
+          medium.getLongs(space.off(addr) + 8L * first, w, 0, map.length);
+          base = 0;
+        }
+        ahead = 0; // the words are this replica's only until the next read
         for (int j = 0; j < map.length; j++) {
           Layout.Slot s = slots[map[j]];
-          long v = w[j];
+          long v = w[base + j];
           if (s.code() == 'L') {
             Unsafes.U.putObject(o, s.offset(), v == 0 ? null : object(v));
           } else {

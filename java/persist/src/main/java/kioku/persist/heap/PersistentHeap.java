@@ -1783,44 +1783,38 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   }
 
   /**
-   * Called by recovery before adopting {@code n} objects. The barrier reports to this heap
-   * from here on: recovery runs the program's and java.util's instrumented code on recovered
-   * objects (tables rebuilt, added fields initialized), whose stores must reach this heap's
-   * replicas (a JVM has one heap; tests that open several hand the barrier to the one they use).
+   * Called by recovery before adopting objects. The barrier reports to this heap from here
+   * on: recovery runs the program's and java.util's instrumented code on recovered objects
+   * (tables rebuilt, added fields initialized), whose stores must reach this heap's replicas
+   * (a JVM has one heap; tests that open several hand the barrier to the one they use).
    */
-  void beginAdoption(int n) {
+  void beginAdoption() {
     activate();
     Barrier.hooks = this;
-    adopted = new Object[n];
-    adoptedCount = 0;
   }
 
-  /** Recovered objects with their own replica word, listed at {@link #endAdoption}. */
-  private Object[] adopted;
-
-  private int adoptedCount;
-
-  /** Called by recovery for every rebuilt object: it is persistent, with this replica. */
-  void adopt(Object o, long addr) {
+  /**
+   * Called by recovery for every rebuilt object: it is persistent, with this replica. True if
+   * the object keeps its own replica word: the caller lists it at {@link #endAdoption}.
+   */
+  boolean adopt(Object o, long addr) {
     if (o instanceof Persistent p && !(o instanceof Enum<?>)) {
       p.$kioku$r(addr); // a new object: nothing else can see it yet
-      adopted[adoptedCount++] = o;
+      return true;
     } else if (o instanceof Enum<?> || Canonicals.nameOf(o) != null) {
       if (word(o) == 0) setWord(o, addr); // a shared instance, not a new object
     } else {
       side.add(o).word = addr;
     }
+    return false;
   }
 
-  /** Called by recovery once every object is adopted. */
-  void endAdoption() {
-    side.listRecovered(adopted, adoptedCount);
-    adopted = null;
-  }
-
-  /** Called by a recovery that failed: the objects it made are garbage, not listed. */
-  void abandonAdoption() {
-    adopted = null;
+  /**
+   * Called by recovery once every object is adopted, with those {@link #adopt} said keep their
+   * own word in {@code listed[0..n)}; the side table keeps the array (no copy).
+   */
+  void endAdoption(Object[] listed, int n) {
+    side.listRecovered(listed, n);
   }
 
   // ---------------------------------------------------------------- marking and GC

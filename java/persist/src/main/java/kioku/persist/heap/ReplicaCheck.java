@@ -130,10 +130,19 @@ final class ReplicaCheck {
       mid = m;
     }
 
-    /** The sum modulo P. */
+    /**
+     * The sum modulo P. Called once per replica at open (18 M times for 1 GB of small
+     * objects), so it multiplies by the small constants directly instead of through {@link
+     * #mul}: mid * 59 = h * 2^64 + l with h &lt; 59, and top counts the carries out of mid,
+     * at most one per {@link #add}, so top * 59^2 stays far below P.
+     */
     long value() {
-      // top * 2^128 + mid * 2^64 + lo = top * 59^2 + mid * 59 + lo (mod P)
-      return ReplicaCheck.add(ReplicaCheck.add(reduce(lo), mul(mid, TWO64)), mul(top, TWO64 * TWO64));
+      // top * 2^128 + mid * 2^64 + lo = top * 59^2 + mid * 59 + lo
+      //                                = top * 59^2 + h * 59 + l + lo (mod P)
+      long h = Math.multiplyHigh(mid, TWO64) + ((mid >> 63) & TWO64); // unsigned high word
+      long l = mid * TWO64;
+      long small = h * TWO64 + top * (TWO64 * TWO64); // < 2^63 for any replica (< 2^50 words)
+      return ReplicaCheck.add(ReplicaCheck.add(reduce(lo), reduce(l)), small);
     }
   }
 

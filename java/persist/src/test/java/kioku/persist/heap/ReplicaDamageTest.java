@@ -227,4 +227,28 @@ class ReplicaDamageTest {
     }
     assertEquals(want.mod(bigP).longValue(), sum.value());
   }
+
+  /**
+   * The sum of a small replica, whose reduction multiplies by 59 and 59^2 directly: against
+   * BigInteger for words at the edges (0, 1, P - 1, P, 2^63, 2^64 - 1) and random ones, 1 to 40
+   * words, so that the accumulator's middle word runs to 2^64 - 1 and carries into its top.
+   */
+  @Test
+  void theSumOfFewWordsReducesExactly() {
+    java.math.BigInteger bigP = new java.math.BigInteger(Long.toUnsignedString(ReplicaCheck.P));
+    long[] edges = {0, 1, ReplicaCheck.P - 1, ReplicaCheck.P, Long.MIN_VALUE, -1L, Long.MAX_VALUE};
+    Random rnd = new Random(11);
+    for (int round = 0; round < 20_000; round++) {
+      int n = 1 + rnd.nextInt(40);
+      ReplicaCheck.Sum sum = new ReplicaCheck.Sum();
+      java.math.BigInteger want = java.math.BigInteger.ZERO;
+      for (int p = 0; p < n; p++) {
+        long w = rnd.nextInt(3) == 0 ? edges[rnd.nextInt(edges.length)] : rnd.nextLong();
+        long h = ReplicaCheck.weight(round % 2 == 0 ? p : 4096 + rnd.nextInt(1 << 30));
+        sum.add(h, w);
+        want = want.add(java.math.BigInteger.valueOf(h).multiply(new java.math.BigInteger(Long.toUnsignedString(w))));
+      }
+      assertEquals(want.mod(bigP).longValue(), sum.value(), "round " + round);
+    }
+  }
 }

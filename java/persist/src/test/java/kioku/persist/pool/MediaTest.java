@@ -136,6 +136,40 @@ class MediaTest {
     }
   }
 
+  /**
+   * A scan in the file's order maps each window once and keeps its windows; one that jumps
+   * between windows (a relinked heap) reads through the medium once it has mapped {@code
+   * REMAPS} times the file's windows, and reads the same words either way.
+   */
+  @Test
+  void scanReadsOutOfOrderFallBackToTheMedium() throws Exception {
+    int len = 48 << 20; // 12 windows
+    Path f = file(shmDir(), "jumps.bin", len);
+    try (Medium m = Media.open(f, MediumChoice.SHM)) {
+      for (long off = 0; off < len; off += 4096) m.putLong(off, off * 0x9E3779B97F4A7C15L);
+      try (ScanReads r = m.scanReads()) {
+        for (int pass = 0; pass < 2; pass++) {
+          for (long off = 0; off < len; off += 4096) assertEquals(m.getLong(off), r.getLong(off));
+        }
+        assertFalse(((WindowedScan) r).throughMedium(), "two passes in order: 24 mappings");
+      }
+      try (ScanReads r = m.scanReads()) {
+        java.util.Random rnd = new java.util.Random(3);
+        long[] got = new long[4];
+        long[] want = new long[4];
+        int reads = 12 * WindowedScan.REMAPS * 16; // about a third miss the 8 windows kept
+        for (int i = 0; i < reads; i++) {
+          long off = 4096L * rnd.nextInt(len / 4096);
+          assertEquals(m.getLong(off), r.getLong(off), "word at " + off);
+          r.getLongs(off, got, 0, 4);
+          m.getLongs(off, want, 0, 4);
+          assertArrayEquals(want, got, "words from " + off);
+        }
+        assertTrue(((WindowedScan) r).throughMedium(), reads + " reads in random windows");
+      }
+    }
+  }
+
   /** The process's resident pages of shared memory (tmpfs mappings), or -1 if not shown. */
   private static long rssShmemKiB() throws IOException {
     for (String line : Files.readAllLines(Path.of("/proc/self/status"))) {
