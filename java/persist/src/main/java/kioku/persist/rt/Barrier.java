@@ -11,6 +11,13 @@ import java.lang.invoke.VarHandle;
  * object; for anything else, its identity hash first ({@link IdentityHashes#peek}) — an object
  * that has none cannot have a replica, and most arrays and JDK objects written never get one.
  *
+ * <p>Before either, an object that is not instrumented passes a filter of its class ({@link
+ * #sideClasses}): only classes with an instance in the runtime's side table pass, so a store into
+ * an {@code int[]} costs one more volatile read, not a look at the array's header, while no
+ * {@code int[]} is persistent. That test reads the class (its mirror's identity hash), never the
+ * written object itself, so the JIT still sees a fresh object as not escaping (it may keep its
+ * fields in registers and drop the allocation) at a site whose class never passes.
+ *
  * <p>While a make_persistent may be running ({@link #fenced}), the writer also fences before
  * that read: the object may be made persistent by another thread between the store and the
  * read, and the copier's copy-then-verify needs the store visible by the time the word says
@@ -44,6 +51,49 @@ public final class Barrier {
   public static volatile Hooks hooks;
 
   /**
+   * A filter of the classes of objects that are not instrumented (arrays, JDK objects) and may
+   * have a replica word in the runtime's side table: bit {@code System.identityHashCode(c) & 63}
+   * is set for each such class {@code c} before any instance of it gets a word (and never
+   * cleared). A store into an object whose class's bit is clear needs nothing more: the object
+   * cannot be persistent. Why that holds without a fence: the runtime sets the bit, then brings
+   * every thread through a safepoint, and only then gives an instance a word (see
+   * {@link #addSideClass}); a writer that read the bit clear did so before that safepoint, so
+   * its store, made before the read, is visible to the copy that follows it, as with {@link
+   * #active}.
+   */
+  private static volatile long sideClasses;
+
+  private static final Object SIDE_CLASSES_LOCK = new Object();
+
+  /**
+   * Lets instances of {@code c} pass the class filter. Returns true if that changed the filter:
+   * the caller must then bring every thread through a safepoint before any instance of {@code
+   * c} gets a replica word.
+   */
+  public static boolean addSideClass(Class<?> c) {
+    long bit = 1L << System.identityHashCode(c);
+    synchronized (SIDE_CLASSES_LOCK) {
+      long now = sideClasses;
+      if ((now & bit) != 0) return false;
+      sideClasses = now | bit;
+      return true;
+    }
+  }
+
+  /** Whether instances of {@code c} pass the class filter (for tests and statistics). */
+  public static boolean passesSideClassFilter(Class<?> c) {
+    return (sideClasses & (1L << System.identityHashCode(c))) != 0;
+  }
+
+  /**
+   * Whether {@code o} (not null, not instrumented) passes the class filter. Reads the class's
+   * mirror, not {@code o}: see the class comment.
+   */
+  private static boolean sideClass(Object o) {
+    return (sideClasses & (1L << System.identityHashCode(o.getClass()))) != 0;
+  }
+
+  /**
    * Whether {@code o} may have a replica: an instrumented object's replica word is set; any
    * other object has an identity hash (the runtime looks it up).
    */
@@ -57,15 +107,26 @@ public final class Barrier {
    * (see agent.BarrierMethodAdapter), where the JIT profiles each site's types on their own.
    */
   static boolean maybePersistent(Object o, boolean p) {
+    if (p) {
+      if (fenced) VarHandle.fullFence();
+      return ((Persistent) o).$kioku$r() != 0;
+    }
+    return o != null && maybePersistentOther(o);
+  }
+
+  /**
+   * {@link #maybePersistent(Object)} of an object that is not instrumented (an array, a JDK
+   * object; not null): the class filter, then (fenced if need be) its identity hash.
+   */
+  private static boolean maybePersistentOther(Object o) {
+    if (!sideClass(o)) return reportUnhashed;
     if (fenced) VarHandle.fullFence();
-    if (p) return ((Persistent) o).$kioku$r() != 0;
-    return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+    return IdentityHashes.peek(o) != 0 || reportUnhashed;
   }
 
   /** {@link #maybePersistent(Object)} of an array (never {@code Persistent}). */
   private static boolean maybePersistentArray(Object a) {
-    if (fenced) VarHandle.fullFence();
-    return IdentityHashes.peek(a) != 0 || reportUnhashed;
+    return maybePersistentOther(a);
   }
 
   /**
@@ -75,7 +136,7 @@ public final class Barrier {
    */
   static boolean persistentTarget(Object o) {
     if (o instanceof Persistent) return ((Persistent) o).$kioku$r() != 0;
-    return o != null && (IdentityHashes.peek(o) != 0 || reportUnhashed);
+    return o != null && (sideClass(o) && IdentityHashes.peek(o) != 0 || reportUnhashed);
   }
 
   /** After an atomic write into an object that was white: it may have turned persistent. */
@@ -240,7 +301,9 @@ public final class Barrier {
   public static int faseEnter(Object receiver, boolean p) {
     if (!active) return 0;
     // Most collections a program writes are not persistent: no identity hash, no call.
-    if (!p && IdentityHashes.peek(receiver) == 0 && !reportUnhashed) return 0;
+    if (!p && !reportUnhashed && (!sideClass(receiver) || IdentityHashes.peek(receiver) == 0)) {
+      return 0;
+    }
     return hooks.faseEnter(receiver);
   }
 

@@ -7,6 +7,7 @@ import static kioku.persist.agent.Reflect.load;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -251,6 +252,7 @@ class AppInstrumentationTest {
       float[] f = new float[2];
       double[] d = new double[2];
       Object[] l = new String[2];
+      Barrier.addSideClass(int[].class); // as the runtime does before an int[] gets a word
       callStatic(stores, "storeAll", z, b, c, s, unhashed, j, f, d, l);
       assertEquals(List.of(), hooks.calls());
       callStatic(stores, "storeAll", z, b, c, s, hashed, j, f, d, l);
@@ -258,6 +260,22 @@ class AppInstrumentationTest {
       assertSame(hashed, hooks.calls().get(0).target());
       assertEquals(-3, hashed[1]);
       assertEquals(-3, unhashed[1]);
+
+      // A hashed array whose class does not pass the class filter is not looked at either.
+      hooks.clear();
+      Object[] other = null;
+      // Arrays that take the String storeAll stores; the first whose bit no other test raised.
+      for (Class<?> k : List.of(CharSequence[].class, Comparable[].class, java.io.Serializable[].class,
+          java.lang.constant.Constable[].class, java.lang.constant.ConstantDesc[].class)) {
+        if (!Barrier.passesSideClassFilter(k)) {
+          other = (Object[]) java.lang.reflect.Array.newInstance(k.getComponentType(), 2);
+          break;
+        }
+      }
+      assertNotNull(other, "every candidate class passes the filter (other tests raised their bits)");
+      System.identityHashCode(other);
+      callStatic(stores, "storeAll", z, b, c, s, unhashed, j, f, d, other);
+      assertEquals(List.of(), hooks.calls());
     } finally {
       Barrier.fenced = fenced;
     }
