@@ -12,7 +12,7 @@ import java.lang.invoke.VarHandle;
  * that has none cannot have a replica, and most arrays and JDK objects written never get one.
  *
  * <p>Before either, an object that is not instrumented passes a filter of its class ({@link
- * #sideClasses}): only classes with an instance in the runtime's side table pass, so a store into
+ * #SIDE_CLASSES}): only classes with an instance in the runtime's side table pass, so a store into
  * an {@code int[]} costs one more volatile read, not a look at the array's header, while no
  * {@code int[]} is persistent. That test reads the class (its mirror's identity hash), never the
  * written object itself, so the JIT still sees a fresh object as not escaping (it may keep its
@@ -52,16 +52,20 @@ public final class Barrier {
 
   /**
    * A filter of the classes of objects that are not instrumented (arrays, JDK objects) and may
-   * have a replica word in the runtime's side table: bit {@code System.identityHashCode(c) & 63}
-   * is set for each such class {@code c} before any instance of it gets a word (and never
-   * cleared). A store into an object whose class's bit is clear needs nothing more: the object
-   * cannot be persistent. Why that holds without a fence: the runtime sets the bit, then brings
-   * every thread through a safepoint, and only then gives an instance a word (see
-   * {@link #addSideClass}); a writer that read the bit clear did so before that safepoint, so
-   * its store, made before the read, is visible to the copy that follows it, as with {@link
-   * #active}.
+   * have a replica word in the runtime's side table: 1,024 bits, bit {@code
+   * System.identityHashCode(c) & 1023} set for each such class {@code c} before any instance of
+   * it gets a word, and never cleared. A store into an object whose class's bit is clear needs
+   * nothing more: the object cannot be persistent. (64 bits were too few: with a persistent
+   * HashMap of strings, {@code boolean[]} and {@code Integer} each shared a bit with one of its
+   * four classes in one run.) Why a clear bit needs no fence: the runtime sets the bit, then
+   * brings every thread through a safepoint, and only then gives an instance a word (see {@link
+   * #addSideClass}); a writer that read the bit clear did so before that safepoint, so its store,
+   * made before the read, is visible to the copy that follows, as with {@link #active}. The bits
+   * are read volatile (one plain load on x86) so that a loop does not keep an old value.
    */
-  private static volatile long sideClasses;
+  private static final long[] SIDE_CLASSES = new long[16];
+
+  private static final long SIDE_CLASSES_BASE = IdentityHashes.U.arrayBaseOffset(long[].class);
 
   private static final Object SIDE_CLASSES_LOCK = new Object();
 
@@ -71,26 +75,36 @@ public final class Barrier {
    * c} gets a replica word.
    */
   public static boolean addSideClass(Class<?> c) {
-    long bit = 1L << System.identityHashCode(c);
+    int h = System.identityHashCode(c);
+    long at = sideClassesWord(h);
     synchronized (SIDE_CLASSES_LOCK) {
-      long now = sideClasses;
-      if ((now & bit) != 0) return false;
-      sideClasses = now | bit;
+      long now = IdentityHashes.U.getLongVolatile(SIDE_CLASSES, at);
+      if ((now & (1L << h)) != 0) return false;
+      IdentityHashes.U.putLongVolatile(SIDE_CLASSES, at, now | (1L << h));
       return true;
     }
   }
 
   /** Whether instances of {@code c} pass the class filter (for tests and statistics). */
   public static boolean passesSideClassFilter(Class<?> c) {
-    return (sideClasses & (1L << System.identityHashCode(c))) != 0;
+    return sideClassHash(System.identityHashCode(c));
   }
 
   /**
    * Whether {@code o} (not null, not instrumented) passes the class filter. Reads the class's
-   * mirror, not {@code o}: see the class comment.
+   * mirror (its identity hash), not {@code o}: see the class comment.
    */
   private static boolean sideClass(Object o) {
-    return (sideClasses & (1L << System.identityHashCode(o.getClass()))) != 0;
+    return sideClassHash(System.identityHashCode(o.getClass()));
+  }
+
+  private static boolean sideClassHash(int h) {
+    return (IdentityHashes.U.getLongVolatile(SIDE_CLASSES, sideClassesWord(h)) & (1L << h)) != 0;
+  }
+
+  /** The offset of the filter's word that holds bit {@code h & 1023} (in it: bit {@code h & 63}). */
+  private static long sideClassesWord(int h) {
+    return SIDE_CLASSES_BASE + 8L * ((h >>> 6) & 15);
   }
 
   /**
