@@ -16,10 +16,12 @@ Usage (after `bench/persist/run.sh` or `cd bench/persist && mvn -q package` buil
 Env: ITER (JMH iteration options, default "-wi 3 -w 1s -i 4 -r 500ms").
 """
 import argparse
+import atexit
 import json
 import math
 import os
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -48,6 +50,7 @@ def main():
     it = shlex.split(os.environ.get("ITER", "-wi 3 -w 1s -i 4 -r 500ms"))
     work = tempfile.mkdtemp(prefix="kioku-compare-")
     shm = tempfile.mkdtemp(prefix="kioku-compare-", dir="/dev/shm")
+    atexit.register(shutil.rmtree, shm, True)  # the pools' directory (memory), even on failure
     jars = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     modes = ([] if args.no_baseline else [("none", [])]) + [
         (k, [f"-javaagent:{j}=instrument.exclude=org.openjdk.jmh,instrument.cache={work}/cache-{k}",
