@@ -16,6 +16,7 @@ Usage (after `bench/persist/run.sh` or `cd bench/persist && mvn -q package` buil
 Env: ITER (JMH iteration options, default "-wi 3 -w 1s -i 4 -r 500ms").
 """
 import argparse
+import atexit
 import json
 import math
 import os
@@ -52,6 +53,8 @@ def main():
     # Pools of the `file` medium (WriteBench -p medium=file) go on a disk filesystem, as run.sh's.
     os.makedirs(os.path.join(HERE, "target", "pools"), exist_ok=True)
     disk = tempfile.mkdtemp(prefix="compare-", dir=os.path.join(HERE, "target", "pools"))
+    atexit.register(shutil.rmtree, shm, True)  # the pools' directories, even on failure
+    atexit.register(shutil.rmtree, disk, True)
     jars = {"A": os.path.abspath(args.a), "B": os.path.abspath(args.b)}
     modes = ([] if args.no_baseline else [("none", [])]) + [
         (k, [f"-javaagent:{j}=instrument.exclude=org.openjdk.jmh,instrument.cache={work}/cache-{k}",
@@ -62,7 +65,9 @@ def main():
     for r in range(args.rounds):
         for mode, jvm in (modes if r % 2 == 0 else list(reversed(modes))):
             rff = os.path.join(work, f"{mode}-{r}.json")
-            cmd = ["java", "-jar", JAR, args.regex, "-f", "1", "-foe", "true", "-rf", "json", "-rff", rff,
+            # Other work on the machine may run JMH too: its lock would fail the run, not
+            # keep the machine quiet (the interleaved forks are what make the ratios fair).
+            cmd = ["java", "-Djmh.ignoreLock=true", "-jar", JAR, args.regex, "-f", "1", "-foe", "true", "-rf", "json", "-rff", rff,
                    "-jvmArgsAppend", " ".join(["-Xms2g", "-Xmx2g", f"-Dkioku.bench.shm={shm}",
                                                     f"-Dkioku.bench.disk={disk}"] + jvm)] + it + \
                 shlex.split(args.jmh)

@@ -52,16 +52,38 @@ public final class AgentStartup {
     TransformCache cache =
         TransformCache.open(options.cache(), java.nio.file.Path.of(agentJar), options.excluded());
     if (cache != null && !cache.registerFields()) cache = null;
-    // Loaded before the transformer exists, so none is transformed while it loads (the
-    // transformer itself may use them); then all are retransformed together.
-    List<String> names = cache != null && cache.classes() != null
-        ? cache.classes()
-        : supportedJdkClassNames();
-    List<Class<?>> jdkClasses = load(names);
-    inst.addTransformer(new KiokuTransformer(options, cache), true);
-    Instrumented.agentStarted();
+    List<String> names;
+    List<Class<?>> jdkClasses;
+    if (cache != null && cache.classes() != null) {
+      // A warm start: the cache holds every supported class as rewritten. Only those the JVM
+      // has loaded already are retransformed (the JVM re-parses each, at a safepoint: most of
+      // the agent's start-up when it was all ~150 of them); the others get their saved bytes
+      // from the transformer when they load, if they ever do. The transformer goes in first,
+      // so a class is either loaded before the list is taken (and retransformed) or after the
+      // transformer is in (and rewritten as it loads). With the cache, rewriting a JDK class
+      // is a lookup; the classes that lookup and the choice before it use must be loaded
+      // before the transformer is in, or loading one would call the transformer, which needs
+      // it: a ClassCircularityError (JdkClasses was one).
+      names = cache.classes();
+      Set<String> wanted = supportedAmong(names);
+      KiokuTransformer transformer = new KiokuTransformer(options, cache);
+      transformer.loadWhatJdkRewritesUse();
+      inst.addTransformer(transformer, true);
+      Instrumented.agentStarted();
+      jdkClasses = loadedAmong(inst, wanted);
+    } else {
+      // Loaded before the transformer exists, so none is transformed while it loads (the
+      // transformer itself may use them: ASM); then all are retransformed together, and the
+      // cache records all of them.
+      names = supportedJdkClassNames();
+      jdkClasses = load(names);
+      inst.addTransformer(new KiokuTransformer(options, cache), true);
+      Instrumented.agentStarted();
+    }
     retransform(inst, jdkClasses);
-    if (cache != null) {
+    if (cache != null && cache.classes() != null) {
+      cache.saveIfChanged(names); // only if a class was missing from it
+    } else if (cache != null) {
       List<String> loaded = new ArrayList<>();
       for (Class<?> c : jdkClasses) loaded.add(internalName(c));
       cache.saveIfChanged(loaded);
@@ -122,6 +144,24 @@ public final class AgentStartup {
       } catch (ClassNotFoundException | LinkageError e) {
         // Not in this JDK version: nothing to support.
       }
+    }
+    return classes;
+  }
+
+  /** The supported classes among {@code names}, by binary name (java.util.HashMap$Node). */
+  private static Set<String> supportedAmong(List<String> names) {
+    Set<String> wanted = new java.util.HashSet<>();
+    for (String name : names) {
+      if (JdkClasses.isSupported(name)) wanted.add(name.replace('/', '.'));
+    }
+    return wanted;
+  }
+
+  /** Those of the {@code wanted} classes (binary names) that the boot loader has loaded. */
+  private static List<Class<?>> loadedAmong(Instrumentation inst, Set<String> wanted) {
+    List<Class<?>> classes = new ArrayList<>();
+    for (Class<?> c : inst.getAllLoadedClasses()) {
+      if (c.getClassLoader() == null && wanted.contains(c.getName())) classes.add(c);
     }
     return classes;
   }

@@ -32,6 +32,19 @@ final class KiokuTransformer implements ClassFileTransformer {
     this.jdk = new JdkCollectionTransformer(source, filter, options.verbose());
   }
 
+  /**
+   * Runs the choice {@link #transform} makes for a JDK class, and the cache lookup, once on a
+   * class that is loaded already, so that every class they use is loaded before this
+   * transformer is installed (see AgentStartup: on a warm start JDK classes are rewritten as
+   * they load, and a class this path loads for the first time would come back to it).
+   */
+  void loadWhatJdkRewritesUse() {
+    String name = "java/util/ArrayList";
+    if (ClassFilter.isSupportedJdkClass(null, name) && cache != null) cache.peek(name);
+    filter.isApplicationClass(null, name);
+    filter.isExcludedClass(null, name);
+  }
+
   @Override
   public byte[] transform(
       Module module,

@@ -215,6 +215,11 @@ final class TransformCache {
     return e;
   }
 
+  /** Whether the cache holds the class's rewrite (counts nothing). */
+  boolean peek(String internalName) {
+    return entries.get(internalName) != null;
+  }
+
   /** A class rewritten in this JVM. */
   void record(String internalName, byte[] output) {
     synchronized (made) {

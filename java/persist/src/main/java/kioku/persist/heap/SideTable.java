@@ -4,6 +4,7 @@ import java.lang.invoke.MethodHandles;
 import java.lang.invoke.VarHandle;
 import java.lang.ref.WeakReference;
 import java.util.function.Consumer;
+import kioku.persist.rt.Barrier;
 import kioku.persist.rt.IdentityHashes;
 
 /**
@@ -110,8 +111,14 @@ final class SideTable {
     return e != null ? e : add(o);
   }
 
-  /** Adds an entry for an object known to have none (recovery's fresh objects). */
+  /**
+   * Adds an entry for an object known to have none (recovery's fresh objects). Every entry is
+   * made here, with word 0: the barrier's class filter lets o's class pass first, and if that
+   * changed the filter, every thread passes a safepoint before o can get a word (see
+   * Barrier.addSideClass).
+   */
   synchronized Entry add(Object o) {
+    if (Barrier.addSideClass(o.getClass())) Safepoint.force();
     if ((used + 1) * 2 > slots.hashes.length) rebuild();
     Entry e = new Entry(o, System.identityHashCode(o) | 1, 0);
     insert(slots, e);

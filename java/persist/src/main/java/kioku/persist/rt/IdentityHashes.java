@@ -19,7 +19,8 @@ import sun.misc.Unsafe;
 public final class IdentityHashes {
   private IdentityHashes() {}
 
-  private static final Unsafe U = unsafe();
+  /** Also Barrier's, for its class filter. */
+  static final Unsafe U = unsafe();
 
   /** Whether the mark word has the layout described above (checked at class load). */
   static final boolean MARK_WORD = markWordMatches();

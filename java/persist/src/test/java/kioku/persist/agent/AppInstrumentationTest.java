@@ -251,6 +251,7 @@ class AppInstrumentationTest {
       float[] f = new float[2];
       double[] d = new double[2];
       Object[] l = new String[2];
+      Barrier.addSideClass(int[].class); // as the runtime does before an int[] gets a word
       callStatic(stores, "storeAll", z, b, c, s, unhashed, j, f, d, l);
       assertEquals(List.of(), hooks.calls());
       callStatic(stores, "storeAll", z, b, c, s, hashed, j, f, d, l);
@@ -258,6 +259,28 @@ class AppInstrumentationTest {
       assertSame(hashed, hooks.calls().get(0).target());
       assertEquals(-3, hashed[1]);
       assertEquals(-3, unhashed[1]);
+
+      // A hashed primitive array whose class does not pass the class filter is not looked at
+      // either: the first of these kinds whose bit no other test raised.
+      hooks.clear();
+      char[] c2 = null;
+      short[] s2 = null;
+      float[] f2 = null;
+      if (!Barrier.passesSideClassFilter(char[].class)) {
+        c2 = new char[2];
+        System.identityHashCode(c2);
+      } else if (!Barrier.passesSideClassFilter(short[].class)) {
+        s2 = new short[2];
+        System.identityHashCode(s2);
+      } else if (!Barrier.passesSideClassFilter(float[].class)) {
+        f2 = new float[2];
+        System.identityHashCode(f2);
+      }
+      assertTrue(c2 != null || s2 != null || f2 != null,
+          "char[], short[] and float[] all pass the filter (other tests raised their bits)");
+      callStatic(stores, "storeAll", z, b, c2 != null ? c2 : c, s2 != null ? s2 : s, unhashed, j,
+          f2 != null ? f2 : f, d, l);
+      assertEquals(List.of(), hooks.calls());
     } finally {
       Barrier.fenced = fenced;
     }
