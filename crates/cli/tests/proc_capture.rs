@@ -116,6 +116,11 @@ fn memory_rewritten_whole_is_taken_whole_and_restored_exactly() {
                     child = spawn_kioku_debug(&args, &dir);
                     continue;
                 }
+                // The last kill came after the program had ended (a loaded machine): kioku
+                // recorded its end, so there is nothing left to restore; the output is checked.
+                Outcome::Finished(1) if kills > 0 && ended_before_the_kill(&stderr_of(&dir)) => {
+                    break
+                }
                 Outcome::Finished(c) => panic!(
                     "cycle {cycle}: kioku exited with {c} after {kills} kills: {}",
                     stderr_of(&dir)

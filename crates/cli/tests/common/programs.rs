@@ -204,6 +204,14 @@ pub fn kill_after(mut child: Child, after: Duration, kill_monitor: bool) -> Outc
     }
 }
 
+/// Whether a `kioku restore` refused because the program had ended (exit 0) after the last
+/// checkpoint: a kill that came, on a loaded machine, between the program's end and the
+/// monitor's. Its output is complete; the caller compares it.
+pub fn ended_before_the_kill(stderr: &str) -> bool {
+    let last = stderr.lines().last().unwrap_or("");
+    last.contains("finished (exit code 0) after its last checkpoint; there is nothing to restore")
+}
+
 /// One process as `/proc/PID/status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcEntry {
