@@ -158,6 +158,24 @@ pub(crate) struct ProcessCapture {
     /// checkpoints; each capture copies their populated pages. Value: captures left before
     /// tracking them again. See [`HOT_FRACTION`].
     whole: HashMap<usize, u32>,
+    /// The process runs the filter that traps the calls changing its kernel state (set by the
+    /// capturer): `kernel` may stand in for injected calls while `state_dirty` is false.
+    pub state_watched: bool,
+    /// A trapped call may have changed the kernel state since the last capture.
+    state_dirty: bool,
+    /// The kernel state the last capture read.
+    kernel: Option<KernelCache>,
+}
+
+/// Kernel state as the last capture read it, reused while no call that changes it ran (see
+/// `procstate::capture_process_since`); what changes by itself is read again every time.
+struct KernelCache {
+    process: crate::procstate::ProcessState,
+    threads: HashMap<i32, crate::procstate::ThreadState>,
+    /// `SigCgt | SigIgn` when `sigactions` was read: a handler the kernel resets on delivery
+    /// (SA_RESETHAND) changes them.
+    handled: u64,
+    sigactions: Vec<SigAction>,
 }
 
 /// An area of which at least this share was written in `HOT_STREAK` consecutive captures is
@@ -232,7 +250,15 @@ impl ProcessCapture {
             survey: None,
             hot: HashMap::new(),
             whole: HashMap::new(),
+            state_watched: false,
+            state_dirty: false,
+            kernel: None,
         })
+    }
+
+    /// A trapped call may change the process's kernel state: the next capture reads it all.
+    pub fn state_changed(&mut self) {
+        self.state_dirty = true;
     }
 
     /// After a restore: the areas are in place in the process and equal to the running
@@ -685,18 +711,39 @@ impl ProcessCapture {
         self.adapt_tracking(&written, &vmas)?;
         let t_adapted = t0.elapsed();
 
-        // (5) Everything else.
-        let threads = self.threads(tracee)?;
+        // (5) Everything else. Kernel state read by injected calls (a single-step of the
+        // program each) is taken from the last capture while no call that changes it ran.
+        let cache = match self.state_watched && !self.state_dirty {
+            true => self.kernel.take(),
+            false => None,
+        };
+        self.state_dirty = false;
+        let threads = self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
         let status = sys::read_proc(format!("/proc/{pid}/status"))?;
-        let sigactions = self.sigactions(tracee, &status)?;
-        let state = crate::procstate::capture_process_with(
+        let handled = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
+        let sigactions = match &cache {
+            Some(c) if c.handled == handled => c.sigactions.clone(),
+            _ => self.sigactions(tracee, handled)?,
+        };
+        let state = crate::procstate::capture_process_since(
             &TracedRemote {
                 tracee,
                 tid: tracee.control_thread()?,
                 channel: None,
             },
             Some(&status),
+            cache.as_ref().map(|c| &c.process),
         )?;
+        self.kernel = Some(KernelCache {
+            process: state.clone(),
+            threads: threads
+                .iter()
+                .zip(tracee_tids(tracee, pid))
+                .map(|(t, tid)| (tid, t.kernel.clone()))
+                .collect(),
+            handled,
+            sigactions: sigactions.clone(),
+        });
         let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
         let mm = self.mm_fields(tracee, &maps_text, &stat)?;
         if self.program.is_none() {
@@ -839,6 +886,7 @@ impl ProcessCapture {
         self.vdso_crc = None;
         self.hot.clear();
         self.whole.clear();
+        self.kernel = None;
         self.execs = tracee.execs();
         Ok(())
     }
@@ -1280,11 +1328,15 @@ impl ProcessCapture {
         }
     }
 
-    fn threads(&mut self, tracee: &Tracee) -> Result<Vec<ThreadImage>> {
+    /// The threads' images (the leader first, as [`tracee_tids`] orders them); `cache`: their
+    /// kernel state at the last capture, by thread id, when nothing changed it since.
+    fn threads(
+        &mut self,
+        tracee: &Tracee,
+        cache: Option<&HashMap<i32, crate::procstate::ThreadState>>,
+    ) -> Result<Vec<ThreadImage>> {
         let pid = self.pid;
-        let mut tids = tracee.threads();
-        // The leader first.
-        tids.sort_by_key(|&t| (t != pid, t));
+        let tids = tracee_tids(tracee, pid);
         self.tid_addrs.retain(|t, _| tids.contains(t));
         let mut out = Vec::with_capacity(tids.len());
         for tid in tids {
@@ -1316,7 +1368,7 @@ impl ProcessCapture {
                 tid_address,
                 robust_list: sys::robust_list(tid)?,
                 rseq: sys::rseq_config(tid)?,
-                kernel: crate::procstate::capture_thread_with(
+                kernel: crate::procstate::capture_thread_since(
                     &TracedRemote {
                         tracee,
                         tid,
@@ -1324,14 +1376,16 @@ impl ProcessCapture {
                     },
                     tid,
                     Some(&status),
+                    cache.and_then(|c| c.get(&tid)),
                 )?,
             });
         }
         Ok(out)
     }
 
-    fn sigactions(&self, tracee: &Tracee, status: &str) -> Result<Vec<SigAction>> {
-        let set = sys::status_mask(status, "SigCgt") | sys::status_mask(status, "SigIgn");
+    /// The dispositions of the signals in `set` (caught or ignored), by injected
+    /// `rt_sigaction` calls.
+    fn sigactions(&self, tracee: &Tracee, set: u64) -> Result<Vec<SigAction>> {
         let mut out = Vec::new();
         if set == 0 {
             return Ok(out);
@@ -1390,6 +1444,13 @@ impl ProcessCapture {
             env_end: at(51),
         })
     }
+}
+
+/// The threads of `tracee` (process `pid`), the leader first.
+fn tracee_tids(tracee: &Tracee, pid: i32) -> Vec<i32> {
+    let mut tids = tracee.threads();
+    tids.sort_by_key(|&t| (t != pid, t));
+    tids
 }
 
 /// How a mapping is checkpointed.

@@ -39,8 +39,10 @@ use kioku_pool::{MediumKind, Pool};
 pub use apply::ApplyStats;
 pub use decode::{decode, Change, Target, WriteAt};
 pub use error::{JournalError, Result};
+pub use filter::nr::PRLIMIT64;
 pub use filter::{
-    evaluate as evaluate_filter, install as install_filter, to_bytes as filter_bytes, Action,
+    evaluate as evaluate_filter, install as install_filter, state_call, to_bytes as filter_bytes,
+    Action,
 };
 pub use format::FileKey;
 
