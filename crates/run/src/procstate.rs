@@ -90,6 +90,14 @@ fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// The thread's name (`comm`) as its status file shows it, when that is the name itself: the
+/// kernel escapes a backslash and a newline there (a name holding either is read from `comm`
+/// instead).
+fn name_in_status(status: &str) -> Option<&str> {
+    let name = status.split('\n').next()?.strip_prefix("Name:\t")?;
+    (!name.contains('\\')).then_some(name)
+}
+
 /// An injected call that reads a value of `len` bytes the kernel writes through its pointer
 /// argument (given as `u64::MAX` in `args`).
 fn call_out(r: &dyn Remote, what: &str, nr: i64, args: &[u64], len: usize) -> Result<Vec<u8>> {
@@ -512,9 +520,12 @@ pub fn capture_thread_since(
 ) -> Result<ThreadState> {
     let pid = r.pid();
     let dir = format!("/proc/{pid}/task/{tid}");
-    let name = read(format!("{dir}/comm"))?
-        .trim_end_matches('\n')
-        .to_string();
+    let name = match status.and_then(name_in_status) {
+        Some(n) => n.to_string(),
+        None => read(format!("{dir}/comm"))?
+            .trim_end_matches('\n')
+            .to_string(),
+    };
     let altstack = match prev {
         Some(p) if p.altstack.is_none_or(|(_, flags, _)| flags & SS_AUTODISARM == 0) => {
             p.altstack
@@ -688,4 +699,17 @@ fn set_affinity(tid: i32, mask: &[u64]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_in_status;
+
+    #[test]
+    fn a_name_is_taken_from_status_only_when_unescaped() {
+        assert_eq!(name_in_status("Name:\tpi\nUmask:\t0022\n"), Some("pi"));
+        assert_eq!(name_in_status("Name:\ta b \r\nState:\n"), Some("a b \r"));
+        assert_eq!(name_in_status("Name:\ta\\nb\nState:\n"), None);
+        assert_eq!(name_in_status("Umask:\t0022\n"), None);
+    }
 }

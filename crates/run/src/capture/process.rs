@@ -165,6 +165,8 @@ pub(crate) struct ProcessCapture {
     state_dirty: bool,
     /// The kernel state the last capture read.
     kernel: Option<KernelCache>,
+    /// The parent's pid (as the monitor sees it) and its id in the tree's namespace.
+    parent: Option<(i32, i32)>,
 }
 
 /// Kernel state as the last capture read it, reused while no call that changes it ran (see
@@ -253,6 +255,7 @@ impl ProcessCapture {
             state_watched: false,
             state_dirty: false,
             kernel: None,
+            parent: None,
         })
     }
 
@@ -359,10 +362,14 @@ impl ProcessCapture {
             s.want = Some((want.clone(), pop));
         }
         let mut estimate = Vec::new();
-        for a in &self.tracked_part(&want) {
-            self.query
-                .scan(*a, Query::not_write_tracked(), &mut estimate)?;
-        }
+        let tracked = self.tracked_part(&want);
+        scan_ranges(
+            &mut self.query,
+            &tracked,
+            Query::not_write_tracked(),
+            &vmas,
+            &mut estimate,
+        )?;
         normalize(&mut estimate);
         if pages_in(&estimate) * self.page < PRECOPY_MIN || precopy_disabled() {
             return Ok(None);
@@ -539,10 +546,13 @@ impl ProcessCapture {
     fn register_untracked(&mut self, want: &[PageRange], vmas: &[Vma]) -> Result<Vec<PageRange>> {
         let mappings = whole_mappings(want, vmas);
         let mut unregistered = Vec::new();
-        for a in &mappings {
-            self.query
-                .scan(*a, Query::not_write_tracked(), &mut unregistered)?;
-        }
+        scan_ranges(
+            &mut self.query,
+            &mappings,
+            Query::not_write_tracked(),
+            vmas,
+            &mut unregistered,
+        )?;
         normalize(&mut unregistered);
         // Registered with a whole mapping but not tracked: untouched until now.
         let mut untracked = subtract(want, self.tracker.tracked());
@@ -718,8 +728,13 @@ impl ProcessCapture {
             false => None,
         };
         self.state_dirty = false;
-        let threads = self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
-        let status = sys::read_proc(format!("/proc/{pid}/status"))?;
+        let (threads, leader_status) =
+            self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
+        // The process's status file is its leader thread's.
+        let status = match leader_status {
+            Some(s) => s,
+            None => sys::read_proc(format!("/proc/{pid}/status"))?,
+        };
         let handled = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
         let sigactions = match &cache {
             Some(c) if c.handled == handled => c.sigactions.clone(),
@@ -769,7 +784,7 @@ impl ProcessCapture {
         }
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
             .map_err(|e| RunError::io("reading /proc/PID/cwd", e))?;
-        let id = identity_of(&stat, Some(&status), pid, self.image_pid);
+        let id = identity_of(&stat, Some(&status), pid, self.image_pid, &mut self.parent);
         let image = ProcessImage {
             pid: self.image_pid,
             ppid: id.ppid,
@@ -1079,9 +1094,7 @@ impl ProcessCapture {
     fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<(Vec<PageRange>, Vec<PageRange>)> {
         let full = area_ranges(vmas);
         let mut pop = Vec::new();
-        for a in &full {
-            self.query.scan(*a, Query::populated(), &mut pop)?;
-        }
+        scan_ranges(&mut self.query, &full, Query::populated(), vmas, &mut pop)?;
         normalize(&mut pop);
         let g = AREA_GRANULE;
         let mut keep: Vec<PageRange> = pop
@@ -1334,9 +1347,10 @@ impl ProcessCapture {
         &mut self,
         tracee: &Tracee,
         cache: Option<&HashMap<i32, crate::procstate::ThreadState>>,
-    ) -> Result<Vec<ThreadImage>> {
+    ) -> Result<(Vec<ThreadImage>, Option<String>)> {
         let pid = self.pid;
         let tids = tracee_tids(tracee, pid);
+        let mut leader_status = None;
         self.tid_addrs.retain(|t, _| tids.contains(t));
         let mut out = Vec::with_capacity(tids.len());
         for tid in tids {
@@ -1379,8 +1393,11 @@ impl ProcessCapture {
                     cache.and_then(|c| c.get(&tid)),
                 )?,
             });
+            if tid == pid {
+                leader_status = Some(status);
+            }
         }
-        Ok(out)
+        Ok((out, leader_status))
     }
 
     /// The dispositions of the signals in `set` (caught or ignored), by injected
@@ -1528,12 +1545,19 @@ pub(crate) struct Identity {
 /// without one).
 pub(crate) fn identity(pid: i32, image_pid: i32) -> Result<Identity> {
     let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
-    Ok(identity_of(&stat, None, pid, image_pid))
+    Ok(identity_of(&stat, None, pid, image_pid, &mut None))
 }
 
 /// [`identity`] from the text of the process's `/proc/PID/stat` (and its status when the
-/// caller read it in the same stop).
-fn identity_of(stat: &str, status: Option<&str>, pid: i32, image_pid: i32) -> Identity {
+/// caller read it in the same stop). `parent`: the parent's (pid, id in the namespace) found
+/// before, kept while the parent is the same process (its namespace id does not change).
+fn identity_of(
+    stat: &str,
+    status: Option<&str>,
+    pid: i32,
+    image_pid: i32,
+    parent: &mut Option<(i32, i32)>,
+) -> Identity {
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<i64> = rest
         .split_whitespace()
@@ -1560,7 +1584,16 @@ fn identity_of(stat: &str, status: Option<&str>, pid: i32, image_pid: i32) -> Id
         .unwrap_or((0, 0));
     // The parent's id in the namespace (the init is 1; a parent outside it shows as 0).
     let host_ppid = at(4) as i32;
-    let ppid = kioku_proc::ns::ns_pid_of(host_ppid).unwrap_or(0);
+    let ppid = match *parent {
+        Some((host, ns)) if host == host_ppid => ns,
+        _ => {
+            let ns = kioku_proc::ns::ns_pid_of(host_ppid);
+            if let Some(ns) = ns {
+                *parent = Some((host_ppid, ns));
+            }
+            ns.unwrap_or(0)
+        }
+    };
     Identity {
         ppid,
         pgid,
@@ -1586,6 +1619,49 @@ fn tid_address(tracee: &Tracee, tid: i32) -> Result<u64> {
 fn allocate_shadow(chunks: &[(usize, usize, usize)], st: &Store<'_>) -> Result<()> {
     let ranges: Vec<(usize, usize)> = chunks.iter().map(|c| (c.1, c.2)).collect();
     st.engine.allocate_running(&ranges)?;
+    Ok(())
+}
+
+/// Mapped bytes between two ranges up to which one `PAGEMAP_SCAN` walk covers both: a walk
+/// skips unmapped address space for free but reads the page tables of the mappings between
+/// (a few µs for this much), while a walk of its own costs a system call (≈ 1–2 µs).
+const SCAN_SPAN_GAP: usize = 4 << 20;
+
+/// Appends to `out` the pages of `ranges` (sorted, disjoint) matching `q`: one walk over each
+/// run of ranges whose gaps hold less than [`SCAN_SPAN_GAP`] of the mappings `vmas`, its
+/// result clipped to `ranges` (a stop used to make one walk per area and query).
+fn scan_ranges(
+    query: &mut PagemapQuery,
+    ranges: &[PageRange],
+    q: Query,
+    vmas: &[Vma],
+    out: &mut Vec<PageRange>,
+) -> Result<()> {
+    let mut i = 0;
+    let mut found = Vec::new();
+    while i < ranges.len() {
+        let mut j = i + 1;
+        while j < ranges.len() {
+            let (lo, hi) = (ranges[j - 1].end, ranges[j].start);
+            let mapped: usize = vmas
+                .iter()
+                .map(|v| v.end.min(hi).saturating_sub(v.start.max(lo)))
+                .sum();
+            if mapped > SCAN_SPAN_GAP {
+                break;
+            }
+            j += 1;
+        }
+        let span = PageRange::new(ranges[i].start, ranges[j - 1].end);
+        found.clear();
+        query.scan(span, q, &mut found)?;
+        if j - i == 1 {
+            out.append(&mut found);
+        } else {
+            out.extend(intersect(&found, &ranges[i..j]));
+        }
+        i = j;
+    }
     Ok(())
 }
 
