@@ -229,6 +229,10 @@ impl Monitor {
         cap.finish_restore()?;
         let mut t0 = Instant::now();
         self.tree.stop_all()?;
+        tracing::debug!(
+            ms = t0.elapsed().as_secs_f64() * 1e3,
+            "tree stopped for a checkpoint"
+        );
         let pids: Vec<i32> = self.tree.processes().iter().map(|p| p.pid()).collect();
         if self.tree.is_empty() {
             return Ok(Outcome::None);

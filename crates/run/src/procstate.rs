@@ -527,7 +527,10 @@ pub fn capture_thread_since(
             .to_string(),
     };
     let altstack = match prev {
-        Some(p) if p.altstack.is_none_or(|(_, flags, _)| flags & SS_AUTODISARM == 0) => {
+        Some(p)
+            if p.altstack
+                .is_none_or(|(_, flags, _)| flags & SS_AUTODISARM == 0) =>
+        {
             p.altstack
         }
         _ => {

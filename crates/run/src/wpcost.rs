@@ -22,7 +22,10 @@ pub fn wp_fault_cost() -> Option<Duration> {
     static COST: OnceLock<Option<Duration>> = OnceLock::new();
     *COST.get_or_init(|| match measure() {
         Ok(d) => {
-            tracing::debug!(ns = d.as_nanos() as u64, "write-protect fault cost measured");
+            tracing::debug!(
+                ns = d.as_nanos() as u64,
+                "write-protect fault cost measured"
+            );
             Some(d)
         }
         Err(e) => {

@@ -429,6 +429,7 @@ impl Capturer {
     /// objects their regions. Refuses with `Unsupported`, changing nothing durable, when the
     /// tree holds something a checkpoint cannot bring back.
     fn survey(&mut self, tree: &Tree) -> Result<()> {
+        let t0 = Instant::now();
         self.sync_processes(tree)?;
         self.shared.begin();
         let mut st = Store {
@@ -443,6 +444,7 @@ impl Capturer {
             pc.survey(t, &mut st)?;
         }
         self.shared.reconcile(&mut self.engine)?;
+        let t_maps = t0.elapsed();
         let refs: Vec<ProcRef> = self
             .procs
             .values()
@@ -467,6 +469,11 @@ impl Capturer {
         }
         self.fd_table = Some(table);
         self.surveyed = true;
+        tracing::debug!(
+            maps_ms = t_maps.as_secs_f64() * 1e3,
+            fds_ms = (t0.elapsed() - t_maps).as_secs_f64() * 1e3,
+            "tree surveyed"
+        );
         Ok(())
     }
 

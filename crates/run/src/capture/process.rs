@@ -728,12 +728,11 @@ impl ProcessCapture {
             false => None,
         };
         self.state_dirty = false;
-        let (threads, leader_status) =
-            self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
+        let (threads, leader_status) = self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
         // The process's status file is its leader thread's.
         let status = match leader_status {
             Some(s) => s,
-            None => sys::read_proc(format!("/proc/{pid}/status"))?,
+            None => sys::read_proc_record(format!("/proc/{pid}/status"))?,
         };
         let handled = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
         let sigactions = match &cache {
@@ -759,7 +758,7 @@ impl ProcessCapture {
             handled,
             sigactions: sigactions.clone(),
         });
-        let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
+        let stat = sys::read_proc_record(format!("/proc/{pid}/stat"))?;
         let mm = self.mm_fields(tracee, &maps_text, &stat)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -810,10 +809,13 @@ impl ProcessCapture {
             threads,
             sigactions,
             shared_pending: sys::status_mask(&status, "ShdPnd"),
-            shared_queued: sys::queued_signals(tracee.control_thread()?, true)?
-                .iter()
-                .map(|b| hex(b))
-                .collect(),
+            shared_queued: match sys::status_mask(&status, "ShdPnd") {
+                0 => vec![],
+                _ => sys::queued_signals(tracee.control_thread()?, true)?
+                    .iter()
+                    .map(|b| hex(b))
+                    .collect(),
+            },
             vdso_crc: self.vdso_crc,
             files,
             state: Some(state),
@@ -1355,7 +1357,7 @@ impl ProcessCapture {
         let mut out = Vec::with_capacity(tids.len());
         for tid in tids {
             let state = tracee.thread_state(tid)?;
-            let status = sys::read_proc(format!("/proc/{pid}/task/{tid}/status"))?;
+            let status = sys::read_proc_record(format!("/proc/{pid}/task/{tid}/status"))?;
             let tid_address = match self.tid_addrs.get(&tid) {
                 Some(&a) => a,
                 None => {
@@ -1375,10 +1377,14 @@ impl ProcessCapture {
                 state: hex(&state.to_bytes()),
                 sigmask: sys::get_sigmask(tid)?,
                 pending: sys::status_mask(&status, "SigPnd"),
-                queued: sys::queued_signals(tid, false)?
-                    .iter()
-                    .map(|b| hex(b))
-                    .collect(),
+                // A queued signal is pending: nothing to peek at without one.
+                queued: match sys::status_mask(&status, "SigPnd") {
+                    0 => vec![],
+                    _ => sys::queued_signals(tid, false)?
+                        .iter()
+                        .map(|b| hex(b))
+                        .collect(),
+                },
                 tid_address,
                 robust_list: sys::robust_list(tid)?,
                 rseq: sys::rseq_config(tid)?,

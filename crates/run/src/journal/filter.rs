@@ -80,6 +80,8 @@ pub mod nr {
     pub const TIMER_SETTIME: u32 = 223;
     pub const TIMER_DELETE: u32 = 226;
     pub const PRLIMIT64: u32 = 302;
+    pub const SCHED_SETSCHEDULER: u32 = 144;
+    pub const SCHED_SETATTR: u32 = 314;
 }
 
 /// `__X32_SYSCALL_BIT`: system calls of the x32 ABI carry it.
@@ -163,6 +165,9 @@ const STATE: &[u32] = &[
     nr::SETFSUID,
     nr::SETFSGID,
     nr::CAPSET,
+    // A real-time policy sets the timer slack to 0 (and leaving one sets it back).
+    nr::SCHED_SETSCHEDULER,
+    nr::SCHED_SETATTR,
 ];
 
 /// State calls trapped only when they set something (their argument `.1` is not NULL):
@@ -545,7 +550,11 @@ mod tests {
             nr::IO_URING_SETUP,
         ];
         for n in 0..600u32 {
-            if ALWAYS.contains(&n) || conditional.contains(&n) || STATE.contains(&n) || n == nr::PRLIMIT64 {
+            if ALWAYS.contains(&n)
+                || conditional.contains(&n)
+                || STATE.contains(&n)
+                || n == nr::PRLIMIT64
+            {
                 continue;
             }
             // Arguments that would make a conditional call trap must not matter here.
@@ -635,7 +644,11 @@ mod tests {
             libc::PR_SET_NAME,
             libc::PR_GET_TIMERSLACK,
         ] {
-            assert_eq!(eval(nr::PRCTL, [o as u64, 0, 0, 0, 0, 0]), Allow, "prctl {o}");
+            assert_eq!(
+                eval(nr::PRCTL, [o as u64, 0, 0, 0, 0, 0]),
+                Allow,
+                "prctl {o}"
+            );
             assert!(!state_call(nr::PRCTL as u64, [o as u64, 0, 0, 0, 0, 0]));
         }
         // File calls are the journal's, not state calls.

@@ -256,6 +256,11 @@ impl Journal {
         tid: i32,
         regs: &kioku_proc::Regs,
     ) -> Result<Verdict> {
+        let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+        if filter::state_call(regs.orig_rax, args) {
+            // Trapped for the capture's kernel state, not a file change: nothing to undo.
+            return Ok(Verdict::Run);
+        }
         let change = decode::decode(pid, tid, regs);
         self.record(store, &change)
     }
