@@ -406,12 +406,13 @@ fn describe(s: &Summary, pool: &Path, exit: &Exit) -> String {
             .unwrap_or(0.0)
     };
     let mut out = format!(
-        "kioku: program {exit}; {} checkpoints (last epoch {}), stop time median {:.2} ms, max {:.2} ms (not counting {} write-protect faults taken after resumes); {:.1} MiB copied in all; {:.1} MiB of memory captured; pool {}",
+        "kioku: program {exit}; {} checkpoints (last epoch {}), stop time median {:.2} ms, max {:.2} ms (counting the {} write-protect faults taken after resumes, {:.2} µs each); {:.1} MiB copied in all; {:.1} MiB of memory captured; pool {}",
         s.checkpoints,
         s.last_epoch,
         pct(0.5),
         pct(1.0),
         s.wp_faults.iter().sum::<u64>(),
+        s.wp_fault_us,
         s.copied_bytes as f64 / (1 << 20) as f64,
         s.captured_bytes as f64 / (1 << 20) as f64,
         pool.display()

@@ -160,3 +160,72 @@ fn a_fresh_run_is_checkpointed_at_once() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(plain.read("stdout.txt") == dir.read("stdout.txt"));
 }
+
+/// Kernel state the program changes between two checkpoints — signal dispositions (one reset by
+/// the kernel on delivery, with no system call), a resource limit, an interval timer, the
+/// descriptor table, the signal stack, the timer slack — comes back as the last checkpoint
+/// found it, though the monitor reads some of it again only after a call that changes it (the
+/// program checks its whole state every 5 ms and reports anything lost).
+#[test]
+fn kernel_state_changed_between_checkpoints_is_restored_exactly() {
+    let p = program("statechange", false);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let count = |s: &str| {
+        String::from_utf8_lossy(&dir.read("stdout.txt"))
+            .lines()
+            .filter(|l| *l == s)
+            .count()
+    };
+    let wait_for = |s: &str, n: usize| {
+        let t0 = std::time::Instant::now();
+        while count(s) < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no {n} lines '{s}' after 30 s:\n{}",
+                stderr_of(&dir)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    let checkpoint = |epoch: u64| {
+        let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
+        assert!(o.status.success(), "kioku checkpoint: {}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(v["epoch"].as_u64().unwrap() >= epoch, "{v}");
+    };
+    let mut child = spawn_kioku(&run_args(pool, "0", &[p.to_str().unwrap()]), &dir);
+    let prog = program_of(child.id()).expect("the program starts");
+    wait_for_control_socket(prog);
+    wait_for("ok 1", 1);
+    // Two checkpoints of phase 1: the second may take the state from the first.
+    checkpoint(1);
+    checkpoint(2);
+    std::fs::write(dir.path("go2"), b"").unwrap();
+    wait_for("ok 2", 1);
+    checkpoint(3);
+    std::fs::write(dir.path("go3"), b"").unwrap();
+    wait_for("ok 3", 1);
+    checkpoint(4);
+    sigkill(child.id() as i32);
+    child.wait().unwrap();
+    let before = count("ok 3");
+    // The restored program checks its state every round: a few rounds in phase 3, then killed.
+    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", "0"], &dir);
+    let t0 = std::time::Instant::now();
+    while count("ok 3") < before + 3 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let outcome = kill_after(r, Duration::ZERO, false);
+    let log = stderr_of(&dir);
+    assert!(
+        !log.contains("statechange:") && !log.contains("ERROR"),
+        "the restored program lost state:\n{log}"
+    );
+    assert_eq!(outcome, Outcome::Killed, "{log}");
+    assert!(
+        count("ok 3") >= before + 3,
+        "the restored program made no round:\n{log}"
+    );
+}

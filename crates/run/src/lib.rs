@@ -24,6 +24,7 @@ pub mod remote;
 pub mod restore;
 pub mod shadow;
 mod sys;
+pub mod wpcost;
 
 pub use capture::{CaptureStats, Captured, Capturer, CheckpointReport};
 pub use error::{Result, RunError};

@@ -34,14 +34,23 @@ impl Default for MonitorOptions {
 pub struct Summary {
     pub checkpoints: u64,
     pub last_epoch: u64,
-    /// Stop times (ms) of every checkpoint: from the stop request until the capture is done
-    /// (the resume follows). They leave out what the program pays after it resumes.
+    /// What each checkpoint cost the program (ms): its stop ([`Summary::stop_capture_ms`])
+    /// plus the write-protect faults it took after the resume, until the next checkpoint
+    /// ([`Summary::wp_faults`] of the next one × [`Summary::wp_fault_us`]). The last
+    /// checkpoint's faults are not known (no later scan): its figure is its stop alone.
     pub stop_ms: Vec<f64>,
+    /// Stop times (ms) of every checkpoint: from the stop request until the capture is done
+    /// (the resume follows); what the program pays after it resumes is left out.
+    pub stop_capture_ms: Vec<f64>,
     /// For every checkpoint, the pages found written in write-tracked memory since the one
     /// before: each cost the program a write-protect fault after that checkpoint's resume
-    /// (≈ 1–2 µs each here; docs/perf.md), time `stop_ms` does not show. Memory rewritten
-    /// whole is taken whole instead, without faults (docs/run.md).
+    /// (an upper bound: a page first touched since then is counted too, whose fault the
+    /// program would take anyway). Memory rewritten whole is taken whole instead, without
+    /// faults (docs/run.md).
     pub wp_faults: Vec<u64>,
+    /// The cost of one write-protect fault (µs), measured by the monitor on its own memory at
+    /// the first checkpoint (`kioku_run::wpcost`); 0 when it could not be measured.
+    pub wp_fault_us: f64,
     /// Times (ms) from the end of the stop until each checkpoint was durable (the engine's
     /// write-back and commit), overlapping the program's run.
     pub durable_ms: Vec<f64>,
@@ -220,6 +229,10 @@ impl Monitor {
         cap.finish_restore()?;
         let mut t0 = Instant::now();
         self.tree.stop_all()?;
+        tracing::debug!(
+            ms = t0.elapsed().as_secs_f64() * 1e3,
+            "tree stopped for a checkpoint"
+        );
         let pids: Vec<i32> = self.tree.processes().iter().map(|p| p.pid()).collect();
         if self.tree.is_empty() {
             return Ok(Outcome::None);
@@ -305,7 +318,16 @@ impl Monitor {
         let s = &mut self.summary;
         s.checkpoints += 1;
         s.last_epoch = report.epoch;
-        s.stop_ms.push(report.capture.stop.as_secs_f64() * 1e3);
+        // The faults found now were taken after the previous checkpoint's resume: its cost.
+        if s.wp_fault_us == 0.0 {
+            s.wp_fault_us = crate::wpcost::wp_fault_cost().map_or(0.0, |d| d.as_secs_f64() * 1e6);
+        }
+        if let Some(last) = s.stop_ms.last_mut() {
+            *last += report.capture.written as f64 * s.wp_fault_us / 1e3;
+        }
+        let stop = report.capture.stop.as_secs_f64() * 1e3;
+        s.stop_ms.push(stop);
+        s.stop_capture_ms.push(stop);
         s.wp_faults.push(report.capture.written);
         s.durable_ms.push(report.engine.total.as_secs_f64() * 1e3);
         s.copied_bytes +=

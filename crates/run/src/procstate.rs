@@ -90,6 +90,14 @@ fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
+/// The thread's name (`comm`) as its status file shows it, when that is the name itself: the
+/// kernel escapes a backslash and a newline there (a name holding either is read from `comm`
+/// instead).
+fn name_in_status(status: &str) -> Option<&str> {
+    let name = status.split('\n').next()?.strip_prefix("Name:\t")?;
+    (!name.contains('\\')).then_some(name)
+}
+
 /// An injected call that reads a value of `len` bytes the kernel writes through its pointer
 /// argument (given as `u64::MAX` in `args`).
 fn call_out(r: &dyn Remote, what: &str, nr: i64, args: &[u64], len: usize) -> Result<Vec<u8>> {
@@ -135,8 +143,52 @@ pub fn capture_process(r: &dyn Remote) -> Result<ProcessState> {
 /// [`capture_process`] given the text of the process's `/proc/PID/status` when the caller
 /// read it in the same stop (one read less per checkpoint).
 pub fn capture_process_with(r: &dyn Remote, status: Option<&str>) -> Result<ProcessState> {
-    let pid = r.pid();
-    let mut s = ProcessState::default();
+    capture_process_since(r, status, None)
+}
+
+/// [`capture_process_with`] knowing the state `prev` captured at an earlier stop, when no call
+/// that changes it ran since (the tree's seccomp filter traps those calls: see
+/// `docs/run.md`, "The stop path"). Only what changes by itself is read again: the armed
+/// interval and POSIX timers (their countdown), the resource limits while a CPU-time soft
+/// limit below its hard limit is set (the kernel raises it by a second each time it sends
+/// SIGXCPU), and the umask (from `status`, free). `None`: everything is read.
+pub fn capture_process_since(
+    r: &dyn Remote,
+    status: Option<&str>,
+    prev: Option<&ProcessState>,
+) -> Result<ProcessState> {
+    let Some(prev) = prev else {
+        return capture_all(r, status);
+    };
+    let mut s = prev.clone();
+    if cpu_limit_moves(&prev.rlimits) {
+        s.rlimits = rlimits(r.pid())?;
+    }
+    s.itimers.clear();
+    for &(which, _, _) in &prev.itimers {
+        if let Some(t) = itimer(r, which)? {
+            s.itimers.push(t);
+        }
+    }
+    for t in s.posix_timers.iter_mut() {
+        if t.remaining_ns > 0 || t.interval_ns > 0 {
+            timer_value(r, t)?;
+        }
+    }
+    s.umask = umask_of(r.pid(), status)?;
+    Ok(s)
+}
+
+/// `RLIMIT_CPU`'s soft limit is set below its hard limit: the kernel raises the soft limit
+/// itself when it is reached.
+fn cpu_limit_moves(rlimits: &[(i32, u64, u64)]) -> bool {
+    rlimits
+        .iter()
+        .any(|&(res, cur, max)| res == libc::RLIMIT_CPU as i32 && cur != u64::MAX && cur < max)
+}
+
+fn rlimits(pid: i32) -> Result<Vec<(i32, u64, u64)>> {
+    let mut out = Vec::with_capacity(RLIM_NLIMITS as usize);
     for res in 0..RLIM_NLIMITS {
         let mut old = libc::rlimit64 {
             rlim_cur: 0,
@@ -147,23 +199,26 @@ pub fn capture_process_with(r: &dyn Remote, status: Option<&str>) -> Result<Proc
         if rc != 0 {
             return Err(RunError::io("prlimit", std::io::Error::last_os_error()));
         }
-        s.rlimits.push((res, old.rlim_cur, old.rlim_max));
+        out.push((res, old.rlim_cur, old.rlim_max));
     }
-    for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
-        let b = call_out(
-            r,
-            "getitimer",
-            libc::SYS_getitimer,
-            &[which as u64, u64::MAX],
-            32,
-        )?;
-        let us = |i: usize| word(&b, i) * 1_000_000 + word(&b, i + 1);
-        let (interval, value) = (us(0), us(2));
-        if value != 0 || interval != 0 {
-            s.itimers.push((which, interval, value));
-        }
-    }
-    s.posix_timers = posix_timers(r)?;
+    Ok(out)
+}
+
+/// Interval timer `which`: `(which, interval, value)` in µs, `None` when disarmed.
+fn itimer(r: &dyn Remote, which: i32) -> Result<Option<(i32, u64, u64)>> {
+    let b = call_out(
+        r,
+        "getitimer",
+        libc::SYS_getitimer,
+        &[which as u64, u64::MAX],
+        32,
+    )?;
+    let us = |i: usize| word(&b, i) * 1_000_000 + word(&b, i + 1);
+    let (interval, value) = (us(0), us(2));
+    Ok((value != 0 || interval != 0).then_some((which, interval, value)))
+}
+
+fn umask_of(pid: i32, status: Option<&str>) -> Result<u32> {
     let read_status;
     let status = match status {
         Some(s) => s,
@@ -172,9 +227,22 @@ pub fn capture_process_with(r: &dyn Remote, status: Option<&str>) -> Result<Proc
             &read_status
         }
     };
-    s.umask = status_field(status, "Umask")
+    Ok(status_field(status, "Umask")
         .and_then(|v| u32::from_str_radix(v, 8).ok())
-        .unwrap_or(0o022);
+        .unwrap_or(0o022))
+}
+
+fn capture_all(r: &dyn Remote, status: Option<&str>) -> Result<ProcessState> {
+    let pid = r.pid();
+    let mut s = ProcessState {
+        rlimits: rlimits(pid)?,
+        ..Default::default()
+    };
+    for which in [libc::ITIMER_REAL, libc::ITIMER_VIRTUAL, libc::ITIMER_PROF] {
+        s.itimers.extend(itimer(r, which)?);
+    }
+    s.posix_timers = posix_timers(r)?;
+    s.umask = umask_of(pid, status)?;
     let b = call_out(
         r,
         "prctl(PR_GET_CHILD_SUBREAPER)",
@@ -254,18 +322,24 @@ fn posix_timers(r: &dyn Remote) -> Result<Vec<PosixTimer>> {
     }
     out.extend(cur);
     for t in &mut out {
-        let b = call_out(
-            r,
-            "timer_gettime",
-            libc::SYS_timer_gettime,
-            &[t.id as u64, u64::MAX],
-            32,
-        )?;
-        t.interval_ns = word(&b, 0) * 1_000_000_000 + word(&b, 1);
-        t.remaining_ns = word(&b, 2) * 1_000_000_000 + word(&b, 3);
+        timer_value(r, t)?;
     }
     out.sort_by_key(|t| t.id);
     Ok(out)
+}
+
+/// Reads the time left and the period of POSIX timer `t` (`timer_gettime` in the process).
+fn timer_value(r: &dyn Remote, t: &mut PosixTimer) -> Result<()> {
+    let b = call_out(
+        r,
+        "timer_gettime",
+        libc::SYS_timer_gettime,
+        &[t.id as u64, u64::MAX],
+        32,
+    )?;
+    t.interval_ns = word(&b, 0) * 1_000_000_000 + word(&b, 1);
+    t.remaining_ns = word(&b, 2) * 1_000_000_000 + word(&b, 3);
+    Ok(())
 }
 
 /// The id thread `tid` (as the monitor sees it) has in the process's own pid namespace.
@@ -428,27 +502,62 @@ pub fn capture_thread(r: &dyn Remote, tid: i32) -> Result<ThreadState> {
 /// [`capture_thread`] given the text of the thread's `/proc/PID/task/TID/status` when the
 /// caller read it in the same stop.
 pub fn capture_thread_with(r: &dyn Remote, tid: i32, status: Option<&str>) -> Result<ThreadState> {
+    capture_thread_since(r, tid, status, None)
+}
+
+/// [`capture_thread_with`] knowing the state `prev` captured at an earlier stop, when no call
+/// that changes what is read by injected calls ran since (as for
+/// [`capture_process_since`]): the signal stack (read again while it is `SS_AUTODISARM`,
+/// which the kernel disarms and rearms around each handler), the parent-death signal and the
+/// timer slack are taken from `prev`. The rest is read by the monitor itself every time (its
+/// name, CPU affinity and nice value may be changed from outside the thread). `None`:
+/// everything is read.
+pub fn capture_thread_since(
+    r: &dyn Remote,
+    tid: i32,
+    status: Option<&str>,
+    prev: Option<&ThreadState>,
+) -> Result<ThreadState> {
     let pid = r.pid();
     let dir = format!("/proc/{pid}/task/{tid}");
-    let name = read(format!("{dir}/comm"))?
-        .trim_end_matches('\n')
-        .to_string();
-    let b = call_out(r, "sigaltstack", libc::SYS_sigaltstack, &[0, u64::MAX], 24)?;
-    let flags = i32::from_ne_bytes(b[8..12].try_into().expect("4"));
-    let altstack = (flags & SS_DISABLE == 0).then(|| (word(&b, 0), flags, word(&b, 2)));
-    let b = call_out(
-        r,
-        "prctl(PR_GET_PDEATHSIG)",
-        libc::SYS_prctl,
-        &[libc::PR_GET_PDEATHSIG as u64, u64::MAX],
-        4,
-    )?;
-    let pdeathsig = i32::from_ne_bytes(b[..4].try_into().expect("4"));
-    let timerslack_ns = r.syscall(
-        "prctl(PR_GET_TIMERSLACK)",
-        libc::SYS_prctl,
-        &[libc::PR_GET_TIMERSLACK as u64],
-    )?;
+    let name = match status.and_then(name_in_status) {
+        Some(n) => n.to_string(),
+        None => read(format!("{dir}/comm"))?
+            .trim_end_matches('\n')
+            .to_string(),
+    };
+    let altstack = match prev {
+        Some(p)
+            if p.altstack
+                .is_none_or(|(_, flags, _)| flags & SS_AUTODISARM == 0) =>
+        {
+            p.altstack
+        }
+        _ => {
+            let b = call_out(r, "sigaltstack", libc::SYS_sigaltstack, &[0, u64::MAX], 24)?;
+            let flags = i32::from_ne_bytes(b[8..12].try_into().expect("4"));
+            (flags & SS_DISABLE == 0).then(|| (word(&b, 0), flags, word(&b, 2)))
+        }
+    };
+    let (pdeathsig, timerslack_ns) = match prev {
+        Some(p) => (p.pdeathsig, p.timerslack_ns),
+        None => {
+            let b = call_out(
+                r,
+                "prctl(PR_GET_PDEATHSIG)",
+                libc::SYS_prctl,
+                &[libc::PR_GET_PDEATHSIG as u64, u64::MAX],
+                4,
+            )?;
+            let pdeathsig = i32::from_ne_bytes(b[..4].try_into().expect("4"));
+            let timerslack_ns = r.syscall(
+                "prctl(PR_GET_TIMERSLACK)",
+                libc::SYS_prctl,
+                &[libc::PR_GET_TIMERSLACK as u64],
+            )?;
+            (pdeathsig, timerslack_ns)
+        }
+    };
     let mut set = vec![0u64; 16];
     // SAFETY: the kernel writes at most `set`'s size in bytes.
     let n = unsafe {
@@ -593,4 +702,17 @@ fn set_affinity(tid: i32, mask: &[u64]) -> Result<()> {
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_in_status;
+
+    #[test]
+    fn a_name_is_taken_from_status_only_when_unescaped() {
+        assert_eq!(name_in_status("Name:\tpi\nUmask:\t0022\n"), Some("pi"));
+        assert_eq!(name_in_status("Name:\ta b \r\nState:\n"), Some("a b \r"));
+        assert_eq!(name_in_status("Name:\ta\\nb\nState:\n"), None);
+        assert_eq!(name_in_status("Umask:\t0022\n"), None);
+    }
 }

@@ -259,6 +259,34 @@ pub fn read_proc(path: String) -> Result<String> {
     kioku_proc::read_proc_file(&path).map_err(|e| RunError::io(format!("reading {path}"), e))
 }
 
+/// A /proc file the kernel shows as one record (`status`, `stat`, `fdinfo/N`: `single_open`
+/// files): a read shorter than the buffer returned all of it, so no second read is needed to
+/// find its end (one system call less per file and stop). Not for files of many records
+/// (`maps`), whose reads may end short of the buffer before the end.
+pub fn read_proc_record(path: String) -> Result<String> {
+    use std::io::Read;
+    let fail = |e| RunError::io(format!("reading {path}"), e);
+    let mut f = std::fs::File::open(&path).map_err(fail)?;
+    let mut buf = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        match f.read(&mut buf[len..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                len += n;
+                if len < buf.len() {
+                    break;
+                }
+                buf.resize(buf.len() * 2, 0);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(fail(e)),
+        }
+    }
+    buf.truncate(len);
+    String::from_utf8(buf).map_err(|_| fail(std::io::ErrorKind::InvalidData.into()))
+}
+
 /// Ranges in `a` but not in `b`; both sorted and non-overlapping.
 pub fn subtract(a: &[PageRange], b: &[PageRange]) -> Vec<PageRange> {
     let mut out = Vec::new();

@@ -108,6 +108,10 @@ pub struct Capturer {
     journal: Option<Journal>,
     /// Processes (monitor's pids) whose filters include the journal's escalation.
     escalated: std::collections::HashSet<i32>,
+    /// The tree runs the journal's filter, which also traps the calls that change the kernel
+    /// state a capture reads by injected calls: a process's state is read again only after
+    /// one of them (or when it changes by itself).
+    state_watched: bool,
     last: Option<TreeImage>,
     recent: Vec<EpochStat>,
     /// A restore by mapping still filling (or serving events): the next checkpoint waits for
@@ -172,6 +176,7 @@ impl Capturer {
             root,
             surveyed: false,
             fd_table: None,
+            state_watched: journal.is_some(),
             journal,
             escalated: Default::default(),
             last: None,
@@ -206,6 +211,7 @@ impl Capturer {
             root: image.root,
             surveyed: false,
             fd_table: None,
+            state_watched: journal.is_some(),
             journal,
             escalated,
             last: Some(image.clone()),
@@ -285,6 +291,19 @@ impl Capturer {
             return Ok(Verdict::Run);
         };
         let regs = t.regs(tid)?;
+        let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+        if crate::journal::state_call(regs.orig_rax, args) {
+            // A change of kernel state the next capture reads again (the call runs once the
+            // thread is resumed, and has run before any later stop takes effect: a stop
+            // request is acted on when the thread returns from its call).
+            let any = regs.orig_rax == u64::from(crate::journal::PRLIMIT64) && args[0] != 0;
+            for (pid, pc) in self.procs.iter_mut() {
+                if any || *pid == t.pid() {
+                    pc.state_changed();
+                }
+            }
+            return Ok(Verdict::Run);
+        }
         let v = j.on_trap(&mut self.engine, t.pid(), tid, &regs)?;
         match &v {
             Verdict::Escalate => self.escalate(t, Some(tid))?,
@@ -410,6 +429,7 @@ impl Capturer {
     /// objects their regions. Refuses with `Unsupported`, changing nothing durable, when the
     /// tree holds something a checkpoint cannot bring back.
     fn survey(&mut self, tree: &Tree) -> Result<()> {
+        let t0 = Instant::now();
         self.sync_processes(tree)?;
         self.shared.begin();
         let mut st = Store {
@@ -424,6 +444,7 @@ impl Capturer {
             pc.survey(t, &mut st)?;
         }
         self.shared.reconcile(&mut self.engine)?;
+        let t_maps = t0.elapsed();
         let refs: Vec<ProcRef> = self
             .procs
             .values()
@@ -448,6 +469,11 @@ impl Capturer {
         }
         self.fd_table = Some(table);
         self.surveyed = true;
+        tracing::debug!(
+            maps_ms = t_maps.as_secs_f64() * 1e3,
+            fds_ms = (t0.elapsed() - t_maps).as_secs_f64() * 1e3,
+            "tree surveyed"
+        );
         Ok(())
     }
 
@@ -542,6 +568,7 @@ impl Capturer {
         let mut processes = Vec::with_capacity(self.procs.len());
         for (pid, pc) in self.procs.iter_mut() {
             let t = tree.process(*pid).expect("synced with the tree");
+            pc.state_watched = self.state_watched;
             let (mut image, ps) = pc.capture(t, &mut st)?;
             image.escalated = self.escalated.contains(pid);
             stats.pages += ps.copied / kioku_track::page_size() as u64;

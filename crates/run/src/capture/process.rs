@@ -158,6 +158,26 @@ pub(crate) struct ProcessCapture {
     /// checkpoints; each capture copies their populated pages. Value: captures left before
     /// tracking them again. See [`HOT_FRACTION`].
     whole: HashMap<usize, u32>,
+    /// The process runs the filter that traps the calls changing its kernel state (set by the
+    /// capturer): `kernel` may stand in for injected calls while `state_dirty` is false.
+    pub state_watched: bool,
+    /// A trapped call may have changed the kernel state since the last capture.
+    state_dirty: bool,
+    /// The kernel state the last capture read.
+    kernel: Option<KernelCache>,
+    /// The parent's pid (as the monitor sees it) and its id in the tree's namespace.
+    parent: Option<(i32, i32)>,
+}
+
+/// Kernel state as the last capture read it, reused while no call that changes it ran (see
+/// `procstate::capture_process_since`); what changes by itself is read again every time.
+struct KernelCache {
+    process: crate::procstate::ProcessState,
+    threads: HashMap<i32, crate::procstate::ThreadState>,
+    /// `SigCgt | SigIgn` when `sigactions` was read: a handler the kernel resets on delivery
+    /// (SA_RESETHAND) changes them.
+    handled: u64,
+    sigactions: Vec<SigAction>,
 }
 
 /// An area of which at least this share was written in `HOT_STREAK` consecutive captures is
@@ -232,7 +252,16 @@ impl ProcessCapture {
             survey: None,
             hot: HashMap::new(),
             whole: HashMap::new(),
+            state_watched: false,
+            state_dirty: false,
+            kernel: None,
+            parent: None,
         })
+    }
+
+    /// A trapped call may change the process's kernel state: the next capture reads it all.
+    pub fn state_changed(&mut self) {
+        self.state_dirty = true;
     }
 
     /// After a restore: the areas are in place in the process and equal to the running
@@ -333,10 +362,14 @@ impl ProcessCapture {
             s.want = Some((want.clone(), pop));
         }
         let mut estimate = Vec::new();
-        for a in &self.tracked_part(&want) {
-            self.query
-                .scan(*a, Query::not_write_tracked(), &mut estimate)?;
-        }
+        let tracked = self.tracked_part(&want);
+        scan_ranges(
+            &mut self.query,
+            &tracked,
+            Query::not_write_tracked(),
+            &vmas,
+            &mut estimate,
+        )?;
         normalize(&mut estimate);
         if pages_in(&estimate) * self.page < PRECOPY_MIN || precopy_disabled() {
             return Ok(None);
@@ -513,10 +546,13 @@ impl ProcessCapture {
     fn register_untracked(&mut self, want: &[PageRange], vmas: &[Vma]) -> Result<Vec<PageRange>> {
         let mappings = whole_mappings(want, vmas);
         let mut unregistered = Vec::new();
-        for a in &mappings {
-            self.query
-                .scan(*a, Query::not_write_tracked(), &mut unregistered)?;
-        }
+        scan_ranges(
+            &mut self.query,
+            &mappings,
+            Query::not_write_tracked(),
+            vmas,
+            &mut unregistered,
+        )?;
         normalize(&mut unregistered);
         // Registered with a whole mapping but not tracked: untouched until now.
         let mut untracked = subtract(want, self.tracker.tracked());
@@ -685,19 +721,44 @@ impl ProcessCapture {
         self.adapt_tracking(&written, &vmas)?;
         let t_adapted = t0.elapsed();
 
-        // (5) Everything else.
-        let threads = self.threads(tracee)?;
-        let status = sys::read_proc(format!("/proc/{pid}/status"))?;
-        let sigactions = self.sigactions(tracee, &status)?;
-        let state = crate::procstate::capture_process_with(
+        // (5) Everything else. Kernel state read by injected calls (a single-step of the
+        // program each) is taken from the last capture while no call that changes it ran.
+        let cache = match self.state_watched && !self.state_dirty {
+            true => self.kernel.take(),
+            false => None,
+        };
+        self.state_dirty = false;
+        let (threads, leader_status) = self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
+        // The process's status file is its leader thread's.
+        let status = match leader_status {
+            Some(s) => s,
+            None => sys::read_proc_record(format!("/proc/{pid}/status"))?,
+        };
+        let handled = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
+        let sigactions = match &cache {
+            Some(c) if c.handled == handled => c.sigactions.clone(),
+            _ => self.sigactions(tracee, handled)?,
+        };
+        let state = crate::procstate::capture_process_since(
             &TracedRemote {
                 tracee,
                 tid: tracee.control_thread()?,
                 channel: None,
             },
             Some(&status),
+            cache.as_ref().map(|c| &c.process),
         )?;
-        let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
+        self.kernel = Some(KernelCache {
+            process: state.clone(),
+            threads: threads
+                .iter()
+                .zip(tracee_tids(tracee, pid))
+                .map(|(t, tid)| (tid, t.kernel.clone()))
+                .collect(),
+            handled,
+            sigactions: sigactions.clone(),
+        });
+        let stat = sys::read_proc_record(format!("/proc/{pid}/stat"))?;
         let mm = self.mm_fields(tracee, &maps_text, &stat)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -722,7 +783,7 @@ impl ProcessCapture {
         }
         let cwd = std::fs::read_link(format!("/proc/{pid}/cwd"))
             .map_err(|e| RunError::io("reading /proc/PID/cwd", e))?;
-        let id = identity_of(&stat, Some(&status), pid, self.image_pid);
+        let id = identity_of(&stat, Some(&status), pid, self.image_pid, &mut self.parent);
         let image = ProcessImage {
             pid: self.image_pid,
             ppid: id.ppid,
@@ -748,10 +809,13 @@ impl ProcessCapture {
             threads,
             sigactions,
             shared_pending: sys::status_mask(&status, "ShdPnd"),
-            shared_queued: sys::queued_signals(tracee.control_thread()?, true)?
-                .iter()
-                .map(|b| hex(b))
-                .collect(),
+            shared_queued: match sys::status_mask(&status, "ShdPnd") {
+                0 => vec![],
+                _ => sys::queued_signals(tracee.control_thread()?, true)?
+                    .iter()
+                    .map(|b| hex(b))
+                    .collect(),
+            },
             vdso_crc: self.vdso_crc,
             files,
             state: Some(state),
@@ -839,6 +903,7 @@ impl ProcessCapture {
         self.vdso_crc = None;
         self.hot.clear();
         self.whole.clear();
+        self.kernel = None;
         self.execs = tracee.execs();
         Ok(())
     }
@@ -1031,9 +1096,7 @@ impl ProcessCapture {
     fn wanted_areas(&mut self, vmas: &[Vma]) -> Result<(Vec<PageRange>, Vec<PageRange>)> {
         let full = area_ranges(vmas);
         let mut pop = Vec::new();
-        for a in &full {
-            self.query.scan(*a, Query::populated(), &mut pop)?;
-        }
+        scan_ranges(&mut self.query, &full, Query::populated(), vmas, &mut pop)?;
         normalize(&mut pop);
         let g = AREA_GRANULE;
         let mut keep: Vec<PageRange> = pop
@@ -1280,16 +1343,21 @@ impl ProcessCapture {
         }
     }
 
-    fn threads(&mut self, tracee: &Tracee) -> Result<Vec<ThreadImage>> {
+    /// The threads' images (the leader first, as [`tracee_tids`] orders them); `cache`: their
+    /// kernel state at the last capture, by thread id, when nothing changed it since.
+    fn threads(
+        &mut self,
+        tracee: &Tracee,
+        cache: Option<&HashMap<i32, crate::procstate::ThreadState>>,
+    ) -> Result<(Vec<ThreadImage>, Option<String>)> {
         let pid = self.pid;
-        let mut tids = tracee.threads();
-        // The leader first.
-        tids.sort_by_key(|&t| (t != pid, t));
+        let tids = tracee_tids(tracee, pid);
+        let mut leader_status = None;
         self.tid_addrs.retain(|t, _| tids.contains(t));
         let mut out = Vec::with_capacity(tids.len());
         for tid in tids {
             let state = tracee.thread_state(tid)?;
-            let status = sys::read_proc(format!("/proc/{pid}/task/{tid}/status"))?;
+            let status = sys::read_proc_record(format!("/proc/{pid}/task/{tid}/status"))?;
             let tid_address = match self.tid_addrs.get(&tid) {
                 Some(&a) => a,
                 None => {
@@ -1309,14 +1377,18 @@ impl ProcessCapture {
                 state: hex(&state.to_bytes()),
                 sigmask: sys::get_sigmask(tid)?,
                 pending: sys::status_mask(&status, "SigPnd"),
-                queued: sys::queued_signals(tid, false)?
-                    .iter()
-                    .map(|b| hex(b))
-                    .collect(),
+                // A queued signal is pending: nothing to peek at without one.
+                queued: match sys::status_mask(&status, "SigPnd") {
+                    0 => vec![],
+                    _ => sys::queued_signals(tid, false)?
+                        .iter()
+                        .map(|b| hex(b))
+                        .collect(),
+                },
                 tid_address,
                 robust_list: sys::robust_list(tid)?,
                 rseq: sys::rseq_config(tid)?,
-                kernel: crate::procstate::capture_thread_with(
+                kernel: crate::procstate::capture_thread_since(
                     &TracedRemote {
                         tracee,
                         tid,
@@ -1324,14 +1396,19 @@ impl ProcessCapture {
                     },
                     tid,
                     Some(&status),
+                    cache.and_then(|c| c.get(&tid)),
                 )?,
             });
+            if tid == pid {
+                leader_status = Some(status);
+            }
         }
-        Ok(out)
+        Ok((out, leader_status))
     }
 
-    fn sigactions(&self, tracee: &Tracee, status: &str) -> Result<Vec<SigAction>> {
-        let set = sys::status_mask(status, "SigCgt") | sys::status_mask(status, "SigIgn");
+    /// The dispositions of the signals in `set` (caught or ignored), by injected
+    /// `rt_sigaction` calls.
+    fn sigactions(&self, tracee: &Tracee, set: u64) -> Result<Vec<SigAction>> {
         let mut out = Vec::new();
         if set == 0 {
             return Ok(out);
@@ -1390,6 +1467,13 @@ impl ProcessCapture {
             env_end: at(51),
         })
     }
+}
+
+/// The threads of `tracee` (process `pid`), the leader first.
+fn tracee_tids(tracee: &Tracee, pid: i32) -> Vec<i32> {
+    let mut tids = tracee.threads();
+    tids.sort_by_key(|&t| (t != pid, t));
+    tids
 }
 
 /// How a mapping is checkpointed.
@@ -1467,12 +1551,19 @@ pub(crate) struct Identity {
 /// without one).
 pub(crate) fn identity(pid: i32, image_pid: i32) -> Result<Identity> {
     let stat = sys::read_proc(format!("/proc/{pid}/stat"))?;
-    Ok(identity_of(&stat, None, pid, image_pid))
+    Ok(identity_of(&stat, None, pid, image_pid, &mut None))
 }
 
 /// [`identity`] from the text of the process's `/proc/PID/stat` (and its status when the
-/// caller read it in the same stop).
-fn identity_of(stat: &str, status: Option<&str>, pid: i32, image_pid: i32) -> Identity {
+/// caller read it in the same stop). `parent`: the parent's (pid, id in the namespace) found
+/// before, kept while the parent is the same process (its namespace id does not change).
+fn identity_of(
+    stat: &str,
+    status: Option<&str>,
+    pid: i32,
+    image_pid: i32,
+    parent: &mut Option<(i32, i32)>,
+) -> Identity {
     let rest = stat.rsplit_once(')').map(|x| x.1).unwrap_or("");
     let f: Vec<i64> = rest
         .split_whitespace()
@@ -1499,7 +1590,16 @@ fn identity_of(stat: &str, status: Option<&str>, pid: i32, image_pid: i32) -> Id
         .unwrap_or((0, 0));
     // The parent's id in the namespace (the init is 1; a parent outside it shows as 0).
     let host_ppid = at(4) as i32;
-    let ppid = kioku_proc::ns::ns_pid_of(host_ppid).unwrap_or(0);
+    let ppid = match *parent {
+        Some((host, ns)) if host == host_ppid => ns,
+        _ => {
+            let ns = kioku_proc::ns::ns_pid_of(host_ppid);
+            if let Some(ns) = ns {
+                *parent = Some((host_ppid, ns));
+            }
+            ns.unwrap_or(0)
+        }
+    };
     Identity {
         ppid,
         pgid,
@@ -1525,6 +1625,49 @@ fn tid_address(tracee: &Tracee, tid: i32) -> Result<u64> {
 fn allocate_shadow(chunks: &[(usize, usize, usize)], st: &Store<'_>) -> Result<()> {
     let ranges: Vec<(usize, usize)> = chunks.iter().map(|c| (c.1, c.2)).collect();
     st.engine.allocate_running(&ranges)?;
+    Ok(())
+}
+
+/// Mapped bytes between two ranges up to which one `PAGEMAP_SCAN` walk covers both: a walk
+/// skips unmapped address space for free but reads the page tables of the mappings between
+/// (a few µs for this much), while a walk of its own costs a system call (≈ 1–2 µs).
+const SCAN_SPAN_GAP: usize = 4 << 20;
+
+/// Appends to `out` the pages of `ranges` (sorted, disjoint) matching `q`: one walk over each
+/// run of ranges whose gaps hold less than [`SCAN_SPAN_GAP`] of the mappings `vmas`, its
+/// result clipped to `ranges` (a stop used to make one walk per area and query).
+fn scan_ranges(
+    query: &mut PagemapQuery,
+    ranges: &[PageRange],
+    q: Query,
+    vmas: &[Vma],
+    out: &mut Vec<PageRange>,
+) -> Result<()> {
+    let mut i = 0;
+    let mut found = Vec::new();
+    while i < ranges.len() {
+        let mut j = i + 1;
+        while j < ranges.len() {
+            let (lo, hi) = (ranges[j - 1].end, ranges[j].start);
+            let mapped: usize = vmas
+                .iter()
+                .map(|v| v.end.min(hi).saturating_sub(v.start.max(lo)))
+                .sum();
+            if mapped > SCAN_SPAN_GAP {
+                break;
+            }
+            j += 1;
+        }
+        let span = PageRange::new(ranges[i].start, ranges[j - 1].end);
+        found.clear();
+        query.scan(span, q, &mut found)?;
+        if j - i == 1 {
+            out.append(&mut found);
+        } else {
+            out.extend(intersect(&found, &ranges[i..j]));
+        }
+        i = j;
+    }
     Ok(())
 }
 

@@ -135,7 +135,7 @@ pub fn scan(procs: &[ProcRef]) -> Result<Vec<Desc>> {
                 .into_owned();
             let md =
                 std::fs::metadata(&path).map_err(|e| RunError::io(format!("stat {path}"), e))?;
-            let info = FdInfo::parse(crate::sys::read_proc(format!(
+            let info = FdInfo::parse(crate::sys::read_proc_record(format!(
                 "/proc/{}/fdinfo/{fd}",
                 p.pid
             ))?);

@@ -59,6 +59,29 @@ pub mod nr {
     pub const CLOSE_RANGE: u32 = 436;
     pub const OPENAT2: u32 = 437;
     pub const FCHMODAT2: u32 = 452;
+    // Calls that change the kernel state a checkpoint keeps (`STATE`).
+    pub const RT_SIGACTION: u32 = 13;
+    pub const ALARM: u32 = 37;
+    pub const SETITIMER: u32 = 38;
+    pub const SETUID: u32 = 105;
+    pub const SETGID: u32 = 106;
+    pub const SETREUID: u32 = 113;
+    pub const SETREGID: u32 = 114;
+    pub const SETRESUID: u32 = 117;
+    pub const SETRESGID: u32 = 119;
+    pub const SETFSUID: u32 = 122;
+    pub const SETFSGID: u32 = 123;
+    pub const CAPSET: u32 = 126;
+    pub const SIGALTSTACK: u32 = 131;
+    pub const PERSONALITY: u32 = 135;
+    pub const PRCTL: u32 = 157;
+    pub const SETRLIMIT: u32 = 160;
+    pub const TIMER_CREATE: u32 = 222;
+    pub const TIMER_SETTIME: u32 = 223;
+    pub const TIMER_DELETE: u32 = 226;
+    pub const PRLIMIT64: u32 = 302;
+    pub const SCHED_SETSCHEDULER: u32 = 144;
+    pub const SCHED_SETATTR: u32 = 314;
 }
 
 /// `__X32_SYSCALL_BIT`: system calls of the x32 ABI carry it.
@@ -120,6 +143,62 @@ const ALWAYS: &[u32] = &[
     nr::FUTIMESAT,
     nr::UTIMENSAT,
 ];
+
+/// Calls that change kernel state a checkpoint takes by injected calls (interval and POSIX
+/// timers, resource limits, personality, the dumpable flag and parent-death signal, which a
+/// change of credentials resets), trapped so that the monitor reads that state again only
+/// after one ran ([`state_call`]). Conditional ones: `STATE_SET_ARG` and `prctl`.
+const STATE: &[u32] = &[
+    nr::ALARM,
+    nr::SETITIMER,
+    nr::TIMER_CREATE,
+    nr::TIMER_SETTIME,
+    nr::TIMER_DELETE,
+    nr::SETRLIMIT,
+    nr::PERSONALITY,
+    nr::SETUID,
+    nr::SETGID,
+    nr::SETREUID,
+    nr::SETREGID,
+    nr::SETRESUID,
+    nr::SETRESGID,
+    nr::SETFSUID,
+    nr::SETFSGID,
+    nr::CAPSET,
+    // A real-time policy sets the timer slack to 0 (and leaving one sets it back).
+    nr::SCHED_SETSCHEDULER,
+    nr::SCHED_SETATTR,
+];
+
+/// State calls trapped only when they set something (their argument `.1` is not NULL):
+/// `sigaction(sig, NULL, &old)`, `sigaltstack(NULL, &old)` and `getrlimit` (glibc's is
+/// `prlimit64(0, res, NULL, &old)`) only read.
+const STATE_SET_ARG: &[(u32, u32)] = &[
+    (nr::RT_SIGACTION, 1),
+    (nr::SIGALTSTACK, 0),
+    (nr::PRLIMIT64, 2),
+];
+
+/// `prctl` options that change state a checkpoint keeps by injected calls.
+pub const PRCTL_STATE: &[u32] = &[
+    libc::PR_SET_PDEATHSIG as u32,
+    libc::PR_SET_DUMPABLE as u32,
+    libc::PR_SET_TIMERSLACK as u32,
+    libc::PR_SET_CHILD_SUBREAPER as u32,
+];
+
+/// Whether system call `nr` with arguments `args`, stopped by the filter, is one of the calls
+/// that change kernel state the checkpoint keeps (not a file change for the journal).
+pub fn state_call(nr: u64, args: [u64; 6]) -> bool {
+    let Ok(n) = u32::try_from(nr) else {
+        return false;
+    };
+    STATE.contains(&n)
+        || STATE_SET_ARG
+            .iter()
+            .any(|&(c, i)| c == n && args[i as usize] != 0)
+        || (n == nr::PRCTL && PRCTL_STATE.iter().any(|&o| u64::from(o) == args[0]))
+}
 
 /// Emits the test of one conditional call: jump to the first label (trap) or the second
 /// (allow).
@@ -271,6 +350,30 @@ pub fn filter() -> Vec<libc::sock_filter> {
         a.bind(next);
         a.load(OFF_NR);
     }
+    // Kernel state (A holds the number).
+    for &n in STATE {
+        a.jump(BPF_JEQ_K, n, Some(trace), None);
+    }
+    for &(n, i) in STATE_SET_ARG {
+        let (here, next) = (a.label(), a.label());
+        a.jump(BPF_JEQ_K, n, Some(here), Some(next));
+        a.bind(here);
+        let high = a.label();
+        a.load(arg_lo(i));
+        a.jump(BPF_JEQ_K, 0, Some(high), Some(trace));
+        a.bind(high);
+        a.load(arg_lo(i) + 4);
+        a.jump(BPF_JEQ_K, 0, Some(allow), Some(trace));
+        a.bind(next);
+        a.load(OFF_NR);
+    }
+    let not_prctl = a.label();
+    a.jump(BPF_JEQ_K, nr::PRCTL, None, Some(not_prctl));
+    a.load(arg_lo(0));
+    for &o in PRCTL_STATE {
+        a.jump(BPF_JEQ_K, o, Some(trace), None);
+    }
+    a.bind(not_prctl);
     a.ret(SECCOMP_RET_ALLOW);
     a.bind(allow);
     a.ret(SECCOMP_RET_ALLOW);
@@ -447,7 +550,11 @@ mod tests {
             nr::IO_URING_SETUP,
         ];
         for n in 0..600u32 {
-            if ALWAYS.contains(&n) || conditional.contains(&n) {
+            if ALWAYS.contains(&n)
+                || conditional.contains(&n)
+                || STATE.contains(&n)
+                || n == nr::PRLIMIT64
+            {
                 continue;
             }
             // Arguments that would make a conditional call trap must not matter here.
@@ -508,6 +615,46 @@ mod tests {
             evaluate(&filter(), 0x4000_0003, nr::WRITE, [1, 0, 0, 0, 0, 0]),
             Errno(libc::ENOSYS as u32)
         );
+    }
+
+    #[test]
+    fn state_changes_trap_and_state_reads_do_not() {
+        use Action::*;
+        for &n in STATE {
+            assert_eq!(eval(n, [0; 6]), Trace, "nr {n}");
+            assert!(state_call(n as u64, [0; 6]), "nr {n}");
+        }
+        for &(n, i) in STATE_SET_ARG {
+            let mut set = [0u64; 6];
+            set[i as usize] = 0x7fff_0000_1000;
+            assert_eq!(eval(n, set), Trace, "nr {n} setting");
+            assert!(state_call(n as u64, set));
+            set[i as usize] = 1 << 40;
+            assert_eq!(eval(n, set), Trace, "nr {n}: a pointer above 4 GiB");
+            assert_eq!(eval(n, [0, 0, 0, 0x1000, 0, 0]), Allow, "nr {n} reading");
+            assert!(!state_call(n as u64, [0, 0, 0, 0x1000, 0, 0]));
+        }
+        for &o in PRCTL_STATE {
+            assert_eq!(eval(nr::PRCTL, [o as u64, 1, 0, 0, 0, 0]), Trace);
+            assert!(state_call(nr::PRCTL as u64, [o as u64, 1, 0, 0, 0, 0]));
+        }
+        for o in [
+            libc::PR_GET_PDEATHSIG,
+            libc::PR_GET_DUMPABLE,
+            libc::PR_SET_NAME,
+            libc::PR_GET_TIMERSLACK,
+        ] {
+            assert_eq!(
+                eval(nr::PRCTL, [o as u64, 0, 0, 0, 0, 0]),
+                Allow,
+                "prctl {o}"
+            );
+            assert!(!state_call(nr::PRCTL as u64, [o as u64, 0, 0, 0, 0, 0]));
+        }
+        // File calls are the journal's, not state calls.
+        assert!(!state_call(nr::PWRITE64 as u64, [3, 0, 0, 0, 0, 0]));
+        // A read-only call of the same family passes.
+        assert_eq!(eval(39 /* getpid */, [0; 6]), Allow);
     }
 
     #[test]

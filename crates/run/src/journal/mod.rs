@@ -39,8 +39,10 @@ use kioku_pool::{MediumKind, Pool};
 pub use apply::ApplyStats;
 pub use decode::{decode, Change, Target, WriteAt};
 pub use error::{JournalError, Result};
+pub use filter::nr::PRLIMIT64;
 pub use filter::{
-    evaluate as evaluate_filter, install as install_filter, to_bytes as filter_bytes, Action,
+    evaluate as evaluate_filter, install as install_filter, state_call, to_bytes as filter_bytes,
+    Action,
 };
 pub use format::FileKey;
 
@@ -254,6 +256,11 @@ impl Journal {
         tid: i32,
         regs: &kioku_proc::Regs,
     ) -> Result<Verdict> {
+        let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+        if filter::state_call(regs.orig_rax, args) {
+            // Trapped for the capture's kernel state, not a file change: nothing to undo.
+            return Ok(Verdict::Run);
+        }
         let change = decode::decode(pid, tid, regs);
         self.record(store, &change)
     }
