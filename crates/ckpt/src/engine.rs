@@ -347,6 +347,9 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// copies into the other context) since it last let go of them (dense engines; see
     /// [`release_pool_mapping`]).
     pool_touched: u64,
+    /// Reused buffer the checksums of a checkpoint's pages are computed from (read with
+    /// `pread` where the medium can: see [`Engine::run_crcs`]).
+    read_buf: Vec<u8>,
 }
 
 /// What [`Engine::finish_recovery`] needs of a lazy recovery.
@@ -365,6 +368,9 @@ const MOVE_BATCH: u64 = 64 << 20;
 /// engine's regions too) after a checkpoint once they exceed this much, so that its resident
 /// memory stays small.
 const MAPPED_BUDGET: u64 = 32 << 20;
+
+/// A checkpoint's pages are read for their checksums this much at a time.
+const READ_CHUNK: usize = 256 << 10;
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
 const HOT_FRACTION: f64 = 0.5;
@@ -497,6 +503,7 @@ impl<S: AddressSpace> Engine<S> {
             sparse: false,
             empty_running: false,
             pool_touched: 0,
+            read_buf: Vec::new(),
         })
     }
 
@@ -1369,10 +1376,7 @@ impl<S: AddressSpace> Engine<S> {
             if self.sparse {
                 holes.push(self.sparse_run_crcs(i, first, n, off)?);
             } else {
-                let bytes = self.pool.bytes(off, (n * page) as u64);
-                for (k, p) in bytes.chunks_exact(page).enumerate() {
-                    self.regions[i].crcs[first + k] = crc32c::crc32c(p);
-                }
+                self.run_crcs(i, first, n, off, None)?;
             }
             self.pool.flush(off, (n * page) as u64)?;
             dirty_pages += n as u64;
@@ -1494,20 +1498,25 @@ impl<S: AddressSpace> Engine<S> {
         let data = data_map(&self.pool, off, n, page);
         let mut zeros: Vec<(usize, usize)> = Vec::new();
         let mut punch: Vec<(usize, usize)> = Vec::new();
-        for (k, &is_data) in data.iter().enumerate() {
-            let zero = if is_data {
-                let p = self.pool.bytes(off + (k * page) as u64, page as u64);
-                let c = crc32c::crc32c(p);
-                self.regions[i].crcs[first + k] = c;
-                c == self.zero_page_crc && is_zero(p)
+        let mut k = 0;
+        while k < n {
+            let m = data[k..].iter().take_while(|&&d| d == data[k]).count();
+            if data[k] {
+                let at = off + (k * page) as u64;
+                self.run_crcs(i, first + k, m, at, Some(&mut zeros))?;
             } else {
-                self.regions[i].crcs[first + k] = self.zero_page_crc;
-                true
-            };
-            if zero {
-                push_page(&mut zeros, first + k);
-                if is_data {
-                    push_page(&mut punch, k);
+                self.regions[i].crcs[first + k..first + k + m].fill(self.zero_page_crc);
+                for p in first + k..first + k + m {
+                    push_page(&mut zeros, p);
+                }
+            }
+            k += m;
+        }
+        // Data pages found zero: punched (the running context's holes are zero already).
+        for &(z, m) in &zeros {
+            for p in z..z + m {
+                if data[p - first] {
+                    push_page(&mut punch, p - first);
                 }
             }
         }
@@ -1515,6 +1524,44 @@ impl<S: AddressSpace> Engine<S> {
             self.pool.zero(off + (k * page) as u64, (m * page) as u64)?;
         }
         Ok(zeros)
+    }
+
+    /// Sets the checksums of pages `first..first+n` of region `i` (at pool offset `off`, all
+    /// data) from their bytes, read into `read_buf` a chunk at a time with the medium's
+    /// `read_at`: on `shm` and `file` a `pread`, so the pages — just written by the owner with
+    /// `pwrite`, or by the program through its own mapping — are neither faulted into the
+    /// pool's mapping here nor unmapped again later. With `zeros`, the pages that are all zero
+    /// are appended to it.
+    fn run_crcs(
+        &mut self,
+        i: usize,
+        first: usize,
+        n: usize,
+        off: u64,
+        mut zeros: Option<&mut Vec<(usize, usize)>>,
+    ) -> Result<()> {
+        let page = self.page as usize;
+        let chunk = (READ_CHUNK / page).max(1);
+        if self.read_buf.len() < chunk * page {
+            self.read_buf.resize(chunk * page, 0);
+        }
+        let mut k = 0;
+        while k < n {
+            let m = chunk.min(n - k);
+            let buf = &mut self.read_buf[..m * page];
+            self.pool.read_at(off + (k * page) as u64, buf)?;
+            for (j, p) in buf.chunks_exact(page).enumerate() {
+                let c = crc32c::crc32c(p);
+                self.regions[i].crcs[first + k + j] = c;
+                if let Some(z) = zeros.as_deref_mut() {
+                    if c == self.zero_page_crc && is_zero(p) {
+                        push_page(z, first + k + j);
+                    }
+                }
+            }
+            k += m;
+        }
+        Ok(())
     }
 
     /// Switches regions written (nearly) whole in every recent epoch to being taken whole, and
@@ -1863,22 +1910,14 @@ fn sync_context(
                     .any(|c| c.name == dst.name && c.offset == dst.offset && c.len == dst.len),
         );
     }
-    let base = pool.medium().as_ptr();
     let mut copied = 0u64;
-    let copy = |pool: &Pool, src: u64, dst: u64, len: u64, sparse: bool| -> Result<()> {
-        if sparse {
-            pool.allocate(dst, len)?;
-        }
-        // SAFETY: `src` and `dst` ranges lie inside two distinct sections of the pool's mapping
-        // (checked by the section table), so they are in bounds and do not overlap; no slice
-        // of either is alive.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                base.add(src as usize),
-                base.add(dst as usize),
-                len as usize,
-            )
-        };
+    // `src` and `dst` lie in two distinct sections (the section table keeps them apart). On
+    // `shm` and `file` the kernel copies (`copy_file_range`): neither context's pages are
+    // faulted into this process, nor unmapped again afterwards — that was most of a process
+    // monitor's CPU on a program rewriting much of its memory. A hole at `dst` (a sparse
+    // section) gets its space from the copy: a full medium fails there with `ENOSPC`.
+    let copy = |pool: &Pool, src: u64, dst: u64, len: u64| -> Result<()> {
+        pool.copy_range(src, dst, len)?;
         pool.flush(dst, len)?;
         Ok(())
     };
@@ -1894,7 +1933,7 @@ fn sync_context(
             let mut moved: Vec<(u64, u64, u64)> = Vec::new();
             let mut batch = 0u64;
             let mut take = |pool: &Pool, src: u64, dst: u64, len: u64, i: usize| -> Result<()> {
-                copy(pool, src, dst, len, sparse[i])?;
+                copy(pool, src, dst, len)?;
                 if movable[i] {
                     moved.push((src, dst, len));
                     batch += len;
@@ -1966,13 +2005,13 @@ fn sync_context(
                         }
                         (true, false) => {
                             if !is_zero(pool.bytes(src + at, page)) {
-                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copy(pool, src + at, dst + at, page)?;
                                 copied += 1;
                             }
                         }
                         (true, true) => {
                             if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
-                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copy(pool, src + at, dst + at, page)?;
                                 copied += 1;
                             }
                         }
