@@ -630,6 +630,14 @@ impl Pool {
         Ok(self.medium.read_at(off, buf)?)
     }
 
+    /// Stores `src` at `off` of the data area, space there reserved by the store; ordered like
+    /// stores (durable after `flush` and `drain`). On `shm` and `file` with `pwrite`, the pages
+    /// not mapped into this process (see [`Medium::write_at`]).
+    pub fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
+        self.check_range(off, src.len() as u64);
+        Ok(self.medium.write_at(off, src)?)
+    }
+
     /// Copies `[src, src+len)` of the data area to `[dst, dst+len)` (not overlapping), space
     /// at `dst` reserved by the copy; ordered like stores to `dst` (durable after `flush` and
     /// `drain`). On `shm` and `file` inside the kernel, neither range mapped into this process

@@ -162,7 +162,11 @@ fn copy_and_read(dir: &Path, kind: MediumKind) {
     for (k, p) in buf.chunks_exact(4096).enumerate() {
         assert!(p.iter().all(|&b| b == k as u8 + 1), "{kind:?}: page {k}");
     }
-    assert_eq!(pool.bytes(dst, 3 * 4096), &buf[..], "{kind:?}: the mapping sees it");
+    assert_eq!(
+        pool.bytes(dst, 3 * 4096),
+        &buf[..],
+        "{kind:?}: the mapping sees it"
+    );
     assert_eq!(
         pool.data_extents(s.offset + 2 * MIB, 6 * MIB).unwrap(),
         vec![(dst, dst + 3 * 4096)],
@@ -176,7 +180,9 @@ fn copy_and_read(dir: &Path, kind: MediumKind) {
         pool.data_extents(hole, 4096).unwrap().is_empty(),
         "{kind:?}: reading a hole leaves it a hole"
     );
-    assert!(pool.copy_range(s.offset, s.offset + 4096, 2 * 4096).is_err());
+    assert!(pool
+        .copy_range(s.offset, s.offset + 4096, 2 * 4096)
+        .is_err());
 }
 
 #[test]

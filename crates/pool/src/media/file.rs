@@ -71,6 +71,10 @@ impl Medium for FileMedium {
         super::read_at_fd(self, off, buf)
     }
 
+    fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
+        super::write_at_fd(self, off, src)
+    }
+
     fn copy_range(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         super::copy_range_fd(self, src, dst, len)
     }

@@ -255,6 +255,21 @@ pub trait Medium: Send + Sync + fmt::Debug {
         };
         Ok(())
     }
+    /// Stores `src` at `off`, ordered like stores (durable after `flush` and `drain`). A hole
+    /// there gets its space first (a full medium fails with `ENOSPC`, never as SIGBUS). A
+    /// medium whose bytes are a file's page cache (`shm`, `file`) writes with `pwrite`: the
+    /// pages are not mapped into this process. The default allocates, then copies through the
+    /// mapping.
+    fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
+        check_range(off, src.len() as u64, self.len())?;
+        self.allocate(off, src.len() as u64)?;
+        // SAFETY: the range was checked against the mapping length above; `src` is borrowed
+        // elsewhere, so it does not overlap the range stored into.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(off as usize), src.len())
+        };
+        Ok(())
+    }
     /// Copies `[src, src+len)` to `[dst, dst+len)` (ranges that do not overlap), ordered like
     /// stores to `dst`: durable after `flush(dst, len)` and `drain`. A hole at `dst` gets its
     /// space first (a full medium fails with `ENOSPC`, never as SIGBUS). A medium whose bytes
@@ -350,6 +365,16 @@ fn read_at_fd<M: Medium + ?Sized>(m: &M, off: u64, buf: &mut [u8]) -> Result<()>
     check_range(off, buf.len() as u64, m.len())?;
     mapping::read_at(m.fd(), off, buf).map_err(|e| MediumError::Io {
         op: "pread",
+        path: "the pool file".into(),
+        source: e,
+    })
+}
+
+/// [`Medium::write_at`] of a medium whose bytes are the page cache of the file behind `fd`.
+fn write_at_fd<M: Medium + ?Sized>(m: &M, off: u64, src: &[u8]) -> Result<()> {
+    check_range(off, src.len() as u64, m.len())?;
+    mapping::write_at(m.fd(), off, src).map_err(|e| MediumError::Io {
+        op: "pwrite",
         path: "the pool file".into(),
         source: e,
     })
