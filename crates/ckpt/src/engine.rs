@@ -856,7 +856,7 @@ impl<S: AddressSpace> Engine<S> {
     pub fn store_running(&mut self, addr: usize, bytes: &[u8]) -> Result<()> {
         let page = self.page as usize;
         let len = bytes.len();
-        if addr % page != 0 || len % page != 0 {
+        if !addr.is_multiple_of(page) || !len.is_multiple_of(page) {
             return Err(CkptError::NotInRegion { addr, len });
         }
         let under = self.pages_under(&[(addr, len)]);
