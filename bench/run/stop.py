@@ -143,7 +143,7 @@ def xz_rows():
     return out
 
 
-lines = pi_rows()
+lines = pi_rows() if PI_REPS > 0 else []
 if XZ_REPS > 0:
-    lines += [""] + xz_rows()
+    lines += ([""] if lines else []) + xz_rows()
 print("\n".join(lines))

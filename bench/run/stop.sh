@@ -6,7 +6,7 @@
 # docs/perf.md.
 #
 # Usage: BASE_KIOKU=/path/to/old/kioku bench/run/stop.sh      (about 10 minutes on 2 cores)
-# Env: PI_DIGITS (20000), PI_REPS (3), XZ_REPS (1; 0 skips xz), RT=1 (run pi and its monitor
+# Env: PI_DIGITS (20000), PI_REPS (3; 0 skips pi), XZ_REPS (1; 0 skips xz), RT=1 (run pi and its monitor
 #      under SCHED_FIFO priority 5 — needs root; takes most of the scheduler's noise out of the
 #      pi rows on a loaded machine; xz always runs at normal priority), NO_WRITE=1 (print only).
 set -euo pipefail

@@ -117,9 +117,10 @@ pub fn ckpt_code(e: &CkptError) -> c_int {
         CkptError::Pool(p) => pool_code(p),
         CkptError::Medium(m) => medium_code(m),
         CkptError::Track(_) => KIOKU_E_TRACKER,
-        CkptError::BadName { .. } | CkptError::Misaligned { .. } | CkptError::TooLarge { .. } => {
-            KIOKU_E_INVAL
-        }
+        CkptError::BadName { .. }
+        | CkptError::Misaligned { .. }
+        | CkptError::NotInRegion { .. }
+        | CkptError::TooLarge { .. } => KIOKU_E_INVAL,
         CkptError::RegionExists { .. } => KIOKU_E_REGION_EXISTS,
         CkptError::NoSuchRegion { .. } => KIOKU_E_NO_REGION,
         CkptError::BeyondReservation { .. } => KIOKU_E_RESERVATION,

@@ -347,6 +347,12 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// copies into the other context) since it last let go of them (dense engines; see
     /// [`release_pool_mapping`]).
     pool_touched: u64,
+    /// Reused buffer the checksums of a checkpoint's pages are computed from (read with
+    /// `pread` where the medium can: see [`Engine::run_crcs`]).
+    read_buf: Vec<u8>,
+    /// Checksums of running-context pages stored by [`Engine::store_running`] in this epoch,
+    /// by (region id, page): the next checkpoint takes them instead of reading the pages.
+    known_crcs: std::collections::HashMap<(u64, usize), u32>,
 }
 
 /// What [`Engine::finish_recovery`] needs of a lazy recovery.
@@ -365,6 +371,9 @@ const MOVE_BATCH: u64 = 64 << 20;
 /// engine's regions too) after a checkpoint once they exceed this much, so that its resident
 /// memory stays small.
 const MAPPED_BUDGET: u64 = 32 << 20;
+
+/// A checkpoint's pages are read for their checksums this much at a time.
+const READ_CHUNK: usize = 256 << 10;
 
 /// A region written at least this fraction in `HOT_STREAK` consecutive epochs is taken whole.
 const HOT_FRACTION: f64 = 0.5;
@@ -497,6 +506,8 @@ impl<S: AddressSpace> Engine<S> {
             sparse: false,
             empty_running: false,
             pool_touched: 0,
+            read_buf: Vec::new(),
+            known_crcs: Default::default(),
         })
     }
 
@@ -818,12 +829,51 @@ impl<S: AddressSpace> Engine<S> {
         for (i, p0, p1) in self.pages_under(ranges) {
             let off = self.section_off(i, self.running) + (p0 * page) as u64;
             let len = ((p1 - p0) * page) as u64;
+            let id = self.regions[i].rec.id;
+            for p in p0..p1 {
+                self.known_crcs.remove(&(id, p));
+            }
             if self.sparse {
                 self.pool.zero(off, len)?;
             } else {
                 self.pool.bytes_mut(off, len).fill(0);
                 self.pool.flush(off, len)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Stores `bytes` (whole pages) into the running context at region address `addr`
+    /// (page-aligned; one region or adjacent ones) with the medium's `write_at` — a `pwrite`
+    /// on `shm` and `file`: no pool page is mapped into this process, and a hole gets its
+    /// space from the write (a full medium fails with `ENOSPC`) — and keeps the pages'
+    /// checksums, computed from `bytes`, for the next checkpoint, which then does not read
+    /// these pages back. For an owner that copies pages in from elsewhere (the process
+    /// monitor's staging). The owner still reports the pages written (its tracker), and must
+    /// not store into them otherwise before the next checkpoint: a later store through a
+    /// mapping would not match the kept checksum (a later `store_running` or `zero_running`
+    /// replaces it).
+    pub fn store_running(&mut self, addr: usize, bytes: &[u8]) -> Result<()> {
+        let page = self.page as usize;
+        let len = bytes.len();
+        if !addr.is_multiple_of(page) || !len.is_multiple_of(page) {
+            return Err(CkptError::NotInRegion { addr, len });
+        }
+        let under = self.pages_under(&[(addr, len)]);
+        if under.iter().map(|&(_, p0, p1)| p1 - p0).sum::<usize>() * page != len {
+            return Err(CkptError::NotInRegion { addr, len });
+        }
+        let mut at = 0;
+        for (i, p0, p1) in under {
+            let off = self.section_off(i, self.running) + (p0 * page) as u64;
+            let part = &bytes[at..at + (p1 - p0) * page];
+            self.pool.write_at(off, part)?;
+            self.pool.flush(off, part.len() as u64)?;
+            let id = self.regions[i].rec.id;
+            for (k, p) in part.chunks_exact(page).enumerate() {
+                self.known_crcs.insert((id, p0 + k), crc32c::crc32c(p));
+            }
+            at += part.len();
         }
         Ok(())
     }
@@ -1126,6 +1176,8 @@ impl<S: AddressSpace> Engine<S> {
             });
         }
         let sname = section_name(rec.id, self.running);
+        // Pages stored before may be cut off, or moved with the section: read them back.
+        self.known_crcs.retain(|&(id, _), _| id != rec.id);
         if new_len < old_len {
             self.untrack_range(
                 rec.id,
@@ -1175,6 +1227,7 @@ impl<S: AddressSpace> Engine<S> {
         self.untrack_range(r.rec.id, PageRange::new(addr, addr + len))?;
         self.whole.remove(&r.rec.id);
         self.hot.remove(&r.rec.id);
+        self.known_crcs.retain(|&(id, _), _| id != r.rec.id);
         self.carried
             .retain(|c| c.end <= addr || c.start >= addr + len);
         self.space.release(addr, r.rec.reserve as usize)?;
@@ -1332,7 +1385,11 @@ impl<S: AddressSpace> Engine<S> {
     /// recovery with [`EngineOptions::rollback_prepared`] can still return to it. A group of
     /// processes prepares everywhere, agrees, then finishes.
     pub fn prepare(&mut self, metadata: &[u8]) -> Result<()> {
-        // A lazy recovery's other context becomes the running one's copy first.
+        // A lazy recovery's other context becomes the running one's copy first (pages stored
+        // before it are read back, not taken on trust).
+        if self.recovery_pending() {
+            self.known_crcs.clear();
+        }
         self.finish_recovery()?;
         if self.prepared.is_some() {
             return Err(CkptError::OutOfOrder {
@@ -1369,14 +1426,13 @@ impl<S: AddressSpace> Engine<S> {
             if self.sparse {
                 holes.push(self.sparse_run_crcs(i, first, n, off)?);
             } else {
-                let bytes = self.pool.bytes(off, (n * page) as u64);
-                for (k, p) in bytes.chunks_exact(page).enumerate() {
-                    self.regions[i].crcs[first + k] = crc32c::crc32c(p);
-                }
+                self.run_crcs(i, first, n, off, None)?;
             }
             self.pool.flush(off, (n * page) as u64)?;
             dirty_pages += n as u64;
         }
+        // Kept checksums are for this checkpoint only.
+        self.known_crcs.clear();
 
         // (2) metadata into the running context; (3) flip: durable from here on.
         let epoch = self.epoch + 1;
@@ -1494,20 +1550,25 @@ impl<S: AddressSpace> Engine<S> {
         let data = data_map(&self.pool, off, n, page);
         let mut zeros: Vec<(usize, usize)> = Vec::new();
         let mut punch: Vec<(usize, usize)> = Vec::new();
-        for (k, &is_data) in data.iter().enumerate() {
-            let zero = if is_data {
-                let p = self.pool.bytes(off + (k * page) as u64, page as u64);
-                let c = crc32c::crc32c(p);
-                self.regions[i].crcs[first + k] = c;
-                c == self.zero_page_crc && is_zero(p)
+        let mut k = 0;
+        while k < n {
+            let m = data[k..].iter().take_while(|&&d| d == data[k]).count();
+            if data[k] {
+                let at = off + (k * page) as u64;
+                self.run_crcs(i, first + k, m, at, Some(&mut zeros))?;
             } else {
-                self.regions[i].crcs[first + k] = self.zero_page_crc;
-                true
-            };
-            if zero {
-                push_page(&mut zeros, first + k);
-                if is_data {
-                    push_page(&mut punch, k);
+                self.regions[i].crcs[first + k..first + k + m].fill(self.zero_page_crc);
+                for p in first + k..first + k + m {
+                    push_page(&mut zeros, p);
+                }
+            }
+            k += m;
+        }
+        // Data pages found zero: punched (the running context's holes are zero already).
+        for &(z, m) in &zeros {
+            for p in z..z + m {
+                if data[p - first] {
+                    push_page(&mut punch, p - first);
                 }
             }
         }
@@ -1515,6 +1576,65 @@ impl<S: AddressSpace> Engine<S> {
             self.pool.zero(off + (k * page) as u64, (m * page) as u64)?;
         }
         Ok(zeros)
+    }
+
+    /// Sets the checksums of pages `first..first+n` of region `i` (at pool offset `off`, all
+    /// data): those [`Engine::store_running`] kept, the others from their bytes, read into
+    /// `read_buf` a chunk at a time with the medium's `read_at` — on `shm` and `file` a
+    /// `pread`, so the pages (written by the program through its own mapping, or by the owner)
+    /// are neither faulted into the pool's mapping here nor unmapped again later. With
+    /// `zeros`, the pages that are all zero are appended to it (a kept checksum equal to the
+    /// zero page's is checked against the bytes: only zeros may become a hole).
+    fn run_crcs(
+        &mut self,
+        i: usize,
+        first: usize,
+        n: usize,
+        off: u64,
+        mut zeros: Option<&mut Vec<(usize, usize)>>,
+    ) -> Result<()> {
+        let page = self.page as usize;
+        let chunk = (READ_CHUNK / page).max(1);
+        if self.read_buf.len() < chunk * page {
+            self.read_buf.resize(chunk * page, 0);
+        }
+        let id = self.regions[i].rec.id;
+        let zero_crc = self.zero_page_crc;
+        let known = |k: usize| {
+            self.known_crcs
+                .get(&(id, first + k))
+                .copied()
+                .filter(|&c| zeros.is_none() || c != zero_crc)
+        };
+        // Pages to read: runs of at most `chunk` pages without a kept checksum.
+        let mut reads: Vec<(usize, usize)> = Vec::new();
+        let mut k = 0;
+        while k < n {
+            if let Some(c) = known(k) {
+                self.regions[i].crcs[first + k] = c;
+                k += 1;
+                continue;
+            }
+            let m = (k..n.min(k + chunk))
+                .take_while(|&j| known(j).is_none())
+                .count();
+            reads.push((k, m));
+            k += m;
+        }
+        for (k, m) in reads {
+            let buf = &mut self.read_buf[..m * page];
+            self.pool.read_at(off + (k * page) as u64, buf)?;
+            for (j, p) in buf.chunks_exact(page).enumerate() {
+                let c = crc32c::crc32c(p);
+                self.regions[i].crcs[first + k + j] = c;
+                if let Some(z) = zeros.as_deref_mut() {
+                    if c == zero_crc && is_zero(p) {
+                        push_page(z, first + k + j);
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Switches regions written (nearly) whole in every recent epoch to being taken whole, and
@@ -1863,22 +1983,14 @@ fn sync_context(
                     .any(|c| c.name == dst.name && c.offset == dst.offset && c.len == dst.len),
         );
     }
-    let base = pool.medium().as_ptr();
     let mut copied = 0u64;
-    let copy = |pool: &Pool, src: u64, dst: u64, len: u64, sparse: bool| -> Result<()> {
-        if sparse {
-            pool.allocate(dst, len)?;
-        }
-        // SAFETY: `src` and `dst` ranges lie inside two distinct sections of the pool's mapping
-        // (checked by the section table), so they are in bounds and do not overlap; no slice
-        // of either is alive.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                base.add(src as usize),
-                base.add(dst as usize),
-                len as usize,
-            )
-        };
+    // `src` and `dst` lie in two distinct sections (the section table keeps them apart). On
+    // `shm` and `file` the kernel copies (`copy_file_range`): neither context's pages are
+    // faulted into this process, nor unmapped again afterwards — that was most of a process
+    // monitor's CPU on a program rewriting much of its memory. A hole at `dst` (a sparse
+    // section) gets its space from the copy: a full medium fails there with `ENOSPC`.
+    let copy = |pool: &Pool, src: u64, dst: u64, len: u64| -> Result<()> {
+        pool.copy_range(src, dst, len)?;
         pool.flush(dst, len)?;
         Ok(())
     };
@@ -1894,7 +2006,7 @@ fn sync_context(
             let mut moved: Vec<(u64, u64, u64)> = Vec::new();
             let mut batch = 0u64;
             let mut take = |pool: &Pool, src: u64, dst: u64, len: u64, i: usize| -> Result<()> {
-                copy(pool, src, dst, len, sparse[i])?;
+                copy(pool, src, dst, len)?;
                 if movable[i] {
                     moved.push((src, dst, len));
                     batch += len;
@@ -1966,13 +2078,13 @@ fn sync_context(
                         }
                         (true, false) => {
                             if !is_zero(pool.bytes(src + at, page)) {
-                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copy(pool, src + at, dst + at, page)?;
                                 copied += 1;
                             }
                         }
                         (true, true) => {
                             if pool.bytes(src + at, page) != pool.bytes(dst + at, page) {
-                                copy(pool, src + at, dst + at, page, sparse[i])?;
+                                copy(pool, src + at, dst + at, page)?;
                                 copied += 1;
                             }
                         }

@@ -30,6 +30,8 @@ pub enum CkptError {
     },
     #[error("{len} bytes is too large for a region (at most 2^56)")]
     TooLarge { len: u64 },
+    #[error("{addr:#x}+{len:#x} is not whole pages inside the regions; store only into a region's pages")]
+    NotInRegion { addr: usize, len: usize },
     #[error("address {addr:#x} is not page-aligned")]
     Misaligned { addr: usize },
     #[error("{what} failed: {source}")]

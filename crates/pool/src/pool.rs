@@ -623,6 +623,31 @@ impl Pool {
         Ok(())
     }
 
+    /// Reads `[off, off+buf.len())` of the data area into `buf` — on `shm` and `file` with
+    /// `pread`, so that the pages are not mapped into this process (see [`Medium::read_at`]).
+    pub fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        self.check_range(off, buf.len() as u64);
+        Ok(self.medium.read_at(off, buf)?)
+    }
+
+    /// Stores `src` at `off` of the data area, space there reserved by the store; ordered like
+    /// stores (durable after `flush` and `drain`). On `shm` and `file` with `pwrite`, the pages
+    /// not mapped into this process (see [`Medium::write_at`]).
+    pub fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
+        self.check_range(off, src.len() as u64);
+        Ok(self.medium.write_at(off, src)?)
+    }
+
+    /// Copies `[src, src+len)` of the data area to `[dst, dst+len)` (not overlapping), space
+    /// at `dst` reserved by the copy; ordered like stores to `dst` (durable after `flush` and
+    /// `drain`). On `shm` and `file` inside the kernel, neither range mapped into this process
+    /// (see [`Medium::copy_range`]).
+    pub fn copy_range(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        self.check_range(src, len);
+        self.check_range(dst, len);
+        Ok(self.medium.copy_range(src, dst, len)?)
+    }
+
     /// Reserves space for `[off, off+len)` of a sparse section before storing there (a full
     /// medium fails here with `ENOSPC` instead of as SIGBUS on the store).
     pub fn allocate(&self, off: u64, len: u64) -> Result<()> {

@@ -136,4 +136,66 @@ fn a_full_medium_fails_allocation_with_enospc_not_sigbus() {
     // ... and writing into it fails with a reason once the medium is full.
     let e = pool.allocate(s.offset, 8 * MIB).unwrap_err().to_string();
     assert!(e.contains("No space left on device"), "{e}");
+    // So does a copy into its holes (the kernel's copy allocates as it goes).
+    let e = pool
+        .copy_range(s.offset, s.offset + 32 * MIB, 8 * MIB)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("No space left on device"), "{e}");
+}
+
+/// `copy_range` and `read_at` (the checkpoint engine's sync and checksums): bytes copied into
+/// a hole of a sparse section and read back, holes read as zeros and stay holes, ranges that
+/// overlap refused.
+fn copy_and_read(dir: &Path, kind: MediumKind) {
+    let (_path, mut pool) = pool_in(dir, kind);
+    let s = pool.create_section("s", 8 * MIB, SECTION_SPARSE).unwrap();
+    for (k, byte) in [(0u64, 1u8), (1, 2), (2, 3)] {
+        write_page(&mut pool, s.offset + k * 4096, byte);
+    }
+    let dst = s.offset + 4 * MIB;
+    pool.copy_range(s.offset, dst, 3 * 4096).unwrap();
+    pool.flush(dst, 3 * 4096).unwrap();
+    pool.drain().unwrap();
+    let mut buf = vec![0u8; 3 * 4096];
+    pool.read_at(dst, &mut buf).unwrap();
+    for (k, p) in buf.chunks_exact(4096).enumerate() {
+        assert!(p.iter().all(|&b| b == k as u8 + 1), "{kind:?}: page {k}");
+    }
+    assert_eq!(
+        pool.bytes(dst, 3 * 4096),
+        &buf[..],
+        "{kind:?}: the mapping sees it"
+    );
+    assert_eq!(
+        pool.data_extents(s.offset + 2 * MIB, 6 * MIB).unwrap(),
+        vec![(dst, dst + 3 * 4096)],
+        "{kind:?}: only the copied pages hold data"
+    );
+    let hole = s.offset + 6 * MIB;
+    let mut z = vec![9u8; 4096];
+    pool.read_at(hole, &mut z).unwrap();
+    assert!(z.iter().all(|&b| b == 0), "{kind:?}: a hole reads as zeros");
+    assert!(
+        pool.data_extents(hole, 4096).unwrap().is_empty(),
+        "{kind:?}: reading a hole leaves it a hole"
+    );
+    assert!(pool
+        .copy_range(s.offset, s.offset + 4096, 2 * 4096)
+        .is_err());
+}
+
+#[test]
+fn copy_range_and_read_at_on_shm() {
+    let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("SKIPPED: no /dev/shm (tmpfs) to put a pool on");
+        return;
+    };
+    copy_and_read(dir.path(), MediumKind::Shm);
+}
+
+#[test]
+fn copy_range_and_read_at_on_a_disk_file() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_and_read(dir.path(), MediumKind::File);
 }

@@ -9,7 +9,6 @@ use std::rc::Rc;
 use kioku_ckpt::{AddressSpace, Result, SelfSpace};
 use kioku_pool::Medium;
 
-use crate::capture::staging::PoolMappings;
 use kioku_track::{BackendKind, Event, PageRange, PageTracker, ScanStats, TrackError};
 
 /// Pages the monitor wrote into the engine's regions since the last checkpoint.
@@ -91,20 +90,11 @@ impl PageTracker for MarkTracker {
 #[derive(Debug, Default)]
 pub struct ShadowSpace {
     marks: Marks,
-    /// Where the running context's pages lie in the pool file (for staged writes).
-    maps: PoolMappings,
 }
 
 impl ShadowSpace {
     pub fn new(marks: Marks) -> ShadowSpace {
-        ShadowSpace {
-            marks,
-            ..Default::default()
-        }
-    }
-
-    pub(crate) fn pool_mappings(&self) -> &PoolMappings {
-        &self.maps
+        ShadowSpace { marks }
     }
 }
 
@@ -116,16 +106,12 @@ impl AddressSpace for ShadowSpace {
         SelfSpace.reserve(name, addr, len)
     }
     fn map_pool(&mut self, addr: usize, len: usize, medium: &dyn Medium, off: u64) -> Result<()> {
-        SelfSpace.map_pool(addr, len, medium, off)?;
-        self.maps.mapped(addr, len, off);
-        Ok(())
+        SelfSpace.map_pool(addr, len, medium, off)
     }
     fn unmap_to_reserved(&mut self, addr: usize, len: usize) -> Result<()> {
-        self.maps.unmapped(addr, len);
         SelfSpace.unmap_to_reserved(addr, len)
     }
     fn release(&mut self, addr: usize, len: usize) -> Result<()> {
-        self.maps.unmapped(addr, len);
         SelfSpace.release(addr, len)
     }
     fn tracker(&mut self) -> Result<Box<dyn PageTracker>> {

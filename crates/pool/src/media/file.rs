@@ -67,6 +67,18 @@ impl Medium for FileMedium {
         self.mem.file().as_raw_fd()
     }
 
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        super::read_at_fd(self, off, buf)
+    }
+
+    fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
+        super::write_at_fd(self, off, src)
+    }
+
+    fn copy_range(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        super::copy_range_fd(self, src, dst, len)
+    }
+
     fn flush(&self, off: u64, len: u64) -> Result<()> {
         self.mem.checked_ptr(off, len)?;
         // `drain` (fdatasync) writes every dirty page of the file anyway; starting write-back

@@ -239,6 +239,58 @@ pub trait Medium: Send + Sync + fmt::Debug {
         }
         Ok(())
     }
+    /// Reads `[off, off+buf.len())` into `buf`. A medium whose bytes are a file's page cache
+    /// (`shm`, `file`) reads with `pread`: the pages are not mapped into this process (no page
+    /// fault, nothing to unmap afterwards). The default reads through the mapping.
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        check_range(off, buf.len() as u64, self.len())?;
+        // SAFETY: the range was checked against the mapping length above; `buf` is our own
+        // memory, outside the mapping.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.as_ptr().add(off as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+    /// Stores `src` at `off`, ordered like stores (durable after `flush` and `drain`). A hole
+    /// there gets its space first (a full medium fails with `ENOSPC`, never as SIGBUS). A
+    /// medium whose bytes are a file's page cache (`shm`, `file`) writes with `pwrite`: the
+    /// pages are not mapped into this process. The default allocates, then copies through the
+    /// mapping.
+    fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
+        check_range(off, src.len() as u64, self.len())?;
+        self.allocate(off, src.len() as u64)?;
+        // SAFETY: the range was checked against the mapping length above; `src` is borrowed
+        // elsewhere, so it does not overlap the range stored into.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(off as usize), src.len())
+        };
+        Ok(())
+    }
+    /// Copies `[src, src+len)` to `[dst, dst+len)` (ranges that do not overlap), ordered like
+    /// stores to `dst`: durable after `flush(dst, len)` and `drain`. A hole at `dst` gets its
+    /// space first (a full medium fails with `ENOSPC`, never as SIGBUS). A medium whose bytes
+    /// are a file's page cache (`shm`, `file`) copies inside the kernel (`copy_file_range`):
+    /// neither range is mapped into this process. The default allocates, then copies through
+    /// the mapping.
+    fn copy_range(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        check_range(src, len, self.len())?;
+        check_range(dst, len, self.len())?;
+        self.allocate(dst, len)?;
+        // SAFETY: both ranges were checked against the mapping length; the caller guarantees
+        // they do not overlap and that no slice of either is alive.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.as_ptr().add(src as usize),
+                self.as_ptr().add(dst as usize),
+                len as usize,
+            )
+        };
+        Ok(())
+    }
     /// The parts of `[off, off+len)` that hold data, as `(start, end)` offsets; the rest are
     /// holes, which read as zeros (reading them through the mapping would fill them).
     fn data_extents(&self, off: u64, len: u64) -> Result<Vec<(u64, u64)>> {
@@ -306,6 +358,44 @@ fn hole_or_zeros<M: Medium + ?Sized>(m: &M, off: u64, len: u64) -> Result<bool> 
     // these bytes (nothing borrows them while they are zeroed).
     unsafe { std::ptr::write_bytes(m.as_ptr().add(off as usize), 0, len as usize) };
     Ok(true)
+}
+
+/// [`Medium::read_at`] of a medium whose bytes are the page cache of the file behind `fd`.
+fn read_at_fd<M: Medium + ?Sized>(m: &M, off: u64, buf: &mut [u8]) -> Result<()> {
+    check_range(off, buf.len() as u64, m.len())?;
+    mapping::read_at(m.fd(), off, buf).map_err(|e| MediumError::Io {
+        op: "pread",
+        path: "the pool file".into(),
+        source: e,
+    })
+}
+
+/// [`Medium::write_at`] of a medium whose bytes are the page cache of the file behind `fd`.
+fn write_at_fd<M: Medium + ?Sized>(m: &M, off: u64, src: &[u8]) -> Result<()> {
+    check_range(off, src.len() as u64, m.len())?;
+    mapping::write_at(m.fd(), off, src).map_err(|e| MediumError::Io {
+        op: "pwrite",
+        path: "the pool file".into(),
+        source: e,
+    })
+}
+
+/// [`Medium::copy_range`] of a medium whose bytes are the page cache of the file behind `fd`.
+fn copy_range_fd<M: Medium + ?Sized>(m: &M, src: u64, dst: u64, len: u64) -> Result<()> {
+    check_range(src, len, m.len())?;
+    check_range(dst, len, m.len())?;
+    if src < dst + len && dst < src + len {
+        return Err(MediumError::Io {
+            op: "copy_file_range",
+            path: "the pool file".into(),
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        });
+    }
+    mapping::copy_range(m.fd(), src, dst, len).map_err(|e| MediumError::Io {
+        op: "copy_file_range",
+        path: "the pool file".into(),
+        source: e,
+    })
 }
 
 /// Fails unless `[off, off+len)` lies inside a medium of `size` bytes.

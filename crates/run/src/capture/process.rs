@@ -412,7 +412,10 @@ impl ProcessCapture {
         &mut self,
         p: Precopy,
         marks: &Marks,
-        mut staging: Option<(&mut super::staging::Staging, &super::staging::PoolMappings)>,
+        mut staging: Option<(
+            &mut super::staging::Staging,
+            &mut kioku_ckpt::Engine<crate::shadow::ShadowSpace>,
+        )>,
     ) -> u64 {
         let mut copied = 0;
         // Staged in pieces: the staging memory stays small while the tree runs.
@@ -436,13 +439,13 @@ impl ProcessCapture {
             let r = match staging.as_mut() {
                 // A pool on a disk file: through staging memory and large writes, as in the
                 // stop (much faster than storing into the shared file mapping).
-                Some((s, maps)) => s.stage(&[c]).and_then(|staged| {
+                Some((s, engine)) => s.stage(&[c]).and_then(|staged| {
                     let r = sys::copy_pages(self.pid, &staged, true);
                     if r.is_err() {
                         s.unstage(1);
                     }
                     let n = r?;
-                    s.write_out(maps)?;
+                    s.write_out(engine)?;
                     Ok(n)
                 }),
                 None => sys::copy_pages(self.pid, &[c], true),
@@ -714,7 +717,7 @@ impl ProcessCapture {
             // Staged pages are written out first (inside the stop: a debugging aid), so that
             // the comparison also checks where the staging put them.
             if let Some(s) = st.staging.as_mut() {
-                s.write_out(st.engine.space().pool_mappings())?;
+                s.write_out(st.engine)?;
             }
             self.verify(&vmas, st)?;
         }

@@ -3,9 +3,10 @@
 //! context's shared file mapping. Storing into a shared mapping of an ext4 file costs a page
 //! fault, a page-cache allocation and a dirtying per 4 KiB page (1.5 s for 512 MiB here,
 //! against ~0.1 s into anonymous memory); the tree would wait for all of it. After the tree
-//! resumes, [`Staging::write_out`] writes the staged pages into the pool file with large
-//! `pwrite`s (coherent with the mapping: the same page cache), before the engine checksums and
-//! commits them.
+//! resumes, [`Staging::write_out`] hands the staged pages to the engine
+//! ([`Engine::store_running`]), which writes them into the pool file with large `pwrite`s
+//! (coherent with the mapping: the same page cache) and keeps their checksums, computed from
+//! the staged bytes: the checkpoint that commits them does not read them back from the pool.
 //!
 //! The staging memory is kept between checkpoints, its pages beyond [`RETAIN`] given back
 //! lazily (`MADV_FREE`): the kernel takes them only under memory pressure, and until then the
@@ -14,18 +15,19 @@
 //! memory before copying into it — most of a 1.7 s stop where the copy alone takes ~0.1 s.
 //! A mapping much larger than recent checkpoints need is unmapped ([`SHRINK_AFTER`]).
 //!
-//! A pool on tmpfs (medium `shm`) stages too, up to [`RETAIN`] per checkpoint: there a sparse
-//! running context is emptied after each checkpoint, and storing into it would allocate and
-//! zero every page inside the stop; its pages are reserved and written after the resume.
+//! A pool on tmpfs (medium `shm`) stages too: there a sparse running context is emptied after
+//! each checkpoint, and storing into its mapping would allocate a page and fault it in per
+//! page inside the stop (and unmap it after the checkpoint); staged pages are written by the
+//! engine after the resume. `KIOKU_STAGE_ALL=0` limits it to [`RETAIN`] per checkpoint there.
 //!
 //! Invariant: staged pages are written out before anything reads or writes the running
 //! context again (the next checkpoint's commit, survey or copy); until then the marks already
 //! name them, so a checkpoint never commits a page without its staged contents.
 
-use std::collections::BTreeMap;
-use std::os::fd::RawFd;
+use kioku_ckpt::Engine;
 
 use crate::error::{Result, RunError};
+use crate::shadow::ShadowSpace;
 
 /// Staging memory kept resident between checkpoints; beyond it, pages are freed lazily.
 pub(crate) const RETAIN: usize = 64 << 20;
@@ -36,43 +38,8 @@ const SHRINK_AFTER: u32 = 8;
 /// `MADV_POPULATE_WRITE` (Linux 5.14; not in every libc's headers).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
 
-/// The running context's mappings in the monitor: address → (length, offset in the pool
-/// file), kept by the shadow space as the engine maps and unmaps regions.
-#[derive(Debug, Default)]
-pub(crate) struct PoolMappings {
-    by_addr: BTreeMap<usize, (usize, u64)>,
-}
-
-impl PoolMappings {
-    pub fn mapped(&mut self, addr: usize, len: usize, off: u64) {
-        self.unmapped(addr, len);
-        self.by_addr.insert(addr, (len, off));
-    }
-
-    /// Forgets every mapping overlapping `addr..addr + len` (the engine unmaps whole mappings).
-    pub fn unmapped(&mut self, addr: usize, len: usize) {
-        let end = addr + len;
-        let gone: Vec<usize> = self
-            .by_addr
-            .range(..end)
-            .filter(|(&a, &(l, _))| a + l > addr)
-            .map(|(&a, _)| a)
-            .collect();
-        for a in gone {
-            self.by_addr.remove(&a);
-        }
-    }
-
-    /// The pool offset of `addr` and how many bytes from there lie in the same mapping.
-    fn offset_of(&self, addr: usize) -> Option<(u64, usize)> {
-        let (&a, &(l, off)) = self.by_addr.range(..=addr).next_back()?;
-        (addr < a + l).then(|| (off + (addr - a) as u64, a + l - addr))
-    }
-}
-
 /// Pages copied out of the stopped tree, waiting to be written into the pool file.
 pub(crate) struct Staging {
-    fd: RawFd,
     /// Most bytes staged per checkpoint; more go straight into the pool's mapping. `None`:
     /// no limit (a disk, where storing into the mapping costs far more than a second copy).
     limit: Option<usize>,
@@ -90,11 +57,9 @@ pub(crate) struct Staging {
 }
 
 impl Staging {
-    /// Staging for the pool file open at `fd` (which outlives it: the engine's pool), of at
-    /// most `limit` bytes per checkpoint.
-    pub fn new(fd: RawFd, limit: Option<usize>) -> Staging {
+    /// Staging of at most `limit` bytes per checkpoint.
+    pub fn new(limit: Option<usize>) -> Staging {
         Staging {
-            fd,
             limit,
             buf: std::ptr::null_mut(),
             cap: 0,
@@ -139,14 +104,6 @@ impl Staging {
 
     pub fn is_empty(&self) -> bool {
         self.pending.is_empty()
-    }
-
-    /// Where the staged pages go: (running-context address, length) of each.
-    pub fn destinations(&self) -> Vec<(usize, usize)> {
-        self.pending
-            .iter()
-            .map(|&(local, _, len)| (local, len))
-            .collect()
     }
 
     /// Turns `chunks` (program address, running-context address, length) into chunks whose
@@ -213,34 +170,19 @@ impl Staging {
         Ok(())
     }
 
-    /// Writes every staged page into the pool file where the running context maps it (large
-    /// `pwrite`s; a part not found in `maps` is copied through the mapping). Then the staging
-    /// memory is empty (its pages beyond `RETAIN` freed lazily).
-    pub fn write_out(&mut self, maps: &PoolMappings) -> Result<u64> {
+    /// Stores every staged page into the running context where it belongs
+    /// ([`Engine::store_running`]: large `pwrite`s, space reserved by them — a full medium
+    /// fails here with `ENOSPC` — and the pages' checksums kept from the staged bytes). Then
+    /// the staging memory is empty (its pages beyond `RETAIN` freed lazily).
+    pub fn write_out(&mut self, engine: &mut Engine<ShadowSpace>) -> Result<u64> {
         let mut written = 0u64;
         let pending = std::mem::take(&mut self.pending);
-        for &(mut local, mut at, mut len) in &pending {
-            while len > 0 {
-                // SAFETY: `at..at + len` lies inside the staging mapping (filled by `stage`).
-                let src = unsafe { self.buf.add(at) };
-                let n = match maps.offset_of(local) {
-                    Some((off, room)) => {
-                        let n = len.min(room);
-                        pwrite_all(self.fd, src, n, off)?;
-                        n
-                    }
-                    None => {
-                        // SAFETY: `local..local + len` is inside an engine region mapped
-                        // writable in this process (the chunk's destination before staging).
-                        unsafe { std::ptr::copy_nonoverlapping(src, local as *mut u8, len) };
-                        len
-                    }
-                };
-                local += n;
-                at += n;
-                len -= n;
-                written += n as u64;
-            }
+        for &(local, at, len) in &pending {
+            // SAFETY: `at..at + len` lies inside the staging mapping, filled by `stage` and the
+            // copy after it; nothing writes the staging memory while this slice lives.
+            let bytes = unsafe { std::slice::from_raw_parts(self.buf.add(at), len) };
+            engine.store_running(local, bytes)?;
+            written += len as u64;
         }
         let used = std::mem::take(&mut self.used);
         self.expect = used;
@@ -279,30 +221,4 @@ impl Drop for Staging {
             unsafe { libc::munmap(self.buf.cast(), self.cap) };
         }
     }
-}
-
-fn pwrite_all(fd: RawFd, mut src: *const u8, mut len: usize, mut off: u64) -> Result<()> {
-    while len > 0 {
-        // SAFETY: `src..src + len` is readable staging memory; `fd` is the pool's open file.
-        let n = unsafe { libc::pwrite(fd, src.cast(), len, off as libc::off_t) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(RunError::Pool(kioku_pool::PoolError::Medium(
-                kioku_pool::media::MediumError::io(
-                    "pwrite (a checkpoint's pages into the pool file)",
-                    std::path::Path::new("pool"),
-                    e,
-                ),
-            )));
-        }
-        let n = n as usize;
-        // SAFETY: still inside the staged range.
-        src = unsafe { src.add(n) };
-        len -= n;
-        off += n as u64;
-    }
-    Ok(())
 }
