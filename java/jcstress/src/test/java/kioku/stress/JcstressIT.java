@@ -37,7 +37,7 @@ import org.openjdk.jcstress.infra.runners.TestList;
  *
  * <ul>
  *   <li>{@code jcstress.mode}: {@code build} (the default: a short run for {@code mvn verify},
- *       about half a minute on 2 cores, one fork per test) or a jcstress preset ({@code sanity, quick, default, tough,
+ *       one fork per test, about a minute on 2 cores) or a jcstress preset ({@code sanity, quick, default, tough,
  *       stress}) run as jcstress defines it, in every JVM configuration it detects
  *   <li>{@code jcstress.args}: more jcstress options (e.g. {@code -time 1000 -iters 10}); in
  *       {@code build} mode they replace the build's values of the same options
