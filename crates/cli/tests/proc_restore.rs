@@ -43,7 +43,11 @@ fn kill_and_restore(
         let mut child = spawn_kioku(&args, &dir);
         let mut kills = 0;
         loop {
-            let after = Duration::from_millis(rng.gen_range(5..max_ms));
+            // The window doubles every 25 kills (up to 16×): on a loaded machine a restore may
+            // need longer than `max_ms` to reach its next checkpoint, and kills that always come
+            // first would never let the program finish.
+            let window = max_ms << (kills / 25).min(4);
+            let after = Duration::from_millis(rng.gen_range(5..window));
             match kill_after(child, after, kill_monitor && kills % 2 == 1) {
                 Outcome::Finished(0) => break,
                 // Killed before the first checkpoint (or before the pool existed): start
