@@ -7,8 +7,16 @@ import java.util.List;
  * Space for replicas (the thesis's NVM allocator). Small replicas go to 4 KiB segments of one
  * size class; larger ones take runs of whole segments. All of this metadata lives in DRAM
  * only: at open it is rebuilt from the replicas reachable from the roots, which is why a
- * replica becomes reachable only after it is durable. Not thread-safe: the heap calls it under
- * its persistence lock.
+ * replica becomes reachable only after it is durable.
+ *
+ * <p>Threads making objects persistent at once each take whole segments ({@link #takeSegment})
+ * and hand out their slots themselves (a {@link SlotCache}), so that allocation does not
+ * serialise them: the allocator's monitor is taken once per segment, not once per replica.
+ * While a thread holds a segment no other thread allocates in it, which is what lets
+ * make_persistent find the thread responsible for a grey replica from its address. Allocation,
+ * freeing and the sizes are synchronized; the rebuild ({@link #beginRebuild}, {@link
+ * #markUsed}, {@link #finishRebuild}) runs with the heap held exclusively, nothing else
+ * allocating.
  */
 final class Allocator {
   private static final byte FREE = 0;
@@ -22,6 +30,8 @@ final class Allocator {
     final int[] runLength; // segments of a large replica, at its head
     final long[] freeSlots; // per small segment: 64 bits per word, 8 words (512 slots max)
     final int[] freeCount;
+    /** Per segment: the make_persistent holding it (SlotCache), or null. */
+    final Object[] holder;
     int freeSegments;
     int rover;
 
@@ -32,6 +42,7 @@ final class Allocator {
       runLength = new int[n];
       freeSlots = new long[n * 8];
       freeCount = new int[n];
+      holder = new Object[n];
       freeSegments = n;
     }
   }
@@ -59,23 +70,23 @@ final class Allocator {
   }
 
   /** Adds an empty heap space (at creation, growth, or open before rebuilding). */
-  void addChunk(int space, long len) {
+  synchronized void addChunk(int space, long len) {
     while (chunks.size() <= space) chunks.add(null);
     chunks.set(space, new Chunk(space, len));
   }
 
-  long usedBytes() {
+  synchronized long usedBytes() {
     return usedBytes;
   }
 
-  long capacityBytes() {
+  synchronized long capacityBytes() {
     long n = 0;
     for (Chunk c : chunks) if (c != null) n += (long) c.kind.length * SizeClasses.SEGMENT;
     return n;
   }
 
   /** A replica of {@code size} bytes (a multiple of 8), or 0 if no space has room. */
-  long allocate(long size) {
+  synchronized long allocate(long size) {
     if (size <= SizeClasses.MAX_SMALL) return allocateSmall(SizeClasses.classOf(size));
     int segs = (int) ((size + SizeClasses.SEGMENT - 1) / SizeClasses.SEGMENT);
     for (Chunk c : chunks) {
@@ -171,7 +182,7 @@ final class Allocator {
   }
 
   /** Frees a replica of {@code size} bytes at {@code addr}. */
-  void free(long addr, long size) {
+  synchronized void free(long addr, long size) {
     Chunk c = chunks.get(HeapFormat.space(addr));
     long off = HeapFormat.offset(addr);
     int seg = (int) (off / SizeClasses.SEGMENT);
@@ -180,6 +191,7 @@ final class Allocator {
       int segs = c.runLength[seg];
       for (int i = 0; i < segs; i++) c.kind[seg + i] = FREE;
       c.freeSegments += segs;
+      c.holder[seg] = null;
       usedBytes -= (long) segs * SizeClasses.SEGMENT;
       return;
     }
@@ -188,6 +200,7 @@ final class Allocator {
     c.freeSlots[seg * 8 + slot / 64] |= 1L << (slot % 64);
     c.freeCount[seg]++;
     usedBytes -= SizeClasses.size(sc);
+    if (c.holder[seg] != null) return; // its holder's release makes it anyone's again
     if (c.freeCount[seg] == SizeClasses.slotsPerSegment(sc)) {
       c.kind[seg] = FREE;
       c.freeSegments++;
@@ -258,5 +271,197 @@ final class Allocator {
   static long footprint(long size) {
     if (size <= SizeClasses.MAX_SMALL) return SizeClasses.size(SizeClasses.classOf(size));
     return (size + SizeClasses.SEGMENT - 1) / SizeClasses.SEGMENT * SizeClasses.SEGMENT;
+  }
+
+  /**
+   * Takes every free slot of one segment of size class {@code sc} for {@code holder} alone:
+   * their bits go to {@code bits[0..8)} (slot k is bit k % 64 of word k / 64) and they count as
+   * used. The segment stays the holder's (no other thread gets a slot of it, even one freed
+   * meanwhile) until {@link #release}. Returns the segment (space << 32 | segment), or -1 if no
+   * space has room.
+   */
+  synchronized long takeSegment(int sc, long[] bits, Object holder) {
+    while (true) {
+      if (partialCount[sc] == 0) {
+        if (!newSegment(sc)) return -1;
+        continue;
+      }
+      long ref = partial[sc][--partialCount[sc]];
+      Chunk c = chunks.get((int) (ref >>> 32));
+      int seg = (int) ref;
+      // Stale (filled up, freed) or held: a held segment is pushed again when released.
+      if (c.kind[seg] != sc || c.freeCount[seg] == 0 || c.holder[seg] != null) continue;
+      System.arraycopy(c.freeSlots, seg * 8, bits, 0, 8);
+      java.util.Arrays.fill(c.freeSlots, seg * 8, seg * 8 + 8, 0L);
+      usedBytes += (long) c.freeCount[seg] * SizeClasses.size(sc);
+      c.freeCount[seg] = 0;
+      c.holder[seg] = holder;
+      return ref;
+    }
+  }
+
+  /** A large replica ({@link #allocate}) held by {@code holder} until {@link #release}; 0 if none. */
+  synchronized long allocateHeld(long size, Object holder) {
+    long addr = allocate(size);
+    if (addr != 0) chunks.get(HeapFormat.space(addr)).holder[(int) (HeapFormat.offset(addr) / SizeClasses.SEGMENT)] = holder;
+    return addr;
+  }
+
+  /** The holder of the segment (or large replica) at {@code addr}; null if none holds it. */
+  synchronized Object holderOf(long addr) {
+    Chunk c = HeapFormat.space(addr) < chunks.size() ? chunks.get(HeapFormat.space(addr)) : null;
+    return c == null ? null : c.holder[(int) (HeapFormat.offset(addr) / SizeClasses.SEGMENT)];
+  }
+
+  /**
+   * Ends a hold: the slots of {@code bits} (small segments, class {@code sc}; null for a large
+   * replica) were not used and are free again; the segment is anyone's again.
+   */
+  synchronized void release(long ref, int sc, long[] bits, Object holder) {
+    Chunk c = chunks.get((int) (ref >>> 32));
+    int seg = (int) ref;
+    if (c.holder[seg] != holder) return; // a large replica freed since, maybe someone else's now
+    c.holder[seg] = null;
+    if (bits == null) return;
+    long base = (long) seg * SizeClasses.SEGMENT;
+    for (int w = 0; w < 8; w++) {
+      long b = bits[w];
+      while (b != 0) {
+        int k = Long.numberOfTrailingZeros(b);
+        b &= b - 1;
+        free(HeapFormat.address(c.space, base + (long) (w * 64 + k) * SizeClasses.size(sc)), SizeClasses.size(sc));
+      }
+      bits[w] = 0;
+    }
+    if (c.kind[seg] == sc && c.freeCount[seg] > 0) {
+      if (c.freeCount[seg] == SizeClasses.slotsPerSegment(sc)) {
+        c.kind[seg] = FREE;
+        c.freeSegments++;
+      } else {
+        pushPartial(sc, ref);
+      }
+    }
+  }
+
+  /**
+   * One make_persistent's space: per size class, the segment it holds and the slots of it still
+   * free, and every segment and large replica it holds. Used by one thread; {@link #release}
+   * ends every hold.
+   */
+  static final class SlotCache {
+    private final Allocator alloc;
+    private final Object holder;
+    private final long[] segment = new long[SizeClasses.COUNT + 1];
+    private final long[][] bits = new long[SizeClasses.COUNT + 1][];
+    /** Every segment held (open addressing, -1 empty), with its size class (0: large). */
+    private long[] held = new long[64];
+    private byte[] heldClass = new byte[64];
+    private int heldCount;
+
+    SlotCache(Allocator alloc, Object holder) {
+      this.alloc = alloc;
+      this.holder = holder;
+      java.util.Arrays.fill(segment, -1L);
+      java.util.Arrays.fill(held, -1L);
+    }
+
+    /** A slot for a small replica of class {@code sc}; 0 if the heap has no segment left. */
+    long allocate(int sc) {
+      long[] b = bits[sc];
+      while (true) {
+        if (segment[sc] != -1L) {
+          for (int w = 0; w < 8; w++) {
+            long x = b[w];
+            if (x != 0) {
+              int k = Long.numberOfTrailingZeros(x);
+              b[w] = x & (x - 1);
+              long ref = segment[sc];
+              return HeapFormat.address((int) (ref >>> 32),
+                  (long) (int) ref * SizeClasses.SEGMENT + (long) (w * 64 + k) * SizeClasses.size(sc));
+            }
+          }
+          segment[sc] = -1L; // used up; still held until release
+        }
+        if (b == null) b = bits[sc] = new long[8];
+        long ref = alloc.takeSegment(sc, b, holder);
+        if (ref == -1L) return 0;
+        hold(ref, sc);
+        segment[sc] = ref;
+      }
+    }
+
+    /** A large replica, held; 0 if no space has room. */
+    long allocateLarge(long size) {
+      long addr = alloc.allocateHeld(size, holder);
+      if (addr != 0) hold(segmentOf(addr), 0);
+      return addr;
+    }
+
+    /** Puts back a slot this cache handed out that was not needed. */
+    void unallocate(long addr, long size) {
+      if (size <= SizeClasses.MAX_SMALL) {
+        int sc = SizeClasses.classOf(size);
+        long ref = segment[sc];
+        long off = HeapFormat.offset(addr);
+        if (ref == segmentOf(addr)) {
+          int slot = (int) ((off % SizeClasses.SEGMENT) / SizeClasses.size(sc));
+          bits[sc][slot / 64] |= 1L << (slot % 64);
+          return;
+        }
+      }
+      alloc.free(addr, size); // its segment stays held: nobody else gets the slot meanwhile
+    }
+
+    /** True if this cache holds the segment (or large replica) that {@code addr} lies in. */
+    boolean holds(long addr) {
+      long ref = segmentOf(addr);
+      int mask = held.length - 1;
+      for (int i = mix(ref) & mask; ; i = (i + 1) & mask) {
+        if (held[i] == ref) return true;
+        if (held[i] == -1L) return false;
+      }
+    }
+
+    /** Ends every hold; slots not handed out are free again. */
+    void release() {
+      for (int i = 0; i < held.length; i++) {
+        long ref = held[i];
+        if (ref == -1L) continue;
+        int sc = heldClass[i];
+        alloc.release(ref, sc, sc == 0 ? null : (segment[sc] == ref ? bits[sc] : EMPTY), holder);
+        held[i] = -1L;
+      }
+      heldCount = 0;
+      java.util.Arrays.fill(segment, -1L);
+    }
+
+    private static final long[] EMPTY = new long[8];
+
+    private static long segmentOf(long addr) {
+      return ((long) HeapFormat.space(addr) << 32) | (HeapFormat.offset(addr) / SizeClasses.SEGMENT);
+    }
+
+    private static int mix(long ref) {
+      long h = ref * 0x9E3779B97F4A7C15L;
+      return (int) (h >>> 40);
+    }
+
+    private void hold(long ref, int sc) {
+      if ((heldCount + 1) * 2 > held.length) {
+        long[] old = held;
+        byte[] oldClass = heldClass;
+        held = new long[old.length * 2];
+        heldClass = new byte[old.length * 2];
+        java.util.Arrays.fill(held, -1L);
+        heldCount = 0;
+        for (int i = 0; i < old.length; i++) if (old[i] != -1L) hold(old[i], oldClass[i]);
+      }
+      int mask = held.length - 1;
+      int i = mix(ref) & mask;
+      while (held[i] != -1L) i = (i + 1) & mask;
+      held[i] = ref;
+      heldClass[i] = (byte) sc;
+      heldCount++;
+    }
   }
 }

@@ -143,6 +143,13 @@ final class SideTable {
     return (WeakReference<Object>[]) new WeakReference<?>[n];
   }
 
+  /** {@link #register}s those of {@code objects[0..n)} that keep their own word. */
+  synchronized void registerAll(Object[] objects, int n) {
+    for (int i = 0; i < n; i++) {
+      if (objects[i] instanceof kioku.persist.rt.Persistent) register(objects[i]);
+    }
+  }
+
   /** Lists an object that keeps its own replica word (an instrumented class). */
   synchronized void register(Object o) {
     if (registeredCount == registered.length) {
