@@ -113,7 +113,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private boolean recovering;
   private Map<String, Object> recoveredRoots = Map.of();
   private long gcRuns;
-  private long liveAtLastGc;
+  private volatile long liveAtLastGc;
   /**
    * Replicas may have died since the last GC: a reference in the pool (a replica's word or a
    * root) that pointed somewhere was overwritten, or replicas were abandoned (objects moved to
@@ -121,7 +121,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * mark the whole heap to find nothing.
    */
   private volatile boolean mayHoldGarbage;
-  private int rollbacksAtLastGc;
+  private volatile int rollbacksAtLastGc;
   private long repairedAtOpen;
   private boolean closed;
 
@@ -1014,7 +1014,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * cannot take the lock exclusively).
    */
   private void lockShared(Object value) {
-    if (value != null && (!recoveredBuilt || gcMayBeDue()) && word(value) == 0
+    if (value != null && word(value) == 0 && (!recoveredBuilt || gcDue())
         && heapLock.getReadHoldCount() == 0 && !lock.isHeldByCurrentThread()) {
       lock.lock();
       try {
@@ -1745,12 +1745,16 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     long valueAt = HeapFormat.address(0, entry - space.off(0)) + HeapFormat.ROOT_VALUE;
     s.lock.lock();
     try {
-      sections.log(s, valueAt, true, field, -1, old);
-      sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
-      if (medium.getLong(entry + HeapFormat.ROOT_VALUE) != 0) mayHoldGarbage = true;
-      medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
-      medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
-      medium.flush(entry, 16);
+      // Threads assigning one root at once (the heap lock is shared) write its value and check
+      // one after the other, never mixed.
+      synchronized (roots) {
+        sections.log(s, valueAt, true, field, -1, old);
+        sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
+        if (medium.getLong(entry + HeapFormat.ROOT_VALUE) != 0) mayHoldGarbage = true;
+        medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
+        medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
+        medium.flush(entry, 16);
+      }
     } finally {
       s.lock.unlock();
     }
@@ -2112,18 +2116,22 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     liveAtLastGc = alloc.usedBytes();
   }
 
-  /** Whether a GC may be due (cheap; {@link #maybeCollect} decides). */
-  private boolean gcMayBeDue() {
-    return mayHoldGarbage || sections.rollbackCount() != rollbacksAtLastGc;
-  }
-
-  /** GC when the heap is mostly full and has grown since the last one. Lock held (exclusive). */
-  private void maybeCollect() {
-    if (recovering) return; // objects being moved are reachable only from memory meanwhile
-    if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return;
+  /**
+   * Whether a GC is due: something may have died and the heap is mostly full and has grown
+   * since the last one. Read without the heap lock by {@link #lockShared} (which takes it
+   * exclusively only then); {@link #maybeCollect} decides again under it.
+   */
+  private boolean gcDue() {
+    if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return false;
     long cap = alloc.capacityBytes();
     long used = alloc.usedBytes();
-    if (used > cap * 0.9 && used > liveAtLastGc * 1.25) {
+    return used > cap * 0.9 && used > liveAtLastGc * 1.25;
+  }
+
+  /** GC when {@link #gcDue}. Lock held (exclusive). */
+  private void maybeCollect() {
+    if (recovering) return; // objects being moved are reachable only from memory meanwhile
+    if (gcDue()) {
       try {
         collect();
       } catch (HeapException e) {
