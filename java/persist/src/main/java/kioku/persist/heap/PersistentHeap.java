@@ -34,12 +34,18 @@ import kioku.persist.rt.Persistent;
  * ({@link ReplicaCheck}) under the replica's stripe lock ({@link ReplicaLocks}); stores inside a
  * failure-atomic section are logged first ({@link Sections}).
  *
- * <p>Locking, outermost first: the heap {@link #lock} (making objects persistent, storing a
- * reference, allocation, GC), a section's own lock, a replica stripe, the section group lock,
- * the pool lock (growing the pool). Primitive stores take no heap lock; the GC waits them out
- * through {@link WriterEpochs} before it frees anything. While make_persistent copies an object
- * its replica word carries {@link #GREY}, and writers of it wait for the heap lock: the copier
- * sets the check words once the copy is final.
+ * <p>Locking, outermost first: the heap lock, shared ({@link #shared}: making objects
+ * persistent, storing a reference or a root) or exclusive ({@link #lock}: GC, recovery, a
+ * class's roots declared, close); a section's own lock, a replica stripe, the section group
+ * lock, the pool lock (growing the pool); the monitors of the allocator, the side table, the
+ * class and root tables and {@link #groups} are leaves. Primitive stores take no heap lock; the
+ * GC waits them out through {@link WriterEpochs} before it frees anything.
+ *
+ * <p>make_persistent calls of different threads run at once, each the thesis's responsible
+ * thread for the objects it shades ({@link Shading}): its own heap segments, its own copies and
+ * flushes. While an object is being copied, and until its whole group is durable, its replica
+ * word carries {@link #GREY}; writers of it wait ({@link #awaitCopied}), and a make_persistent
+ * that meets it joins its group. The copier sets the check words once the copy is final.
  */
 public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoCloseable {
   /** The pool kind tag of a Java persistent heap. */
