@@ -214,6 +214,7 @@ final class Allocator {
    * then {@link #finishRebuild}.
    */
   void beginRebuild() {
+    generation++;
     for (int i = 0; i < chunks.size(); i++) {
       Chunk c = chunks.get(i);
       if (c != null) addChunk(i, (long) c.kind.length * SizeClasses.SEGMENT);
@@ -323,16 +324,14 @@ final class Allocator {
     if (c.holder[seg] != holder) return; // a large replica freed since, maybe someone else's now
     c.holder[seg] = null;
     if (bits == null) return;
-    long base = (long) seg * SizeClasses.SEGMENT;
+    int n = 0;
     for (int w = 0; w < 8; w++) {
-      long b = bits[w];
-      while (b != 0) {
-        int k = Long.numberOfTrailingZeros(b);
-        b &= b - 1;
-        free(HeapFormat.address(c.space, base + (long) (w * 64 + k) * SizeClasses.size(sc)), SizeClasses.size(sc));
-      }
+      c.freeSlots[seg * 8 + w] |= bits[w];
+      n += Long.bitCount(bits[w]);
       bits[w] = 0;
     }
+    c.freeCount[seg] += n;
+    usedBytes -= (long) n * SizeClasses.size(sc);
     if (c.kind[seg] == sc && c.freeCount[seg] > 0) {
       if (c.freeCount[seg] == SizeClasses.slotsPerSegment(sc)) {
         c.kind[seg] = FREE;
@@ -344,25 +343,62 @@ final class Allocator {
   }
 
   /**
-   * One make_persistent's space: per size class, the segment it holds and the slots of it still
-   * free, and every segment and large replica it holds. Used by one thread; {@link #release}
-   * ends every hold.
+   * Bumped by every rebuild ({@link #beginRebuild}): holds taken before it are gone (the
+   * rebuild counts only live replicas; a slot held but unused is free again).
+   */
+  private volatile int generation;
+
+  /**
+   * One thread's make_persistent space: per size class, the segment it holds and the slots of
+   * it still free, and every segment and large replica it holds. Kept from one make_persistent
+   * of the thread to the next (a small graph made persistent takes no segment), used by one
+   * call at a time: {@link #current} is that call, which is what another thread meeting a grey
+   * replica in a held segment joins. {@link #endCall} gives back what the call used up.
    */
   static final class SlotCache {
     private final Allocator alloc;
-    private final Object holder;
     private final long[] segment = new long[SizeClasses.COUNT + 1];
     private final long[][] bits = new long[SizeClasses.COUNT + 1][];
     /** Every segment held (open addressing, -1 empty), with its size class (0: large). */
-    private long[] held = new long[64];
-    private byte[] heldClass = new byte[64];
+    private long[] held = new long[16];
+    private byte[] heldClass = new byte[16];
     private int heldCount;
+    private int generation;
+    /** The make_persistent using this cache now (null between calls). */
+    volatile Object current;
 
-    SlotCache(Allocator alloc, Object holder) {
+    SlotCache(Allocator alloc) {
       this.alloc = alloc;
-      this.holder = holder;
       java.util.Arrays.fill(segment, -1L);
       java.util.Arrays.fill(held, -1L);
+      generation = alloc.generation;
+    }
+
+    /** Starts a call: {@code call} is responsible for what it shades from here on. */
+    void beginCall(Object call) {
+      if (generation != alloc.generation) {
+        // A rebuild forgot every hold: start empty.
+        java.util.Arrays.fill(segment, -1L);
+        java.util.Arrays.fill(held, -1L);
+        heldCount = 0;
+        generation = alloc.generation;
+      }
+      current = call;
+    }
+
+    /** Ends a call (its grey objects all published or white again): gives back what it used up. */
+    void endCall() {
+      for (int i = 0; i < held.length; i++) {
+        long ref = held[i];
+        if (ref == -1L) continue;
+        int sc = heldClass[i];
+        if (sc != 0 && segment[sc] == ref) continue; // still has slots: kept for the next call
+        alloc.release(ref, sc, sc == 0 ? null : NONE, this);
+        held[i] = -1L;
+        heldCount--;
+      }
+      rehash();
+      current = null;
     }
 
     /** A slot for a small replica of class {@code sc}; 0 if the heap has no segment left. */
@@ -380,19 +416,19 @@ final class Allocator {
                   (long) (int) ref * SizeClasses.SEGMENT + (long) (w * 64 + k) * SizeClasses.size(sc));
             }
           }
-          segment[sc] = -1L; // used up; still held until release
+          segment[sc] = -1L; // used up; held until the call ends
         }
         if (b == null) b = bits[sc] = new long[8];
-        long ref = alloc.takeSegment(sc, b, holder);
+        long ref = alloc.takeSegment(sc, b, this);
         if (ref == -1L) return 0;
         hold(ref, sc);
         segment[sc] = ref;
       }
     }
 
-    /** A large replica, held; 0 if no space has room. */
+    /** A large replica, held until the call ends; 0 if no space has room. */
     long allocateLarge(long size) {
-      long addr = alloc.allocateHeld(size, holder);
+      long addr = alloc.allocateHeld(size, this);
       if (addr != 0) hold(segmentOf(addr), 0);
       return addr;
     }
@@ -401,10 +437,8 @@ final class Allocator {
     void unallocate(long addr, long size) {
       if (size <= SizeClasses.MAX_SMALL) {
         int sc = SizeClasses.classOf(size);
-        long ref = segment[sc];
-        long off = HeapFormat.offset(addr);
-        if (ref == segmentOf(addr)) {
-          int slot = (int) ((off % SizeClasses.SEGMENT) / SizeClasses.size(sc));
+        if (segment[sc] == segmentOf(addr)) {
+          int slot = (int) ((HeapFormat.offset(addr) % SizeClasses.SEGMENT) / SizeClasses.size(sc));
           bits[sc][slot / 64] |= 1L << (slot % 64);
           return;
         }
@@ -423,19 +457,21 @@ final class Allocator {
     }
 
     /** Ends every hold; slots not handed out are free again. */
-    void release() {
+    void releaseAll() {
       for (int i = 0; i < held.length; i++) {
         long ref = held[i];
         if (ref == -1L) continue;
         int sc = heldClass[i];
-        alloc.release(ref, sc, sc == 0 ? null : (segment[sc] == ref ? bits[sc] : EMPTY), holder);
+        alloc.release(ref, sc, sc == 0 ? null : (segment[sc] == ref ? bits[sc] : NONE), this);
         held[i] = -1L;
       }
       heldCount = 0;
       java.util.Arrays.fill(segment, -1L);
+      current = null;
     }
 
-    private static final long[] EMPTY = new long[8];
+    /** No slot left to give back (a segment used up): all its words stay 0. */
+    private static final long[] NONE = new long[8];
 
     private static long segmentOf(long addr) {
       return ((long) HeapFormat.space(addr) << 32) | (HeapFormat.offset(addr) / SizeClasses.SEGMENT);
@@ -447,21 +483,31 @@ final class Allocator {
     }
 
     private void hold(long ref, int sc) {
-      if ((heldCount + 1) * 2 > held.length) {
-        long[] old = held;
-        byte[] oldClass = heldClass;
-        held = new long[old.length * 2];
-        heldClass = new byte[old.length * 2];
-        java.util.Arrays.fill(held, -1L);
-        heldCount = 0;
-        for (int i = 0; i < old.length; i++) if (old[i] != -1L) hold(old[i], oldClass[i]);
-      }
+      if ((heldCount + 1) * 2 > held.length) grow(held.length * 2);
+      insert(ref, sc);
+      heldCount++;
+    }
+
+    private void insert(long ref, int sc) {
       int mask = held.length - 1;
       int i = mix(ref) & mask;
       while (held[i] != -1L) i = (i + 1) & mask;
       held[i] = ref;
       heldClass[i] = (byte) sc;
-      heldCount++;
+    }
+
+    /** Re-inserts what is held (after removals, which open addressing cannot do in place). */
+    private void rehash() {
+      grow(Math.max(16, Integer.highestOneBit(Math.max(1, heldCount) * 4)));
+    }
+
+    private void grow(int size) {
+      long[] old = held;
+      byte[] oldClass = heldClass;
+      held = new long[size];
+      heldClass = new byte[size];
+      java.util.Arrays.fill(held, -1L);
+      for (int i = 0; i < old.length; i++) if (old[i] != -1L) insert(old[i], oldClass[i]);
     }
   }
 }

@@ -409,9 +409,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   /**
    * One make_persistent call, the thesis's responsible thread: the grey objects it shaded in
-   * shading order (which is also the work list), their replicas, and the segments of the heap
-   * it holds ({@link Allocator.SlotCache}: no other thread allocates in them, so a grey
-   * replica's address names the thread responsible for it). Calls that meet each other's grey
+   * shading order (which is also the work list), their replicas, and its thread's segments of
+   * the heap ({@link Allocator.SlotCache}: no other thread allocates in them, so a grey
+   * replica's address names the call responsible for it). Calls that meet each other's grey
    * objects form a group (union-find under {@link #groups}: {@link #parent}; at a root, the
    * members not yet durable and whether one failed); each returns only when every member's
    * replicas are durable. Plain arrays, not JDK collections: those are instrumented, and every
@@ -432,8 +432,8 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     /** At a root: a member failed (refused object, heap full); every member rolls back. */
     boolean failed;
 
-    Shading(Allocator alloc) {
-      space = new Allocator.SlotCache(alloc, this);
+    Shading(Allocator.SlotCache space) {
+      this.space = space;
     }
 
     void add(Object o, long addr, long size, boolean isCanonical) {
@@ -450,6 +450,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       count++;
     }
   }
+
+  /** Each thread's heap segments, kept from one make_persistent to the next. */
+  private final ThreadLocal<Allocator.SlotCache> slotCaches =
+      ThreadLocal.withInitial(() -> new Allocator.SlotCache(alloc));
 
   /** Guards every {@link Shading}'s union-find fields; waited on for a group's end. */
   private final Object groups = new Object();
@@ -519,7 +523,11 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * then the group's end. Returns 0 if the group failed because of another member (try again).
    */
   private long persistFenced(Object v) {
-    Shading s = new Shading(alloc);
+    Allocator.SlotCache cache = slotCaches.get();
+    boolean nested = cache.current != null; // a make_persistent inside one: its own segments
+    if (nested) cache = new Allocator.SlotCache(alloc);
+    Shading s = new Shading(cache);
+    cache.beginCall(s);
     Exception failure = null;
     long addr = 0;
     try {
@@ -542,17 +550,25 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       // Every member's replicas are durable with their checks: publish (writers may go on).
       side.registerAll(s.objects, s.count);
       for (int i = 0; i < s.count; i++) clearGrey(s.objects[i]);
-      s.space.release();
+      endCall(cache, nested);
       return addr;
     }
     // Nothing published them: turn the grey objects white again and free their space.
     for (int i = 0; i < s.count; i++) clearWord(s.objects[i]);
     epochs.awaitGracePeriod();
-    for (int i = 0; i < s.count; i++) alloc.free(s.addrs[i], s.sizes[i]);
-    s.space.release();
+    for (int i = 0; i < s.count; i++) cache.unallocate(s.addrs[i], s.sizes[i]);
+    endCall(cache, nested);
     if (failure == null) return 0;
     if (failure instanceof RuntimeException re) throw re;
     throw new PersistenceException(failure.getMessage(), failure);
+  }
+
+  private static void endCall(Allocator.SlotCache cache, boolean nested) {
+    if (nested) {
+      cache.releaseAll();
+    } else {
+      cache.endCall();
+    }
   }
 
   private static Shading find(Shading s) {
@@ -623,10 +639,12 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     long w = wordVolatile(v);
     if (addressOf(w) != addr || w == 0) return 0;
     if ((w & GREY) == 0) return addr;
-    // The holder of addr's segment shaded v: it took the segment before, and keeps it until
-    // v is no longer grey (Allocator.SlotCache).
+    // The call now using the holder of addr's segment shaded v: its thread took the segment
+    // before, keeps it at least until v is no longer grey, and runs one call at a time
+    // (Allocator.SlotCache). A stale answer (v published since) is caught below.
     Object holder = alloc.holderOf(addr);
-    Joined j = holder instanceof Shading o ? join(s, o) : Joined.FAILED;
+    Object call = holder instanceof Allocator.SlotCache c ? c.current : null;
+    Joined j = call instanceof Shading o ? join(s, o) : Joined.FAILED;
     long now = wordVolatile(v);
     if (j != Joined.FAILED && (now == w || (now != 0 && (now & GREY) == 0 && addressOf(now) == addr))) {
       // Grey all along (the holder was v's), or published since by its group.
