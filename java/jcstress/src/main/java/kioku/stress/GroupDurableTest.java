@@ -14,16 +14,16 @@ import org.openjdk.jcstress.infra.results.LL_Result;
 /**
  * Concurrent make_persistent of two graphs that reach each other in opposite orders (a's graph
  * leads to b's head, b's to a's): whichever thread meets the other's grey objects joins its
- * group. Each actor checks, the moment its store returns, that everything its graph reaches is
- * published with a replica equal to it and check words that match: a store must not return
- * before the other member's replicas are durable.
+ * group. Each actor checks, the moment its store returns, that everything its graph reaches
+ * has a replica equal to it with check words that match: a store must not return before the
+ * other member's replicas are durable. (Their grey bits may still be clearing then.)
  */
 @JCStressTest
 @Description("Two actors store two white graphs that reach each other into two fields of one"
     + " persistent object at once; each verifies its whole graph, the other's part included, as"
     + " soon as its own store returns.")
 @Outcome(id = "OK, OK", expect = ACCEPTABLE, desc = "Each saw its whole graph durable on return.")
-@Outcome(expect = FORBIDDEN, desc = "A store returned before its group's replicas were published.")
+@Outcome(expect = FORBIDDEN, desc = "A store returned before its group's replicas were durable.")
 @State
 public class GroupDurableTest {
   final Holder holder = Holder.persistent();

@@ -73,6 +73,23 @@ final class Allocator {
   synchronized void addChunk(int space, long len) {
     while (chunks.size() <= space) chunks.add(null);
     chunks.set(space, new Chunk(space, len));
+    capacity = capacityBytes();
+  }
+
+  /** {@link #capacityBytes}, kept for {@link #approxCapacityBytes}. */
+  private long capacity;
+
+  /**
+   * {@link #usedBytes} read without the monitor: possibly stale, for a heuristic that must not
+   * take a lock on every store (whether a GC may be due).
+   */
+  long approxUsedBytes() {
+    return usedBytes;
+  }
+
+  /** {@link #capacityBytes} read without the monitor, as {@link #approxUsedBytes}. */
+  long approxCapacityBytes() {
+    return capacity;
   }
 
   synchronized long usedBytes() {
@@ -388,6 +405,7 @@ final class Allocator {
 
     /** Ends a call (its grey objects all published or white again): gives back what it used up. */
     void endCall() {
+      int removed = 0;
       for (int i = 0; i < held.length; i++) {
         long ref = held[i];
         if (ref == -1L) continue;
@@ -396,8 +414,9 @@ final class Allocator {
         alloc.release(ref, sc, sc == 0 ? null : NONE, this);
         held[i] = -1L;
         heldCount--;
+        removed++;
       }
-      rehash();
+      if (removed > 0) rehash();
       current = null;
     }
 

@@ -39,9 +39,6 @@ final class GraphVerifier {
         bad.add(describe(o) + " is reachable but has no replica");
         continue;
       }
-      if ((w & 2) != 0) {
-        bad.add(describe(o) + " is still grey: the make_persistent that shaded it has not published it");
-      }
       long addr = PersistentHeap.addressOf(w);
       long header = space.getLong(addr);
       ClassTable.Descriptor d = classes.get((int) header);

@@ -395,13 +395,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     for (int spins = 0; ; spins++) {
       long w = wordVolatile(o);
       if ((w & GREY) == 0) return w;
-      if (spins < 64) {
-        Thread.onSpinWait();
-      } else if (spins < 128) {
-        Thread.yield();
-      } else {
-        java.util.concurrent.locks.LockSupport.parkNanos(20_000);
-      }
+      backOff(spins);
+    }
+  }
+
+  /** Waiting for another thread: spin briefly, then yield, then sleep (it may need this CPU). */
+  private static void backOff(int tries) {
+    if (tries < 64) {
+      Thread.onSpinWait();
+    } else if (tries < 128) {
+      Thread.yield();
+    } else {
+      java.util.concurrent.locks.LockSupport.parkNanos(20_000);
     }
   }
 
@@ -418,10 +423,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * call would cost a barrier lookup.
    */
   private static final class Shading {
-    Object[] objects = new Object[16];
-    long[] addrs = new long[16];
-    long[] sizes = new long[16];
-    boolean[] canonical = new boolean[16];
+    Object[] objects = new Object[4];
+    long[] addrs = new long[4];
+    long[] sizes = new long[4];
+    boolean[] canonical = new boolean[4];
     int count;
     int next; // objects[next..count) are still to copy
     final Allocator.SlotCache space;
@@ -431,6 +436,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     int active = 1;
     /** At a root: a member failed (refused object, heap full); every member rolls back. */
     boolean failed;
+    /** At a root: members that have not yet published (or turned white) their objects. */
+    int unpublished = 1;
+    /** Its group ended with this call its only member: nothing to wait for after publishing. */
+    boolean alone;
 
     Shading(Allocator.SlotCache space) {
       this.space = space;
@@ -528,7 +537,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (nested) cache = new Allocator.SlotCache(alloc);
     Shading s = new Shading(cache);
     cache.beginCall(s);
-    Exception failure = null;
+    Throwable failure = null;
     long addr = 0;
     try {
       addr = shade(v, s);
@@ -541,25 +550,30 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         space.flush(s.addrs[i], s.sizes[i]);
       }
       space.drain();
-    } catch (RuntimeException | HeapException e) {
+    } catch (RuntimeException | HeapException | Error e) {
+      // Even an Error (out of memory) ends this part: the group's other members wait for it.
       failure = e;
     }
     PersistProbe p = probe;
     if (p != null) p.waiting();
     if (groupEnd(s, failure != null)) {
-      // Every member's replicas are durable with their checks: publish (writers may go on).
+      // Every member's replicas are durable with their checks: publish (writers may go on),
+      // and return once every member has (what this call returns reaches theirs too).
       side.registerAll(s.objects, s.count);
       for (int i = 0; i < s.count; i++) clearGrey(s.objects[i]);
+      groupPublished(s);
       endCall(cache, nested);
       return addr;
     }
     // Nothing published them: turn the grey objects white again and free their space.
     for (int i = 0; i < s.count; i++) clearWord(s.objects[i]);
+    groupPublished(s);
     epochs.awaitGracePeriod();
     for (int i = 0; i < s.count; i++) cache.unallocate(s.addrs[i], s.sizes[i]);
     endCall(cache, nested);
     if (failure == null) return 0;
     if (failure instanceof RuntimeException re) throw re;
+    if (failure instanceof Error err) throw err;
     throw new PersistenceException(failure.getMessage(), failure);
   }
 
@@ -590,7 +604,11 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       synchronized (groups) {
         Shading r = find(s);
         if (failed) r.failed = true;
-        if (--r.active == 0) groups.notifyAll();
+        if (--r.active == 0) {
+          // Nobody joins a group whose copies are done: alone now, alone to the end.
+          s.alone = r == s && r.unpublished == 1;
+          if (!s.alone) groups.notifyAll();
+        }
         while ((r = find(s)).active > 0) {
           try {
             groups.wait();
@@ -599,6 +617,31 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           }
         }
         return !r.failed;
+      }
+    } finally {
+      if (interrupted) Thread.currentThread().interrupt();
+    }
+  }
+
+  /**
+   * After {@link #groupEnd}: this member has published its objects (or turned them white);
+   * waits until every member has, so that no member returns while another's objects are still
+   * grey. No member can join any more (the group's copies are all done).
+   */
+  private void groupPublished(Shading s) {
+    if (s.alone) return;
+    boolean interrupted = false;
+    try {
+      synchronized (groups) {
+        Shading r = find(s);
+        if (--r.unpublished == 0) groups.notifyAll();
+        while (find(s).unpublished > 0) {
+          try {
+            groups.wait();
+          } catch (InterruptedException e) {
+            interrupted = true;
+          }
+        }
       }
     } finally {
       if (interrupted) Thread.currentThread().interrupt();
@@ -617,6 +660,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       if (b.active == 0) return b.failed ? Joined.FAILED : Joined.DURABLE;
       b.parent = a;
       a.active += b.active;
+      a.unpublished += b.unpublished;
       a.failed |= b.failed;
       groupJoins++;
       return Joined.JOINED;
@@ -645,24 +689,31 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     Object holder = alloc.holderOf(addr);
     Object call = holder instanceof Allocator.SlotCache c ? c.current : null;
     Joined j = call instanceof Shading o ? join(s, o) : Joined.FAILED;
+    if (j == Joined.DURABLE) {
+      // Its group has made every replica durable and is clearing its grey bits (a wait that
+      // never waits for this call): wait for v's, so that a call returns only when all it
+      // reaches is published.
+      long now = awaitCopied(v);
+      return now != 0 && addressOf(now) == addr ? addr : 0;
+    }
     long now = wordVolatile(v);
     if (j != Joined.FAILED && (now == w || (now != 0 && (now & GREY) == 0 && addressOf(now) == addr))) {
       // Grey all along (the holder was v's), or published since by its group.
       return addr;
     }
-    Thread.onSpinWait(); // its group failed: v turns white; or the holder was stale
-    return 0;
+    return 0; // its group failed: v turns white; or the holder was stale
   }
 
   /** The address of v's replica, allocating it (grey) if v is white. */
   private long shade(Object v, Shading s) throws HeapException {
-    while (true) {
+    for (int tries = 0; ; tries++) {
       long w = word(v);
       if (w != 0) {
         long a = addressOf(w);
         if ((w & GREY) == 0 || s.space.holds(a)) return a;
         a = meetGrey(v, a, s);
         if (a != 0) return a;
+        backOff(tries); // v's group failed and is turning it white
         continue;
       }
       long a = shadeWhite(v, s);
@@ -2147,8 +2198,8 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    */
   private boolean gcDue() {
     if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return false;
-    long cap = alloc.capacityBytes();
-    long used = alloc.usedBytes();
+    long cap = alloc.approxCapacityBytes();
+    long used = alloc.approxUsedBytes();
     return used > cap * 0.9 && used > liveAtLastGc * 1.25;
   }
 

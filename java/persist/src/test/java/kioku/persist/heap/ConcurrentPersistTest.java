@@ -379,8 +379,8 @@ class ConcurrentPersistTest {
     for (long n = 0; n < points; n++) {
       SimMedium m = SimMedium.create(0);
       runMutual(m, n);
-      for (CrashMode mode : new CrashMode[] {CrashMode.DRAINED_ONLY, CrashMode.ALL_FLUSHED,
-          CrashMode.random(n, true, true)}) {
+      // Only what was drained, and a random part of what was flushed besides.
+      for (CrashMode mode : new CrashMode[] {CrashMode.DRAINED_ONLY, CrashMode.random(n, true, true)}) {
         Object[] back;
         try {
           back = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(SimMedium.fromImage(m.crash(mode))));
