@@ -69,6 +69,11 @@ final class ClassTable {
   private final long logOff;
   private final long logLen;
   private final List<Descriptor> byId = new ArrayList<>();
+  /**
+   * {@link #byId} for readers outside the table's monitor (make_persistent threads, marking):
+   * replaced whole when a class is appended, which is rare.
+   */
+  private volatile Descriptor[] snapshot = new Descriptor[0];
   private final Map<String, Integer> byKey = new HashMap<>();
   private long tail; // offset in the log of the next record
   private final Map<Class<?>, Integer> ids = new HashMap<>();
@@ -81,7 +86,7 @@ final class ClassTable {
   }
 
   /** Reads the committed descriptors. */
-  void load() throws HeapException {
+  synchronized void load() throws HeapException {
     long count = HeapFormat.count(medium.getLong(metaOff + HeapFormat.M_CLASS_COUNT));
     if (count < 0) throw damaged("the class count does not check");
     long at = 0;
@@ -103,6 +108,7 @@ final class ClassTable {
       at += Layout.align8(HeapFormat.RECORD_HEADER + len);
     }
     tail = at;
+    snapshot = byId.toArray(new Descriptor[0]);
   }
 
   private static HeapException damaged(String what) {
@@ -112,11 +118,12 @@ final class ClassTable {
   }
 
   Descriptor get(int id) {
-    return id >= 1 && id <= byId.size() ? byId.get(id - 1) : null;
+    Descriptor[] t = snapshot;
+    return id >= 1 && id <= t.length ? t[id - 1] : null;
   }
 
   int size() {
-    return byId.size();
+    return snapshot.length;
   }
 
   /** The id of the layout's class, appending its descriptor durably the first time. */
@@ -124,6 +131,10 @@ final class ClassTable {
     // The layout remembers its id in the last heap that asked (the common case: one heap).
     Layout.ClassId cached = layout.classId;
     if (cached != null && cached.table() == this) return cached.id();
+    return idOfSlow(layout, c);
+  }
+
+  private synchronized int idOfSlow(Layout layout, Class<?> c) throws HeapException {
     Integer known = ids.get(c);
     if (known != null) {
       layout.classId = new Layout.ClassId(this, known);
@@ -144,7 +155,7 @@ final class ClassTable {
   private final Map<String, Integer> canonicalIds = new HashMap<>();
 
   /** The id of a canonical instance's descriptor (named as Canonicals names it). */
-  int idOfCanonical(String name) throws HeapException {
+  synchronized int idOfCanonical(String name) throws HeapException {
     Integer known = canonicalIds.get(name);
     if (known != null) return known;
     int id = idOf(new Descriptor(0, Layout.Kind.CANONICAL, name, List.of(), List.of()));
@@ -182,6 +193,7 @@ final class ClassTable {
     tail += need;
     byId.add(d);
     byKey.put(key(d), d.id);
+    snapshot = byId.toArray(new Descriptor[0]);
     return d.id;
   }
 

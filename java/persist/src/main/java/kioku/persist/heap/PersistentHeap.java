@@ -10,7 +10,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
-import java.util.concurrent.locks.ReentrantLock;
+import java.util.concurrent.locks.ReentrantReadWriteLock;
 import java.util.zip.CRC32C;
 import kioku.persist.DurableRoot;
 import kioku.persist.NotPersistableException;
@@ -34,12 +34,18 @@ import kioku.persist.rt.Persistent;
  * ({@link ReplicaCheck}) under the replica's stripe lock ({@link ReplicaLocks}); stores inside a
  * failure-atomic section are logged first ({@link Sections}).
  *
- * <p>Locking, outermost first: the heap {@link #lock} (making objects persistent, storing a
- * reference, allocation, GC), a section's own lock, a replica stripe, the section group lock,
- * the pool lock (growing the pool). Primitive stores take no heap lock; the GC waits them out
- * through {@link WriterEpochs} before it frees anything. While make_persistent copies an object
- * its replica word carries {@link #GREY}, and writers of it wait for the heap lock: the copier
- * sets the check words once the copy is final.
+ * <p>Locking, outermost first: the heap lock, shared ({@link #shared}: making objects
+ * persistent, storing a reference or a root) or exclusive ({@link #lock}: GC, recovery, a
+ * class's roots declared, close); a section's own lock, a replica stripe, the section group
+ * lock, the pool lock (growing the pool); the monitors of the allocator, the side table, the
+ * class and root tables and {@link #groups} are leaves. Primitive stores take no heap lock; the
+ * GC waits them out through {@link WriterEpochs} before it frees anything.
+ *
+ * <p>make_persistent calls of different threads run at once, each the thesis's responsible
+ * thread for the objects it shades ({@link Shading}): its own heap segments, its own copies and
+ * flushes. While an object is being copied, and until its whole group is durable, its replica
+ * word carries {@link #GREY}; writers of it wait ({@link #awaitCopied}), and a make_persistent
+ * that meets it joins its group. The copier sets the check words once the copy is final.
  */
 public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoCloseable {
   /** The pool kind tag of a Java persistent heap. */
@@ -91,20 +97,29 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private final ReplicaLocks replicaLocks = new ReplicaLocks();
   /** {@link Medium#durableInStoreOrder}, read once. */
   private final boolean durableInStoreOrder;
-  private final ReentrantLock lock = new ReentrantLock();
+  private final ReentrantReadWriteLock heapLock = new ReentrantReadWriteLock();
+  /** The heap alone: GC, recovery, a class's roots declared, close, statistics. */
+  private final ReentrantReadWriteLock.WriteLock lock = heapLock.writeLock();
+  /**
+   * Shared: make_persistent and the stores that may call it (references, roots), which run at
+   * once in different threads (see {@link Shading}).
+   */
+  private final ReentrantReadWriteLock.ReadLock shared = heapLock.readLock();
   private final Object poolLock = new Object();
   private final long chunkBytes;
+  /** Heap spaces added by {@link #grow} (guarded by poolLock; read before allocating). */
+  private volatile int growths;
   private final Set<String> readyRootClasses = new HashSet<>();
   private final RootNames rootNames;
   /** The heap's live replicas at open while its objects are still to be rebuilt. */
   private Marks marksAtOpen;
 
-  private boolean recoveredBuilt;
+  private volatile boolean recoveredBuilt;
   /** Recovery is running (or moving objects to new replicas): no second recovery, no GC. */
   private boolean recovering;
   private Map<String, Object> recoveredRoots = Map.of();
   private long gcRuns;
-  private long liveAtLastGc;
+  private volatile long liveAtLastGc;
   /**
    * Replicas may have died since the last GC: a reference in the pool (a replica's word or a
    * root) that pointed somewhere was overwritten, or replicas were abandoned (objects moved to
@@ -112,7 +127,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * mark the whole heap to find nothing.
    */
   private volatile boolean mayHoldGarbage;
-  private int rollbacksAtLastGc;
+  private volatile int rollbacksAtLastGc;
   private long repairedAtOpen;
   private boolean closed;
 
@@ -294,7 +309,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   // ---------------------------------------------------------------- replica words
 
   private static final long LOCK_BIT = 1L;
-  /** The object is being copied by make_persistent; writers wait for the heap lock. */
+  /**
+   * The object is being copied by make_persistent, or its replica is not durable yet: writers
+   * wait ({@link #awaitCopied}) until its group has published it.
+   */
   private static final long GREY = 2L;
 
   private static final ClassValue<Long> WORD_OFFSET =
@@ -361,120 +379,366 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
   }
 
-  /** Waits until make_persistent (which holds the heap lock) has copied o; its new word. */
+  /** The replica word, read with volatile semantics (after another thread's compare-and-set). */
+  private long wordVolatile(Object o) {
+    if (o instanceof Persistent) return Unsafes.U.getLongVolatile(o, WORD_OFFSET.get(o.getClass()));
+    return side.word(o); // a volatile field
+  }
+
+  /**
+   * Waits until the make_persistent that shaded o has published it (its whole group durable)
+   * or given up on it; o's word then (0: white). The caller holds no lock a make_persistent
+   * needs: they need none but the shared heap lock, which waiting for the exclusive one does
+   * not take from them.
+   */
   private long awaitCopied(Object o) {
-    lock.lock();
-    lock.unlock();
-    return word(o);
+    for (int spins = 0; ; spins++) {
+      long w = wordVolatile(o);
+      if ((w & GREY) == 0) return w;
+      backOff(spins);
+    }
+  }
+
+  /** Waiting for another thread: spin briefly, then yield, then sleep (it may need this CPU). */
+  private static void backOff(int tries) {
+    if (tries < 64) {
+      Thread.onSpinWait();
+    } else if (tries < 128) {
+      Thread.yield();
+    } else {
+      java.util.concurrent.locks.LockSupport.parkNanos(20_000);
+    }
   }
 
   // ---------------------------------------------------------------- make_persistent
 
   /**
-   * One make_persistent: the grey objects in shading order (which is also the work list) and
-   * their replicas. Plain arrays, not JDK collections: those are instrumented, and every call
-   * would cost a barrier lookup.
+   * One make_persistent call, the thesis's responsible thread: the grey objects it shaded in
+   * shading order (which is also the work list), their replicas, and its thread's segments of
+   * the heap ({@link Allocator.SlotCache}: no other thread allocates in them, so a grey
+   * replica's address names the call responsible for it). Calls that meet each other's grey
+   * objects form a group (union-find under {@link #groups}: {@link #parent}; at a root, the
+   * members not yet durable and whether one failed); each returns only when every member's
+   * replicas are durable. Plain arrays, not JDK collections: those are instrumented, and every
+   * call would cost a barrier lookup.
    */
   private static final class Shading {
-    Object[] objects = new Object[16];
-    long[] addrs = new long[16];
-    long[] sizes = new long[16];
+    Object[] objects = new Object[4];
+    long[] addrs = new long[4];
+    long[] sizes = new long[4];
+    boolean[] canonical = new boolean[4];
     int count;
     int next; // objects[next..count) are still to copy
+    final Allocator.SlotCache space;
+    /** Union-find over groups; guarded by {@link PersistentHeap#groups}. */
+    Shading parent = this;
+    /** At a root: members whose replicas are not durable yet. */
+    int active = 1;
+    /** At a root: a member failed (refused object, heap full); every member rolls back. */
+    boolean failed;
+    /** At a root: members that have not yet published (or turned white) their objects. */
+    int unpublished = 1;
+    /** Its group ended with this call its only member: nothing to wait for after publishing. */
+    boolean alone;
 
-    void add(Object o, long addr, long size) {
+    Shading(Allocator.SlotCache space) {
+      this.space = space;
+    }
+
+    void add(Object o, long addr, long size, boolean isCanonical) {
       if (count == objects.length) {
         objects = java.util.Arrays.copyOf(objects, count * 2);
         addrs = java.util.Arrays.copyOf(addrs, count * 2);
         sizes = java.util.Arrays.copyOf(sizes, count * 2);
+        canonical = java.util.Arrays.copyOf(canonical, count * 2);
       }
       objects[count] = o;
       addrs[count] = addr;
       sizes[count] = size;
+      canonical[count] = isCanonical;
       count++;
     }
   }
+
+  /** Each thread's heap segments, kept from one make_persistent to the next. */
+  private final ThreadLocal<Allocator.SlotCache> slotCaches =
+      ThreadLocal.withInitial(() -> new Allocator.SlotCache(alloc));
+
+  /** Guards every {@link Shading}'s union-find fields; waited on for a group's end. */
+  private final Object groups = new Object();
+
+  /** Groups joined (a make_persistent met another's grey object): statistics, tests. */
+  private long groupJoins;
+
+  /**
+   * Test probe: told of every object a make_persistent shades, and when it has copied and
+   * flushed its part and waits for its group. Null outside tests.
+   */
+  interface PersistProbe {
+    void shaded(Object o);
+
+    void waiting();
+  }
+
+  static volatile PersistProbe probe;
 
   /**
    * Turns the barrier on. A writer that read it off has its store visible after the
    * safepoint; writers fence from here on until WriterFences lets them stop.
    */
   private void activate() {
-    if (!Barrier.active) {
-      Barrier.fenced = true;
-      Barrier.hooks = this;
-      Barrier.active = true;
-      Safepoint.force();
-      WriterFences.activated();
+    if (Barrier.active) return;
+    synchronized (groups) {
+      if (!Barrier.active) {
+        Barrier.fenced = true;
+        Barrier.hooks = this;
+        Barrier.active = true;
+        Safepoint.force();
+        WriterFences.activated();
+      }
     }
   }
 
   /**
    * make_persistent: gives {@code v} and everything it reaches a durable replica and returns
-   * the address of v's. Lock held.
+   * the address of v's. The heap lock held, shared or exclusive: calls of different threads run
+   * at once (see {@link Shading}).
    */
   long persist(Object v) {
     long w = word(v);
-    if (w != 0) return addressOf(w);
-    ensureRecovered(Thread.currentThread().getContextClassLoader());
-    activate();
-    maybeCollect();
+    if (w != 0 && (w & GREY) == 0) return addressOf(w);
+    if (lock.isHeldByCurrentThread()) {
+      ensureRecovered(Thread.currentThread().getContextClassLoader());
+      activate();
+      maybeCollect();
+    } else {
+      // The shared holder's lockShared did the rest (recovery, GC: they need the heap alone).
+      activate();
+    }
     WriterFences.begin();
     try {
-      return persistFenced(v);
+      while (true) {
+        long addr = persistFenced(v);
+        if (addr != 0) return addr;
+        // Another member of the group failed, not this one: its objects are white again.
+      }
     } finally {
       WriterFences.end();
     }
   }
 
-  /** make_persistent proper, while every writer fences (see WriterFences). Lock held. */
+  /**
+   * make_persistent proper, while every writer fences (see WriterFences): this thread's part,
+   * then the group's end. Returns 0 if the group failed because of another member (try again).
+   */
   private long persistFenced(Object v) {
-    Shading s = new Shading();
+    Allocator.SlotCache cache = slotCaches.get();
+    boolean nested = cache.current != null; // a make_persistent inside one: its own segments
+    if (nested) cache = new Allocator.SlotCache(alloc);
+    Shading s = new Shading(cache);
+    cache.beginCall(s);
+    Throwable failure = null;
+    long addr = 0;
     try {
-      long addr = shade(v, s);
+      addr = shade(v, s);
       while (s.next < s.count) {
         int i = s.next++;
-        copy(s.objects[i], s.addrs[i], s);
+        copy(s.objects[i], s.addrs[i], s.canonical[i], s);
       }
       for (int i = 0; i < s.count; i++) {
         ReplicaCheck.recompute(space, s.addrs[i], s.sizes[i]);
         space.flush(s.addrs[i], s.sizes[i]);
       }
       space.drain();
-      for (int i = 0; i < s.count; i++) clearGrey(s.objects[i]);
-      return addr;
-    } catch (RuntimeException | HeapException e) {
-      // Nothing published them: turn the grey objects white again and free their space.
-      for (int i = 0; i < s.count; i++) clearWord(s.objects[i]);
-      epochs.awaitGracePeriod();
-      for (int i = 0; i < s.count; i++) alloc.free(s.addrs[i], s.sizes[i]);
-      if (e instanceof RuntimeException re) throw re;
-      throw new PersistenceException(e.getMessage(), e);
+    } catch (RuntimeException | HeapException | Error e) {
+      // Even an Error (out of memory) ends this part: the group's other members wait for it.
+      failure = e;
     }
+    PersistProbe p = probe;
+    if (p != null) p.waiting();
+    if (groupEnd(s, failure != null)) {
+      // Every member's replicas are durable with their checks: publish (writers may go on),
+      // and return once every member has (what this call returns reaches theirs too).
+      side.registerAll(s.objects, s.count);
+      for (int i = 0; i < s.count; i++) clearGrey(s.objects[i]);
+      groupPublished(s);
+      endCall(cache, nested);
+      return addr;
+    }
+    // Nothing published them: turn the grey objects white again and free their space.
+    for (int i = 0; i < s.count; i++) clearWord(s.objects[i]);
+    groupPublished(s);
+    epochs.awaitGracePeriod();
+    for (int i = 0; i < s.count; i++) cache.unallocate(s.addrs[i], s.sizes[i]);
+    endCall(cache, nested);
+    if (failure == null) return 0;
+    if (failure instanceof RuntimeException re) throw re;
+    if (failure instanceof Error err) throw err;
+    throw new PersistenceException(failure.getMessage(), failure);
+  }
+
+  private static void endCall(Allocator.SlotCache cache, boolean nested) {
+    if (nested) {
+      cache.releaseAll();
+    } else {
+      cache.endCall();
+    }
+  }
+
+  private static Shading find(Shading s) {
+    while (s.parent != s) {
+      s.parent = s.parent.parent;
+      s = s.parent;
+    }
+    return s;
+  }
+
+  /**
+   * Ends this call's part of its group: waits until every member's replicas are durable (or
+   * one failed). True if none failed. Members only ever wait here, after their copy, and a copy
+   * never waits for a member: no cycle of waits, whatever order the graphs reach each other in.
+   */
+  private boolean groupEnd(Shading s, boolean failed) {
+    boolean interrupted = false;
+    try {
+      synchronized (groups) {
+        Shading r = find(s);
+        if (failed) r.failed = true;
+        if (--r.active == 0) {
+          // Nobody joins a group whose copies are done: alone now, alone to the end.
+          s.alone = r == s && r.unpublished == 1;
+          if (!s.alone) groups.notifyAll();
+        }
+        while ((r = find(s)).active > 0) {
+          try {
+            groups.wait();
+          } catch (InterruptedException e) {
+            interrupted = true; // the group needs this thread's replicas: keep waiting
+          }
+        }
+        return !r.failed;
+      }
+    } finally {
+      if (interrupted) Thread.currentThread().interrupt();
+    }
+  }
+
+  /**
+   * After {@link #groupEnd}: this member has published its objects (or turned them white);
+   * waits until every member has, so that no member returns while another's objects are still
+   * grey. No member can join any more (the group's copies are all done).
+   */
+  private void groupPublished(Shading s) {
+    if (s.alone) return;
+    boolean interrupted = false;
+    try {
+      synchronized (groups) {
+        Shading r = find(s);
+        if (--r.unpublished == 0) groups.notifyAll();
+        while (find(s).unpublished > 0) {
+          try {
+            groups.wait();
+          } catch (InterruptedException e) {
+            interrupted = true;
+          }
+        }
+      }
+    } finally {
+      if (interrupted) Thread.currentThread().interrupt();
+    }
+  }
+
+  /** What {@link #join} found. */
+  private enum Joined { JOINED, DURABLE, FAILED }
+
+  /** Joins {@code s}'s group with {@code other}'s, unless that one has ended. */
+  private Joined join(Shading s, Shading other) {
+    synchronized (groups) {
+      Shading a = find(s);
+      Shading b = find(other);
+      if (a == b) return Joined.JOINED;
+      if (b.active == 0) return b.failed ? Joined.FAILED : Joined.DURABLE;
+      b.parent = a;
+      a.active += b.active;
+      a.unpublished += b.unpublished;
+      a.failed |= b.failed;
+      groupJoins++;
+      return Joined.JOINED;
+    }
+  }
+
+  /** Joins of make_persistent groups so far (tests, statistics). */
+  public long groupJoins() {
+    synchronized (groups) {
+      return groupJoins;
+    }
+  }
+
+  /**
+   * v is grey at {@code addr}, shaded by another make_persistent: joins its group (so this
+   * call returns only once that replica is durable) and returns addr, or returns 0 if v's
+   * word changed meanwhile (the caller looks again).
+   */
+  private long meetGrey(Object v, long addr, Shading s) {
+    long w = wordVolatile(v);
+    if (addressOf(w) != addr || w == 0) return 0;
+    if ((w & GREY) == 0) return addr;
+    // The call now using the holder of addr's segment shaded v: its thread took the segment
+    // before, keeps it at least until v is no longer grey, and runs one call at a time
+    // (Allocator.SlotCache). A stale answer (v published since) is caught below.
+    Object holder = alloc.holderOf(addr);
+    Object call = holder instanceof Allocator.SlotCache c ? c.current : null;
+    Joined j = call instanceof Shading o ? join(s, o) : Joined.FAILED;
+    if (j == Joined.DURABLE) {
+      // Its group has made every replica durable and is clearing its grey bits (a wait that
+      // never waits for this call): wait for v's, so that a call returns only when all it
+      // reaches is published.
+      long now = awaitCopied(v);
+      return now != 0 && addressOf(now) == addr ? addr : 0;
+    }
+    long now = wordVolatile(v);
+    if (j != Joined.FAILED && (now == w || (now != 0 && (now & GREY) == 0 && addressOf(now) == addr))) {
+      // Grey all along (the holder was v's), or published since by its group.
+      return addr;
+    }
+    return 0; // its group failed: v turns white; or the holder was stale
   }
 
   /** The address of v's replica, allocating it (grey) if v is white. */
   private long shade(Object v, Shading s) throws HeapException {
-    long w = word(v);
-    if (w != 0) return addressOf(w);
+    for (int tries = 0; ; tries++) {
+      long w = word(v);
+      if (w != 0) {
+        long a = addressOf(w);
+        if ((w & GREY) == 0 || s.space.holds(a)) return a;
+        a = meetGrey(v, a, s);
+        if (a != 0) return a;
+        backOff(tries); // v's group failed and is turning it white
+        continue;
+      }
+      long a = shadeWhite(v, s);
+      if (a != 0) return a;
+    }
+  }
+
+  /** Shades a white v: 0 if another thread gave it a word first. */
+  private long shadeWhite(Object v, Shading s) throws HeapException {
     String canonical = Canonicals.nameOf(v);
     if (canonical != null) {
       long body = canonical.startsWith(Canonicals.BOX) ? 1 : 0;
       long size = HeapFormat.HEADER + 8 * body;
       int cid = classes.idOfCanonical(canonical);
-      long addr = allocate(size);
+      long addr = allocate(size, s);
       space.putLong(addr, (body << 32) | cid);
       if (body == 1) space.putLong(addr + HeapFormat.HEADER, Canonicals.valueBits(v));
-      setWord(v, addr | GREY);
-      s.add(v, addr, size);
-      return addr;
+      return setGrey(v, addr, size, true, s);
     }
     Class<?> c = v instanceof Enum<?> e ? e.getDeclaringClass() : v.getClass();
     Layout layout = Layout.of(c);
     if (layout.refusal != null) throw new NotPersistableException(layout.refusal);
     long size = layout.replicaSize(v);
     int cid = classes.idOf(layout, c);
-    long addr = allocate(size);
+    long addr = allocate(size, s);
     long count =
         switch (layout.kind) {
           case OBJECT -> layout.slots.length;
@@ -484,15 +748,27 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           case CANONICAL -> throw new IllegalStateException();
         };
     space.putLong(addr, (count << 32) | cid);
-    setWord(v, addr | GREY);
-    s.add(v, addr, size);
+    return setGrey(v, addr, size, false, s);
+  }
+
+  /** Gives white v the grey word of its new replica; 0 (replica given back) if v has a word. */
+  private long setGrey(Object v, long addr, long size, boolean isCanonical, Shading s) {
+    boolean set = v instanceof Persistent
+        ? casWord(v, 0, addr | GREY)
+        : SideTable.cas(side.entry(v), 0, addr | GREY);
+    if (!set) {
+      s.space.unallocate(addr, size);
+      return 0;
+    }
+    s.add(v, addr, size, isCanonical);
+    PersistProbe p = probe;
+    if (p != null) p.shaded(v);
     return addr;
   }
 
   /** Copies a grey object into its replica, then verifies against concurrent writers. */
-  private void copy(Object o, long addr, Shading s) throws HeapException {
-    ClassTable.Descriptor d = classes.get((int) space.getLong(addr));
-    if (d.kind() == Layout.Kind.CANONICAL) return; // complete when shaded
+  private void copy(Object o, long addr, boolean isCanonical, Shading s) throws HeapException {
+    if (isCanonical) return; // complete when shaded
     Layout layout = Layout.of(o);
     switch (layout.kind) {
       case ENUM -> {
@@ -597,17 +873,19 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
   }
 
-  private long allocate(long size) throws HeapException {
-    long addr = alloc.allocate(size);
-    if (addr != 0) {
-      clearHeader(addr);
-      return addr;
+  /** Space for a replica from the call's own segments, growing the heap if there is none. */
+  private long allocate(long size, Shading s) throws HeapException {
+    while (true) {
+      int seen = growths;
+      long addr = size <= SizeClasses.MAX_SMALL
+          ? s.space.allocate(SizeClasses.classOf(size))
+          : s.space.allocateLarge(size);
+      if (addr != 0) {
+        clearHeader(addr);
+        return addr;
+      }
+      grow(Math.max(chunkBytes, (size + SizeClasses.SEGMENT - 1) / SizeClasses.SEGMENT * SizeClasses.SEGMENT), seen);
     }
-    grow(Math.max(chunkBytes, (size + SizeClasses.SEGMENT - 1) / SizeClasses.SEGMENT * SizeClasses.SEGMENT));
-    addr = alloc.allocate(size);
-    if (addr == 0) throw new IllegalStateException("no space after growing the heap");
-    clearHeader(addr);
-    return addr;
   }
 
   /** A reused slot may hold an old replica's checks; the copier rewrites all but the padding. */
@@ -616,9 +894,13 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     space.putLong(addr + ReplicaCheck.S2, 0);
   }
 
-  /** Adds a heap space: a new pool section, committed. */
-  private void grow(long bytes) throws HeapException {
+  /**
+   * Adds a heap space: a new pool section, committed; nothing if another thread added one since
+   * the caller saw {@code seen} growths (it retries in that one).
+   */
+  private void grow(long bytes, int seen) throws HeapException {
     synchronized (poolLock) {
+      if (growths != seen) return;
       int index = space.spaces(); // heap.(index-1)
       String name = HeapFormat.HEAP_PREFIX + (index - 1);
       try {
@@ -626,6 +908,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         pool.commit(new long[] {HeapFormat.VERSION});
         space.map(index, s.offset(), s.length());
         alloc.addChunk(index, s.length());
+        growths++;
       } catch (PoolException e) {
         throw new HeapException(
             HeapException.Reason.FULL,
@@ -799,6 +1082,33 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     return l;
   }
 
+  /**
+   * Takes the heap lock shared, for a store of {@code value} that may make it persistent. What
+   * needs the heap alone first (recovery of the heap before anything new is persistent, a GC
+   * when the heap is mostly full) runs before, never under a shared hold (a shared holder
+   * cannot take the lock exclusively).
+   */
+  private void lockShared(Object value) {
+    if (value != null && word(value) == 0 && (!recoveredBuilt || gcDue())
+        && heapLock.getReadHoldCount() == 0 && !lock.isHeldByCurrentThread()) {
+      lock.lock();
+      try {
+        ensureRecovered(Thread.currentThread().getContextClassLoader());
+        activate();
+        maybeCollect();
+      } finally {
+        lock.unlock();
+      }
+    }
+    shared.lock();
+  }
+
+  /** The object's word once no make_persistent is copying it (0: white). */
+  private long published(Object o) {
+    long w = word(o);
+    return (w & GREY) == 0 ? w : awaitCopied(o);
+  }
+
   @Override
   public void putPrimitive(Object o, long bits, int fieldId) {
     // Not persistent (the common case for JDK objects): done, before any bookkeeping, which
@@ -833,9 +1143,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (word(o) == 0) return;
     boolean implicit = false;
     Layout.Slot sl;
-    lock.lock();
+    lockShared(value);
     try {
-      long w = word(o);
+      long w = published(o);
       if (w == 0) return;
       Layout layout = Layout.of(o);
       int slot = layout.slotOf(fieldId);
@@ -853,7 +1163,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
       implicit = store(replica, at, target, -1L, true, o, old);
     } finally {
-      lock.unlock();
+      shared.unlock();
     }
     if (implicit) sections.exit();
     if (sections.anyRollbacks()) reassert(o, sl, 0, value);
@@ -895,7 +1205,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     Layout layout = Layout.of(o);
     int slot = layout.slotOf(fieldId);
     VolatileStore vs = volatileStore.get();
-    if (isRef) lock.lock();
+    if (isRef) lockShared(ref);
     boolean done = false;
     try {
       long target = isRef && ref != null ? persist(ref) : 0;
@@ -914,10 +1224,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         vs.object = null;
         unlockWord(o);
       }
-      if (isRef) lock.unlock();
+      if (isRef) shared.unlock();
       throw e;
     } finally {
-      if (!done && isRef) lock.unlock();
+      if (!done && isRef) shared.unlock();
     }
   }
 
@@ -927,7 +1237,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (vs.object == o) {
       vs.object = null;
       unlockWord(o);
-      if (vs.heapLocked) lock.unlock();
+      if (vs.heapLocked) shared.unlock();
       if (vs.implicit) {
         vs.implicit = false;
         sections.exit();
@@ -945,7 +1255,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     Layout.Slot sl = layout.slots[slot];
     boolean isRef = sl.code() == 'L';
     boolean implicit = false;
-    if (isRef) lock.lock();
+    if (isRef) lockShared(Unsafes.U.getObjectVolatile(o, sl.offset()));
     try {
       long target = 0;
       if (isRef) {
@@ -963,7 +1273,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         unlockWord(o);
       }
     } finally {
-      if (isRef) lock.unlock();
+      if (isRef) shared.unlock();
     }
     if (implicit) sections.exit();
   }
@@ -1040,9 +1350,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   public void storeReference(Object[] array, int index, Object value, Object old) {
     if (word(array) == 0) return;
     boolean implicit = false;
-    lock.lock();
+    lockShared(value);
     try {
-      long w = word(array);
+      long w = published(array);
       if (w == 0) return;
       long target;
       try {
@@ -1054,7 +1364,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       long replica = addressOf(w);
       implicit = store(replica, replica + HeapFormat.HEADER + 8L * index, target, -1L, true, array, old);
     } finally {
-      lock.unlock();
+      shared.unlock();
     }
     if (implicit) sections.exit();
     if (sections.anyRollbacks() && array[index] != value) array[index] = value;
@@ -1081,9 +1391,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private void copiedRange(Object dst, int dstPos, int length, Object[] oldElements) {
     Layout layout = Layout.of(dst.getClass());
     if (layout.elementCode == 'L') {
-      lock.lock();
+      lockShared(length > 0 ? ((Object[]) dst)[dstPos] : null);
       try {
-        long w = word(dst);
+        long w = published(dst);
         if (w == 0) return;
         Object[] a = (Object[]) dst;
         long body = addressOf(w) + HeapFormat.HEADER;
@@ -1101,7 +1411,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           store(addressOf(w), body + 8L * i, target, -1L, true, dst, old);
         }
       } finally {
-        lock.unlock();
+        shared.unlock();
       }
       return;
     }
@@ -1258,7 +1568,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (word(o) == 0) return performReference(o, offset, op, expected, value, true);
     boolean implicit = false;
     boolean raced = false;
-    lock.lock();
+    lockShared(value);
     try {
       if (word(o) == 0) return performReference(o, offset, op, expected, value, true);
       long target = value == null ? 0 : persist(value);
@@ -1278,7 +1588,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
       }
     } finally {
       if (raced) wroteAt(o, offset); // a writer that found o white changed it meanwhile
-      lock.unlock();
+      shared.unlock();
       if (implicit) sections.exit();
     }
   }
@@ -1307,7 +1617,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         ? layout.elementCode == 'L'
         : slot >= 0 && layout.slots[slot].code() == 'L';
     boolean implicit = false;
-    if (isRef) lock.lock();
+    if (isRef) lockShared(Unsafes.U.getObjectVolatile(o, offset));
     try {
       while (true) {
         Object v = null;
@@ -1334,7 +1644,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         }
       }
     } finally {
-      if (isRef) lock.unlock();
+      if (isRef) shared.unlock();
       if (implicit) sections.exit();
     }
   }
@@ -1455,19 +1765,30 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     FieldIds.FieldRef f = FieldIds.ROOTS.get(rootId);
     String owner = f.owner().replace('/', '.');
     boolean inSection = false;
-    lock.lock();
+    boolean ready;
+    synchronized (readyRootClasses) {
+      ready = readyRootClasses.contains(owner);
+    }
+    // During <clinit> the class's roots are not declared yet: the end of <clinit> decides
+    // between the recovered graph and the value the initializer left.
+    if (!ready) return;
+    if (!recoveredBuilt && heapLock.getReadHoldCount() == 0) {
+      lock.lock();
+      try {
+        ensureRecovered(Thread.currentThread().getContextClassLoader());
+      } finally {
+        lock.unlock();
+      }
+    }
+    lockShared(value);
     try {
-      // During <clinit> the class's roots are not declared yet: the end of <clinit> decides
-      // between the recovered graph and the value the initializer left.
-      if (!readyRootClasses.contains(owner)) return;
-      ensureRecovered(Thread.currentThread().getContextClassLoader());
       sections.enter(false);
       inSection = true;
       setRoot(rootName(owner, f.name()), value, rootField(owner, f.name()), old);
     } catch (HeapException e) {
       throw new PersistenceException(e.getMessage(), e);
     } finally {
-      lock.unlock();
+      shared.unlock();
       if (inSection) sections.exit();
     }
   }
@@ -1499,12 +1820,16 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     long valueAt = HeapFormat.address(0, entry - space.off(0)) + HeapFormat.ROOT_VALUE;
     s.lock.lock();
     try {
-      sections.log(s, valueAt, true, field, -1, old);
-      sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
-      if (medium.getLong(entry + HeapFormat.ROOT_VALUE) != 0) mayHoldGarbage = true;
-      medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
-      medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
-      medium.flush(entry, 16);
+      // Threads assigning one root at once (the heap lock is shared) write its value and check
+      // one after the other, never mixed.
+      synchronized (roots) {
+        sections.log(s, valueAt, true, field, -1, old);
+        sections.log(s, valueAt + HeapFormat.ROOT_CHECK, false, null, -1, null);
+        if (medium.getLong(entry + HeapFormat.ROOT_VALUE) != 0) mayHoldGarbage = true;
+        medium.putLong(entry + HeapFormat.ROOT_VALUE, target);
+        medium.putLong(entry + HeapFormat.ROOT_CHECK, roots.check(name, target));
+        medium.flush(entry, 16);
+      }
     } finally {
       s.lock.unlock();
     }
@@ -1557,7 +1882,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     lock.lock();
     sections.enter(false); // every root of the class changes in one section
     try {
-      if (readyRootClasses.contains(c.getName())) return;
+      synchronized (readyRootClasses) {
+        if (readyRootClasses.contains(c.getName())) return;
+      }
       ensureRecovered(c.getClassLoader());
       for (Field f : c.getDeclaredFields()) {
         if (!f.isAnnotationPresent(DurableRoot.class)) continue;
@@ -1582,7 +1909,9 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
           if (v != null) setRoot(name, v, f, null);
         }
       }
-      readyRootClasses.add(c.getName());
+      synchronized (readyRootClasses) {
+        readyRootClasses.add(c.getName());
+      }
     } catch (HeapException e) {
       throw new PersistenceException(e.getMessage(), e);
     } finally {
@@ -1862,13 +2191,22 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     liveAtLastGc = alloc.usedBytes();
   }
 
-  /** GC when the heap is mostly full and has grown since the last one. Lock held. */
+  /**
+   * Whether a GC is due: something may have died and the heap is mostly full and has grown
+   * since the last one. Read without the heap lock by {@link #lockShared} (which takes it
+   * exclusively only then); {@link #maybeCollect} decides again under it.
+   */
+  private boolean gcDue() {
+    if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return false;
+    long cap = alloc.approxCapacityBytes();
+    long used = alloc.approxUsedBytes();
+    return used > cap * 0.9 && used > liveAtLastGc * 1.25;
+  }
+
+  /** GC when {@link #gcDue}. Lock held (exclusive). */
   private void maybeCollect() {
     if (recovering) return; // objects being moved are reachable only from memory meanwhile
-    if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return;
-    long cap = alloc.capacityBytes();
-    long used = alloc.usedBytes();
-    if (used > cap * 0.9 && used > liveAtLastGc * 1.25) {
+    if (gcDue()) {
       try {
         collect();
       } catch (HeapException e) {

@@ -12,7 +12,8 @@ import kioku.persist.pool.Medium;
  * over the name and the value. A new entry is written whole and made durable before the entry
  * count (its commit, a self-checking word) counts it. The value and its check change together
  * inside a failure-atomic section (PersistentHeap.setRoot), so after recovery's rollback every
- * entry checks, and one that does not is damage.
+ * entry checks, and one that does not is damage. Thread-safe: threads making different roots
+ * persistent at once look up and add entries under the table's monitor.
  */
 final class RootTable {
   private final Medium medium;
@@ -30,7 +31,7 @@ final class RootTable {
         "persistent heap damaged: " + what + "; restore the pool from a backup");
   }
 
-  void load() throws HeapException {
+  synchronized void load() throws HeapException {
     long n = HeapFormat.count(medium.getLong(metaOff + HeapFormat.M_ROOT_COUNT));
     if (n < 0 || n > HeapFormat.MAX_ROOTS) throw damaged("the root count does not check");
     for (int i = 0; i < n; i++) {
@@ -68,13 +69,13 @@ final class RootTable {
   }
 
   /** The replica address a root holds (0: null or never set). */
-  long get(String name) {
+  synchronized long get(String name) {
     Integer i = index.get(name);
     return i == null ? 0 : medium.getLong(entry(i) + HeapFormat.ROOT_VALUE);
   }
 
   /** Every root and its value, in entry order. */
-  Map<String, Long> all() {
+  synchronized Map<String, Long> all() {
     Map<String, Long> out = new LinkedHashMap<>();
     index.entrySet().stream()
         .sorted(Map.Entry.comparingByValue())
@@ -83,7 +84,7 @@ final class RootTable {
   }
 
   /** The medium offset of a root's entry, creating it durably (value null) if needed. */
-  long slot(String name) throws HeapException {
+  synchronized long slot(String name) throws HeapException {
     Integer i = index.get(name);
     if (i == null) {
       byte[] bytes = name.getBytes(StandardCharsets.UTF_8);

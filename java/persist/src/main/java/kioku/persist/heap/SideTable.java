@@ -143,19 +143,45 @@ final class SideTable {
     return (WeakReference<Object>[]) new WeakReference<?>[n];
   }
 
+  /**
+   * {@link #register}s those of {@code objects[0..n)} that keep their own word. Their weak
+   * references are made before the table's monitor is taken (threads making graphs persistent
+   * at once list theirs here at the end of each).
+   */
+  void registerAll(Object[] objects, int n) {
+    WeakReference<Object>[] refs = newRefs(n);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+      if (objects[i] instanceof kioku.persist.rt.Persistent) refs[k++] = new WeakReference<>(objects[i]);
+    }
+    if (k == 0) return;
+    synchronized (this) {
+      int at = 0;
+      while (at < k) {
+        if (registeredCount == registered.length) makeRoom();
+        int m = Math.min(k - at, registered.length - registeredCount);
+        System.arraycopy(refs, at, registered, registeredCount, m);
+        registeredCount += m;
+        at += m;
+      }
+    }
+  }
+
   /** Lists an object that keeps its own replica word (an instrumented class). */
   synchronized void register(Object o) {
-    if (registeredCount == registered.length) {
-      // Drop the dead before growing.
-      int n = 0;
-      for (int i = 0; i < registeredCount; i++) {
-        if (registered[i].get() != null) registered[n++] = registered[i];
-      }
-      java.util.Arrays.fill(registered, n, registeredCount, null);
-      registeredCount = n;
-      if (n * 2 > registered.length) registered = java.util.Arrays.copyOf(registered, registered.length * 2);
-    }
+    if (registeredCount == registered.length) makeRoom();
     registered[registeredCount++] = new WeakReference<>(o);
+  }
+
+  /** The list of weak references is full: drops the dead, and grows it if still half full. */
+  private void makeRoom() {
+    int n = 0;
+    for (int i = 0; i < registeredCount; i++) {
+      if (registered[i].get() != null) registered[n++] = registered[i];
+    }
+    java.util.Arrays.fill(registered, n, registeredCount, null);
+    registeredCount = n;
+    if (n * 2 > registered.length) registered = java.util.Arrays.copyOf(registered, registered.length * 2);
   }
 
   /**
