@@ -18,6 +18,13 @@ import org.objectweb.asm.commons.LocalVariablesSorter;
  * passed to a method. An {@link AnalyzerAdapter} after this visitor tells the stack's types at
  * each instruction, from the class file's own stack map frames.
  *
+ * <p>A putfield into a constructor's own {@code this} before {@code this} can have escaped is
+ * left alone too: an object that nothing but the constructing frame references is reachable
+ * from no persistent object, so it has no replica and the barrier would answer "not
+ * persistent" (see {@link ThisEscape}). Most constructors are such stores only (collection
+ * nodes and entries, iterators, small value objects), and without the calls the JIT keeps
+ * their allocation as cheap as without the agent (it can also scalar-replace them).
+ *
  * <p>Scratch locals hold a value only between a store and the loads right after it, in
  * straight-line code, so the verifier tracks their exact types there; stack map frames (kept
  * from the original, not recomputed) declare them TOP.
@@ -49,16 +56,67 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
   private final AnalyzerAdapter analyzer;
   private final int[] scratch = new int[Scratch.values().length];
   private final List<Integer> scratchSlots = new ArrayList<>();
+  /** Where a constructor's {@code this} is while it has not escaped; null elsewhere. */
+  private final ThisEscape fresh;
 
   BarrierMethodAdapter(MethodVisitor mv, int access, String name, String desc, RewriteContext ctx) {
-    this(new AnalyzerAdapter(ctx.self.name(), access, name, desc, mv), access, desc, ctx);
+    this(new AnalyzerAdapter(ctx.self.name(), access, name, desc, mv), access, name, desc, ctx);
   }
 
-  private BarrierMethodAdapter(AnalyzerAdapter analyzer, int access, String desc, RewriteContext ctx) {
+  private BarrierMethodAdapter(
+      AnalyzerAdapter analyzer, int access, String name, String desc, RewriteContext ctx) {
     super(Opcodes.ASM9, access, desc, analyzer);
     this.analyzer = analyzer;
     this.ctx = ctx;
     Arrays.fill(scratch, -1);
+    // Stack map frames are what end the straight-line start the analysis covers (every jump
+    // target has one), and only class files from Java 7 on must have them.
+    this.fresh = name.equals("<init>") && (ctx.self.version() & 0xffff) >= Opcodes.V1_7
+        ? new ThisEscape(analyzer) : null;
+  }
+
+  // ---- where a constructor's this is (see ThisEscape); every original instruction passes here
+
+  @Override
+  public void visitVarInsn(int opcode, int var) {
+    if (fresh != null) fresh.varInsn(opcode, var);
+    super.visitVarInsn(opcode, var);
+  }
+
+  @Override
+  public void visitTypeInsn(int opcode, String type) {
+    if (fresh != null) fresh.typeInsn(opcode);
+    super.visitTypeInsn(opcode, type);
+  }
+
+  @Override
+  public void visitInvokeDynamicInsn(String name, String desc, org.objectweb.asm.Handle bsm, Object... args) {
+    if (fresh != null) fresh.consumes(Type.getArgumentsAndReturnSizes(desc) >> 2, -1);
+    super.visitInvokeDynamicInsn(name, desc, bsm, args);
+  }
+
+  @Override
+  public void visitJumpInsn(int opcode, org.objectweb.asm.Label label) {
+    if (fresh != null) fresh.end();
+    super.visitJumpInsn(opcode, label);
+  }
+
+  @Override
+  public void visitTableSwitchInsn(int min, int max, org.objectweb.asm.Label dflt, org.objectweb.asm.Label... labels) {
+    if (fresh != null) fresh.end();
+    super.visitTableSwitchInsn(min, max, dflt, labels);
+  }
+
+  @Override
+  public void visitLookupSwitchInsn(org.objectweb.asm.Label dflt, int[] keys, org.objectweb.asm.Label[] labels) {
+    if (fresh != null) fresh.end();
+    super.visitLookupSwitchInsn(dflt, keys, labels);
+  }
+
+  @Override
+  public void visitFrame(int type, int numLocal, Object[] local, int numStack, Object[] stack) {
+    if (fresh != null) fresh.end(); // a jump target or a handler: reached from anywhere
+    super.visitFrame(type, numLocal, local, numStack, stack);
   }
 
   /**
@@ -78,7 +136,9 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
 
   @Override
   public void visitFieldInsn(int opcode, String owner, String name, String desc) {
-    if (opcode == PUTFIELD && !isUninitializedThis(Type.getType(desc).getSize())) {
+    if (fresh != null && fresh.fieldInsn(opcode, Type.getType(desc).getSize())) {
+      super.visitFieldInsn(opcode, owner, name, desc); // into this, which has not escaped
+    } else if (opcode == PUTFIELD && !isUninitializedThis(Type.getType(desc).getSize())) {
       putField(owner, name, desc);
     } else if (opcode == PUTSTATIC) {
       putStatic(owner, name, desc);
@@ -154,6 +214,7 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
 
   @Override
   public void visitInsn(int opcode) {
+    if (fresh != null) fresh.insn(opcode);
     Type element = opcode >= IASTORE && opcode <= SASTORE ? storedElement(opcode) : null;
     if (element == null) {
       super.visitInsn(opcode);
@@ -228,6 +289,13 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
 
   @Override
   public void visitMethodInsn(int opcode, String owner, String name, String desc, boolean itf) {
+    if (fresh != null) {
+      int args = Type.getArgumentsAndReturnSizes(desc) >> 2; // with one for a receiver
+      if (opcode == INVOKESTATIC) args--;
+      // Object's constructor, the super() of most classes, does nothing with this.
+      boolean objectInit = opcode == INVOKESPECIAL && name.equals("<init>") && owner.equals(Names.OBJECT);
+      fresh.consumes(args, objectInit ? args - 1 : -1);
+    }
     if (opcode == INVOKESTATIC
         && owner.equals(Names.SYSTEM)
         && name.equals("arraycopy")
