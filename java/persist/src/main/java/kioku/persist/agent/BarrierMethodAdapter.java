@@ -279,8 +279,21 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
    * test becomes one class compare that also tells the JIT the object's exact class (so the
    * read of its replica word is a field load), instead of a scan of the class's interfaces and
    * a megamorphic interface call in one method shared by every site. Five bytes per site.
+   *
+   * <p>In a retransformed JDK class the site pushes {@code false} instead, and the barrier goes
+   * by the object's identity hash. Its sites write JDK objects almost always, and for those the
+   * test was still the interfaces' scan (a {@code repne scasq} per store in HashMap.putVal's
+   * compiled code: a failed interface test is never cached, and a site shared by every map of
+   * the JVM sees several classes, so the JIT has no single class to compare with). The rare
+   * instrumented object such a site writes (an application subclass of a JDK class) is given
+   * an identity hash before it gets a replica word (heap.SideTable#hashIfJdkWritten), so the
+   * hash path finds it.
    */
   private void isPersistentType(int target) {
+    if (ctx.jdk) {
+      super.visitInsn(ICONST_0);
+      return;
+    }
     load(OBJECT_TYPE, target);
     super.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
   }
