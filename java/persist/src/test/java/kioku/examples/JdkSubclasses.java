@@ -35,8 +35,8 @@ public class JdkSubclasses {
   public static void main(String[] args) {
     if (state == null) state = new State();
     State s = state;
-    System.out.println("found runs=" + s.tally.runs + " tally=" + s.tally + " index=" + new java.util.TreeMap<>(s.index)
-        + " pending=" + s.pending);
+    System.out.println("found runs=" + s.tally.runs + " tally=" + s.tally
+        + " index=" + new java.util.TreeMap<>(s.index) + " pending=" + s.pending);
     long n = s.tally.runs + 1;
     s.tally.add("r" + n);
     s.index.put("r" + n, (int) n);

@@ -3,6 +3,8 @@ package kioku.persist.agent;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import org.objectweb.asm.Handle;
+import org.objectweb.asm.Label;
 import org.objectweb.asm.MethodVisitor;
 import org.objectweb.asm.Opcodes;
 import org.objectweb.asm.Type;
@@ -90,25 +92,25 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
   }
 
   @Override
-  public void visitInvokeDynamicInsn(String name, String desc, org.objectweb.asm.Handle bsm, Object... args) {
+  public void visitInvokeDynamicInsn(String name, String desc, Handle bsm, Object... args) {
     if (fresh != null) fresh.consumes(Type.getArgumentsAndReturnSizes(desc) >> 2, -1);
     super.visitInvokeDynamicInsn(name, desc, bsm, args);
   }
 
   @Override
-  public void visitJumpInsn(int opcode, org.objectweb.asm.Label label) {
+  public void visitJumpInsn(int opcode, Label label) {
     if (fresh != null) fresh.end();
     super.visitJumpInsn(opcode, label);
   }
 
   @Override
-  public void visitTableSwitchInsn(int min, int max, org.objectweb.asm.Label dflt, org.objectweb.asm.Label... labels) {
+  public void visitTableSwitchInsn(int min, int max, Label dflt, Label... labels) {
     if (fresh != null) fresh.end();
     super.visitTableSwitchInsn(min, max, dflt, labels);
   }
 
   @Override
-  public void visitLookupSwitchInsn(org.objectweb.asm.Label dflt, int[] keys, org.objectweb.asm.Label[] labels) {
+  public void visitLookupSwitchInsn(Label dflt, int[] keys, Label[] labels) {
     if (fresh != null) fresh.end();
     super.visitLookupSwitchInsn(dflt, keys, labels);
   }

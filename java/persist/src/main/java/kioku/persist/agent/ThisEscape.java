@@ -19,10 +19,10 @@ import org.objectweb.asm.commons.AnalyzerAdapter;
  * of this (as the object, not the value), or Object's constructor, that may consume a
  * reference to this from the operand stack (a call with it among its arguments, a store of it
  * into a field, an array, a static or a local, a type test or cast, a stack shuffle near it
- * other than a dup of it, a monitor, a return), and a store into local 0. The analysis stops, as if this had escaped, at
- * the first jump, switch or stack map frame (every jump target and handler has one: code
- * after it may run after an escape further on). A super() other than Object's may leak this,
- * so it ends the analysis too.
+ * other than a dup of it, a monitor, a return), and a store into local 0. The analysis stops,
+ * as if this had escaped, at the first jump, switch or stack map frame (every jump target and
+ * handler has one: code after it may run after an escape further on). A super() other than
+ * Object's may leak this, so it ends the analysis too.
  *
  * <p>The operand stack is the {@link AnalyzerAdapter}'s, before each instruction; a reference
  * to this is tracked by its index there (long and double take two entries).
