@@ -42,7 +42,7 @@ final class AppClassTransformer {
     boolean addWord = mayAddMembers
         && !filter.isApplicationName(self.superName())
         && self.field(Names.WORD, "J") == null;
-    RewriteContext ctx = new RewriteContext(loader, self, source, filter);
+    RewriteContext ctx = new RewriteContext(loader, self, source, filter, false);
     ClassWriter writer = new ClassWriter(reader, ClassWriter.COMPUTE_MAXS);
     FieldInitializers.Found inits = FieldInitializers.Found.NONE;
     if (mayAddMembers && !self.isEnum() && !self.isRecord() && hasInstanceFields(self)) {

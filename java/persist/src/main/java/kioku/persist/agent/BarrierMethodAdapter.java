@@ -3,6 +3,8 @@ package kioku.persist.agent;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
+import org.objectweb.asm.Handle;
+import org.objectweb.asm.Label;
 import org.objectweb.asm.MethodVisitor;
 import org.objectweb.asm.Opcodes;
 import org.objectweb.asm.Type;
@@ -17,6 +19,13 @@ import org.objectweb.asm.commons.LocalVariablesSorter;
  * this$0 and captured values before calling super()) is left alone: that reference may not be
  * passed to a method. An {@link AnalyzerAdapter} after this visitor tells the stack's types at
  * each instruction, from the class file's own stack map frames.
+ *
+ * <p>A putfield into a constructor's own {@code this} before {@code this} can have escaped is
+ * left alone too: an object that nothing but the constructing frame references is reachable
+ * from no persistent object, so it has no replica and the barrier would answer "not
+ * persistent" (see {@link ThisEscape}). Most constructors are such stores only (collection
+ * nodes and entries, iterators, small value objects), and without the calls the JIT keeps
+ * their allocation as cheap as without the agent (it can also scalar-replace them).
  *
  * <p>Scratch locals hold a value only between a store and the loads right after it, in
  * straight-line code, so the verifier tracks their exact types there; stack map frames (kept
@@ -49,16 +58,67 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
   private final AnalyzerAdapter analyzer;
   private final int[] scratch = new int[Scratch.values().length];
   private final List<Integer> scratchSlots = new ArrayList<>();
+  /** Where a constructor's {@code this} is while it has not escaped; null elsewhere. */
+  private final ThisEscape fresh;
 
   BarrierMethodAdapter(MethodVisitor mv, int access, String name, String desc, RewriteContext ctx) {
-    this(new AnalyzerAdapter(ctx.self.name(), access, name, desc, mv), access, desc, ctx);
+    this(new AnalyzerAdapter(ctx.self.name(), access, name, desc, mv), access, name, desc, ctx);
   }
 
-  private BarrierMethodAdapter(AnalyzerAdapter analyzer, int access, String desc, RewriteContext ctx) {
+  private BarrierMethodAdapter(
+      AnalyzerAdapter analyzer, int access, String name, String desc, RewriteContext ctx) {
     super(Opcodes.ASM9, access, desc, analyzer);
     this.analyzer = analyzer;
     this.ctx = ctx;
     Arrays.fill(scratch, -1);
+    // Stack map frames are what end the straight-line start the analysis covers (every jump
+    // target has one), and only class files from Java 7 on must have them.
+    this.fresh = name.equals("<init>") && (ctx.self.version() & 0xffff) >= Opcodes.V1_7
+        ? new ThisEscape(analyzer) : null;
+  }
+
+  // ---- where a constructor's this is (see ThisEscape); every original instruction passes here
+
+  @Override
+  public void visitVarInsn(int opcode, int var) {
+    if (fresh != null) fresh.varInsn(opcode, var);
+    super.visitVarInsn(opcode, var);
+  }
+
+  @Override
+  public void visitTypeInsn(int opcode, String type) {
+    if (fresh != null) fresh.typeInsn(opcode);
+    super.visitTypeInsn(opcode, type);
+  }
+
+  @Override
+  public void visitInvokeDynamicInsn(String name, String desc, Handle bsm, Object... args) {
+    if (fresh != null) fresh.consumes(Type.getArgumentsAndReturnSizes(desc) >> 2, -1);
+    super.visitInvokeDynamicInsn(name, desc, bsm, args);
+  }
+
+  @Override
+  public void visitJumpInsn(int opcode, Label label) {
+    if (fresh != null) fresh.end();
+    super.visitJumpInsn(opcode, label);
+  }
+
+  @Override
+  public void visitTableSwitchInsn(int min, int max, Label dflt, Label... labels) {
+    if (fresh != null) fresh.end();
+    super.visitTableSwitchInsn(min, max, dflt, labels);
+  }
+
+  @Override
+  public void visitLookupSwitchInsn(Label dflt, int[] keys, Label[] labels) {
+    if (fresh != null) fresh.end();
+    super.visitLookupSwitchInsn(dflt, keys, labels);
+  }
+
+  @Override
+  public void visitFrame(int type, int numLocal, Object[] local, int numStack, Object[] stack) {
+    if (fresh != null) fresh.end(); // a jump target or a handler: reached from anywhere
+    super.visitFrame(type, numLocal, local, numStack, stack);
   }
 
   /**
@@ -78,7 +138,9 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
 
   @Override
   public void visitFieldInsn(int opcode, String owner, String name, String desc) {
-    if (opcode == PUTFIELD && !isUninitializedThis(Type.getType(desc).getSize())) {
+    if (fresh != null && fresh.fieldInsn(opcode, Type.getType(desc).getSize())) {
+      super.visitFieldInsn(opcode, owner, name, desc); // into this, which has not escaped
+    } else if (opcode == PUTFIELD && !isUninitializedThis(Type.getType(desc).getSize())) {
       putField(owner, name, desc);
     } else if (opcode == PUTSTATIC) {
       putStatic(owner, name, desc);
@@ -154,6 +216,7 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
 
   @Override
   public void visitInsn(int opcode) {
+    if (fresh != null) fresh.insn(opcode);
     Type element = opcode >= IASTORE && opcode <= SASTORE ? storedElement(opcode) : null;
     if (element == null) {
       super.visitInsn(opcode);
@@ -218,8 +281,21 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
    * test becomes one class compare that also tells the JIT the object's exact class (so the
    * read of its replica word is a field load), instead of a scan of the class's interfaces and
    * a megamorphic interface call in one method shared by every site. Five bytes per site.
+   *
+   * <p>In a retransformed JDK class the site pushes {@code false} instead, and the barrier goes
+   * by the object's identity hash. Its sites write JDK objects almost always, and for those the
+   * test was still the interfaces' scan (a {@code repne scasq} per store in HashMap.putVal's
+   * compiled code: a failed interface test is never cached, and a site shared by every map of
+   * the JVM sees several classes, so the JIT has no single class to compare with). The rare
+   * instrumented object such a site writes (an application subclass of a JDK class) is given
+   * an identity hash before it gets a replica word (heap.SideTable#hashIfJdkWritten), so the
+   * hash path finds it.
    */
   private void isPersistentType(int target) {
+    if (ctx.jdk) {
+      super.visitInsn(ICONST_0);
+      return;
+    }
     load(OBJECT_TYPE, target);
     super.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
   }
@@ -228,6 +304,13 @@ class BarrierMethodAdapter extends LocalVariablesSorter implements Opcodes {
 
   @Override
   public void visitMethodInsn(int opcode, String owner, String name, String desc, boolean itf) {
+    if (fresh != null) {
+      int args = Type.getArgumentsAndReturnSizes(desc) >> 2; // with one for a receiver
+      if (opcode == INVOKESTATIC) args--;
+      // Object's constructor, the super() of most classes, does nothing with this.
+      boolean objectInit = opcode == INVOKESPECIAL && name.equals("<init>") && owner.equals(Names.OBJECT);
+      fresh.consumes(args, objectInit ? args - 1 : -1);
+    }
     if (opcode == INVOKESTATIC
         && owner.equals(Names.SYSTEM)
         && name.equals("arraycopy")

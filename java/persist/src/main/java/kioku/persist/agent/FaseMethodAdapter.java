@@ -38,10 +38,14 @@ final class FaseMethodAdapter extends BarrierMethodAdapter {
     super.visitCode();
     token = newLocal(Type.INT_TYPE);
     mv.visitVarInsn(ALOAD, 0);
-    // The receiver's type test here, in this method, not in the shared faseEnter (see
-    // BarrierMethodAdapter.isPersistentType).
-    mv.visitVarInsn(ALOAD, 0);
-    mv.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
+    // The receiver's type test, false in a JDK class (see BarrierMethodAdapter.isPersistentType:
+    // an instrumented receiver there has an identity hash once it is persistent).
+    if (ctx.jdk) {
+      mv.visitInsn(ICONST_0);
+    } else {
+      mv.visitVarInsn(ALOAD, 0);
+      mv.visitTypeInsn(INSTANCEOF, Names.PERSISTENT);
+    }
     mv.visitMethodInsn(INVOKESTATIC, Names.BARRIER, "faseEnter", "(Ljava/lang/Object;Z)I", false);
     mv.visitVarInsn(ISTORE, token);
     startSegment();

@@ -22,7 +22,7 @@ final class JdkCollectionTransformer {
   byte[] transform(byte[] bytes) {
     ClassReader reader = new ClassReader(bytes);
     ClassInfo self = ClassInfoReader.read(reader, true);
-    RewriteContext ctx = new RewriteContext(null, self, source, filter);
+    RewriteContext ctx = new RewriteContext(null, self, source, filter, true);
     ClassWriter writer = new ClassWriter(reader, ClassWriter.COMPUTE_MAXS);
     reader.accept(new JdkClassVisitor(writer, ctx), ClassReader.EXPAND_FRAMES);
     byte[] out = writer.toByteArray();

@@ -9,6 +9,11 @@ import kioku.persist.rt.FieldIds;
 final class RewriteContext {
   final ClassLoader loader;
   final ClassInfo self;
+  /**
+   * A retransformed JDK class: its store sites pass the barrier {@code false} for "is an
+   * instrumented object" instead of testing it (see BarrierMethodAdapter#isPersistentType).
+   */
+  final boolean jdk;
   private final ClassInfoSource source;
   private final ClassFilter filter;
 
@@ -21,9 +26,11 @@ final class RewriteContext {
   int atomicWrites;
   int faseMethods;
 
-  RewriteContext(ClassLoader loader, ClassInfo self, ClassInfoSource source, ClassFilter filter) {
+  RewriteContext(
+      ClassLoader loader, ClassInfo self, ClassInfoSource source, ClassFilter filter, boolean jdk) {
     this.loader = loader;
     this.self = self;
+    this.jdk = jdk;
     this.source = source;
     this.filter = filter;
   }

@@ -353,6 +353,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
   private void setWord(Object o, long word) {
     boolean set;
     if (o instanceof Persistent) {
+      SideTable.hashIfJdkWritten(o);
       set = casWord(o, 0, word);
       side.register(o);
     } else {
@@ -2128,6 +2129,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    */
   boolean adopt(Object o, long addr) {
     if (o instanceof Persistent p && !(o instanceof Enum<?>)) {
+      SideTable.hashIfJdkWritten(o);
       p.$kioku$r(addr); // a new object: nothing else can see it yet
       return true;
     } else if (o instanceof Enum<?> || Canonicals.nameOf(o) != null) {

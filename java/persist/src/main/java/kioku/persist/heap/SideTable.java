@@ -76,6 +76,48 @@ final class SideTable {
     }
   }
 
+  /**
+   * Whether instances of a class may be written by retransformed JDK code: the class has a
+   * superclass other than Object from the boot loader (an application subclass of a JDK
+   * collection, say). JDK code's store sites do not test for instrumented objects: they go by
+   * the identity hash, as for JDK objects (see agent.BarrierMethodAdapter#isPersistentType).
+   */
+  private static final ClassValue<Boolean> JDK_WRITTEN =
+      new ClassValue<>() {
+        @Override
+        protected Boolean computeValue(Class<?> c) {
+          for (Class<?> k = c.getSuperclass(); k != null && k != Object.class; k = k.getSuperclass()) {
+            if (k.getClassLoader() == null) return true;
+          }
+          return false;
+        }
+      };
+
+  /**
+   * Gives {@code o}, an instrumented object about to get a replica word, an identity hash if
+   * JDK code may write it, so that the barrier of a JDK store site (which reads only the hash)
+   * sends its stores to the runtime. Called before the word is set: a writer that finds no
+   * hash read the header before the word was set, as for any JDK object (see {@link #add}).
+   */
+  static void hashIfJdkWritten(Object o) {
+    Class<?> c = o.getClass();
+    LastClass last = lastClass; // recovery adopts millions of objects of a few classes in a row
+    if (last == null || last.c != c) lastClass = last = new LastClass(c, JDK_WRITTEN.get(c));
+    if (last.jdkWritten) System.identityHashCode(o);
+  }
+
+  private static final class LastClass {
+    final Class<?> c;
+    final boolean jdkWritten;
+
+    LastClass(Class<?> c, boolean jdkWritten) {
+      this.c = c;
+      this.jdkWritten = jdkWritten;
+    }
+  }
+
+  private static LastClass lastClass;
+
   private volatile Slots slots = new Slots(1024);
   private int used; // entries in the table, live or cleared (a rebuild drops the cleared)
 

@@ -111,6 +111,9 @@ public final class Barrier {
    * {@link #maybePersistent(Object)} with the type test made by the caller: {@code p} is
    * {@code o instanceof Persistent}, computed at the store site in the instrumented method
    * (see agent.BarrierMethodAdapter), where the JIT profiles each site's types on their own.
+   * In a retransformed JDK class {@code p} is the constant false: an instrumented object such
+   * code writes (an application subclass of a JDK class) has an identity hash before it has a
+   * replica word (heap.SideTable#hashIfJdkWritten), so the hash test below sends it on.
    */
   static boolean maybePersistent(Object o, boolean p) {
     if (fenced) VarHandle.fullFence();

@@ -198,16 +198,14 @@ class AppInstrumentationTest {
     assertSame(outer, Reflect.get(inner, "this$0"));
 
     // In the rewritten constructor, this$0 is stored with no barrier call after it (this is
-    // still uninitialized there), and y with one.
-    byte[] out = new KiokuTransformer(InstrumentOptions.DEFAULT).transform(null, loader,
-        "kioku/persisttest/samples/Outer$Inner", null, null,
-        SampleLoader.originalBytes("kioku/persisttest/samples/Outer$Inner"));
-    List<String> init = Bytecode.instructions(out, "<init>");
+    // still uninitialized there), and y neither: this has not escaped yet (see
+    // constructorStoresBeforeThisEscapesHaveNoBarrier).
+    List<String> init = rewrittenInit("Outer$Inner");
     int this0 = Bytecode.indexOf(init, "PUTFIELD kioku/persisttest/samples/Outer$Inner.this$0");
     int superCall = Bytecode.indexOf(init, "INVOKESPECIAL java/lang/Object.<init>");
     assertTrue(this0 >= 0 && this0 < superCall);
-    assertFalse(init.subList(0, superCall).stream().anyMatch(s -> s.contains("Barrier")));
-    assertTrue(init.subList(superCall, init.size()).contains("INVOKESTATIC kioku/persist/rt/Barrier.putI"));
+    assertTrue(Bytecode.indexOf(init, "PUTFIELD kioku/persisttest/samples/Outer$Inner.y") > superCall);
+    assertFalse(init.stream().anyMatch(s -> s.contains("Barrier")));
 
     IntSupplier captured = (IntSupplier) call(outer, "captured", 3);
     word(captured).$kioku$r(3);
@@ -215,6 +213,48 @@ class AppInstrumentationTest {
     List<RecordingHooks.Call> calls = hooks.calls("putPrimitive");
     assertEquals(1, calls.size()); // calls++ (the captured val$local was set before super())
     assertEquals("calls", FieldIds.WRITTEN.get(calls.get(0).id()).name());
+  }
+
+  private static List<String> rewrittenInit(String sample) {
+    String name = "kioku/persisttest/samples/" + sample;
+    byte[] out = new KiokuTransformer(InstrumentOptions.DEFAULT).transform(null,
+        SampleLoader.instrumented(), name, null, null, SampleLoader.originalBytes(name));
+    return Bytecode.instructions(out, "<init>");
+  }
+
+  /** The Barrier calls in a list of instructions, in order. */
+  private static List<String> barrierCalls(List<String> instructions) {
+    return instructions.stream().filter(s -> s.contains("kioku/persist/rt/Barrier.")).toList();
+  }
+
+  /**
+   * A constructor's stores into this before this may have left the frame have no barrier (the
+   * object cannot be persistent yet); every store after a possible escape, after a jump
+   * target, after a super() other than Object's, and into another object keeps its barrier.
+   */
+  @Test
+  void constructorStoresBeforeThisEscapesHaveNoBarrier() {
+    String b = "INVOKESTATIC kioku/persist/rt/Barrier.";
+    assertEquals(List.of(), barrierCalls(rewrittenInit("Fresh$Plain")));
+    assertEquals(List.of(b + "putL"), barrierCalls(rewrittenInit("Fresh$Leaks")));
+    assertEquals(List.of(b + "putI"), barrierCalls(rewrittenInit("Fresh$Loop")));
+    assertEquals(List.of(b + "putL", b + "putI"), barrierCalls(rewrittenInit("Fresh$SelfRef")));
+    assertEquals(List.of(b + "putI"), barrierCalls(rewrittenInit("Fresh$Sub")));
+    assertEquals(List.of(b + "putL"), barrierCalls(rewrittenInit("Fresh$ViaOther")));
+
+    // Run: the plain one works, and a store after the escape reaches the runtime when the
+    // consumer made the object look persistent.
+    Object p = construct(load(loader, "Fresh$Plain"), 4, "x");
+    assertEquals(8, Reflect.get(p, "a"));
+    assertEquals(List.of(), hooks.calls());
+    java.util.function.Consumer<Object> sink = o -> word(o).$kioku$r(9);
+    Object l = construct(load(loader, "Fresh$Leaks"), 5, sink);
+    List<RecordingHooks.Call> calls = hooks.calls();
+    assertEquals(1, calls.size());
+    assertEquals("putReference", calls.get(0).kind());
+    assertSame(l, calls.get(0).target());
+    assertEquals("after", calls.get(0).ref());
+    assertEquals(5, Reflect.get(l, "a"));
   }
 
   /**
