@@ -82,6 +82,38 @@ pub mod nr {
     pub const PRLIMIT64: u32 = 302;
     pub const SCHED_SETSCHEDULER: u32 = 144;
     pub const SCHED_SETATTR: u32 = 314;
+    // Calls that make, close or change descriptors (`FDS`).
+    pub const PIPE: u32 = 22;
+    pub const SOCKET: u32 = 41;
+    pub const ACCEPT: u32 = 43;
+    pub const SOCKETPAIR: u32 = 53;
+    pub const FLOCK: u32 = 73;
+    pub const EPOLL_CREATE: u32 = 213;
+    pub const INOTIFY_INIT: u32 = 253;
+    pub const SIGNALFD: u32 = 282;
+    pub const TIMERFD_CREATE: u32 = 283;
+    pub const EVENTFD: u32 = 284;
+    pub const ACCEPT4: u32 = 288;
+    pub const SIGNALFD4: u32 = 289;
+    pub const EVENTFD2: u32 = 290;
+    pub const EPOLL_CREATE1: u32 = 291;
+    pub const PIPE2: u32 = 293;
+    pub const INOTIFY_INIT1: u32 = 294;
+    pub const PERF_EVENT_OPEN: u32 = 298;
+    pub const FANOTIFY_INIT: u32 = 300;
+    pub const SECCOMP: u32 = 317;
+    pub const MEMFD_CREATE: u32 = 319;
+    pub const BPF: u32 = 321;
+    pub const USERFAULTFD: u32 = 323;
+    pub const OPEN_TREE: u32 = 428;
+    pub const FSOPEN: u32 = 430;
+    pub const FSMOUNT: u32 = 432;
+    pub const FSPICK: u32 = 433;
+    pub const PIDFD_OPEN: u32 = 434;
+    pub const PIDFD_GETFD: u32 = 438;
+    pub const MEMFD_SECRET: u32 = 447;
+    pub const MQ_OPEN: u32 = 240;
+    pub const LANDLOCK_CREATE_RULESET: u32 = 444;
 }
 
 /// `__X32_SYSCALL_BIT`: system calls of the x32 ABI carry it.
@@ -187,6 +219,97 @@ pub const PRCTL_STATE: &[u32] = &[
     libc::PR_SET_CHILD_SUBREAPER as u32,
 ];
 
+/// Calls that make, close or change a descriptor — its number, its close-on-exec flag, its
+/// description's status flags or locks — trapped so that the monitor lists the tree's
+/// descriptors again only after one ran ([`fd_call`]); between such calls a stop re-reads
+/// only what moves by itself (offsets, sizes, status flags: `fds::Cached`). The ones that
+/// receive descriptors through a socket (`recvmsg` with SCM_RIGHTS) are not trapped: a
+/// socket in the tree's table makes every stop list the descriptors (a socket's queues
+/// change without a call to trap anyway). Conditional ones: `FCNTL_FDS`, `IOCTL_FDS`.
+const FDS: &[u32] = &[
+    nr::OPEN,
+    nr::OPENAT,
+    nr::OPENAT2,
+    nr::CREAT,
+    nr::OPEN_BY_HANDLE_AT,
+    nr::CLOSE,
+    nr::CLOSE_RANGE,
+    nr::DUP,
+    nr::DUP2,
+    nr::DUP3,
+    nr::FLOCK,
+    nr::PIPE,
+    nr::PIPE2,
+    nr::SOCKET,
+    nr::SOCKETPAIR,
+    nr::ACCEPT,
+    nr::ACCEPT4,
+    nr::EPOLL_CREATE,
+    nr::EPOLL_CREATE1,
+    nr::INOTIFY_INIT,
+    nr::INOTIFY_INIT1,
+    nr::SIGNALFD,
+    nr::SIGNALFD4,
+    nr::TIMERFD_CREATE,
+    nr::EVENTFD,
+    nr::EVENTFD2,
+    nr::PERF_EVENT_OPEN,
+    nr::FANOTIFY_INIT,
+    nr::SECCOMP,
+    nr::MEMFD_CREATE,
+    nr::MEMFD_SECRET,
+    nr::BPF,
+    nr::USERFAULTFD,
+    nr::OPEN_TREE,
+    nr::FSOPEN,
+    nr::FSMOUNT,
+    nr::FSPICK,
+    nr::PIDFD_OPEN,
+    nr::PIDFD_GETFD,
+    nr::MQ_OPEN,
+    nr::LANDLOCK_CREATE_RULESET,
+];
+
+/// `fcntl` commands that make a descriptor or change one (`F_GET*` pass).
+pub const FCNTL_FDS: &[u32] = &[
+    libc::F_DUPFD as u32,
+    libc::F_DUPFD_CLOEXEC as u32,
+    libc::F_SETFD as u32,
+    libc::F_SETFL as u32,
+    libc::F_SETLK as u32,
+    libc::F_SETLKW as u32,
+    libc::F_OFD_SETLK as u32,
+    libc::F_OFD_SETLKW as u32,
+    libc::F_ADD_SEALS as u32,
+    libc::F_SETLEASE as u32,
+];
+
+/// `ioctl`s that change a descriptor's flags: `O_NONBLOCK`, `O_ASYNC`, close-on-exec.
+pub const IOCTL_FDS: &[u32] = &[0x5421 /* FIONBIO */, 0x5452 /* FIOASYNC */, 0x5451 /* FIOCLEX */, 0x5450 /* FIONCLEX */];
+
+/// Whether system call `nr` with arguments `args`, stopped by the filter, may make, close or
+/// change a descriptor (see [`FDS`]). Independent of [`state_call`] and [`journal_call`]: an
+/// `open` with `O_TRUNC` is both a file change and a new descriptor.
+pub fn fd_call(nr: u64, args: [u64; 6]) -> bool {
+    let Ok(n) = u32::try_from(nr) else {
+        return false;
+    };
+    FDS.contains(&n)
+        || (n == nr::FCNTL && FCNTL_FDS.iter().any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
+        || (n == nr::IOCTL && IOCTL_FDS.iter().any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
+}
+
+/// Whether system call `nr` with arguments `args`, stopped by the filter, is one the file
+/// journal records (what the filter would trap without the capture's own traps).
+pub fn journal_call(nr: u64, args: [u64; 6]) -> bool {
+    static JOURNAL_ONLY: std::sync::OnceLock<Vec<libc::sock_filter>> = std::sync::OnceLock::new();
+    let Ok(n) = u32::try_from(nr) else {
+        return false;
+    };
+    let prog = JOURNAL_ONLY.get_or_init(|| build(false));
+    evaluate(prog, AUDIT_ARCH_X86_64, n, args) == Action::Trace
+}
+
 /// Whether system call `nr` with arguments `args`, stopped by the filter, is one of the calls
 /// that change kernel state the checkpoint keeps (not a file change for the journal).
 pub fn state_call(nr: u64, args: [u64; 6]) -> bool {
@@ -286,6 +409,12 @@ impl Asm {
 /// The filter the root process installs before it runs (inherited by every descendant across
 /// fork and exec).
 pub fn filter() -> Vec<libc::sock_filter> {
+    build(true)
+}
+
+/// The filter: the journal's traps, and with `watch` the capture's (kernel state,
+/// descriptors).
+fn build(watch: bool) -> Vec<libc::sock_filter> {
     let mut a = Asm::new();
     let (allow, trace, enosys) = (a.label(), a.label(), a.label());
     let not_x86_64 = a.label();
@@ -297,6 +426,23 @@ pub fn filter() -> Vec<libc::sock_filter> {
     a.jump(BPF_JEQ_K, nr::IO_SETUP, Some(enosys), None);
     for &n in ALWAYS {
         a.jump(BPF_JEQ_K, n, Some(trace), None);
+    }
+    if watch {
+        for &n in FDS {
+            a.jump(BPF_JEQ_K, n, Some(trace), None);
+        }
+        // fcntl and ioctl by their command (A holds the number after each).
+        for (n, cmds) in [(nr::FCNTL, FCNTL_FDS), (nr::IOCTL, IOCTL_FDS)] {
+            let (here, next) = (a.label(), a.label());
+            a.jump(BPF_JEQ_K, n, Some(here), Some(next));
+            a.bind(here);
+            a.load(arg_lo(1));
+            for &c in cmds {
+                a.jump(BPF_JEQ_K, c, Some(trace), None);
+            }
+            a.bind(next);
+            a.load(OFF_NR);
+        }
     }
     // Conditional calls: each block reloads the number it may fall back to (A holds the
     // number on entry to every block).
@@ -349,6 +495,9 @@ pub fn filter() -> Vec<libc::sock_filter> {
         arg_at_most_2(&mut a, 1, trace, allow);
         a.bind(next);
         a.load(OFF_NR);
+    }
+    if !watch {
+        a.ret(SECCOMP_RET_ALLOW);
     }
     // Kernel state (A holds the number).
     for &n in STATE {
@@ -522,6 +671,14 @@ mod tests {
         evaluate(&filter(), AUDIT_ARCH_X86_64, nr, args)
     }
 
+    /// The journal's own decisions (the filter without the capture's traps).
+    fn journal_eval(nr: u32, args: [u64; 6]) -> Action {
+        match journal_call(nr as u64, args) {
+            true => Action::Trace,
+            false => evaluate(&build(false), AUDIT_ARCH_X86_64, nr, args),
+        }
+    }
+
     #[test]
     fn always_trapped_calls_trap_whatever_their_arguments() {
         for &n in ALWAYS {
@@ -552,6 +709,7 @@ mod tests {
         for n in 0..600u32 {
             if ALWAYS.contains(&n)
                 || conditional.contains(&n)
+                || FDS.contains(&n)
                 || STATE.contains(&n)
                 || n == nr::PRLIMIT64
             {
@@ -565,54 +723,54 @@ mod tests {
     #[test]
     fn conditions() {
         use Action::*;
-        assert_eq!(eval(nr::WRITE, [1, 0, 5, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::WRITE, [3, 0, 5, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::WRITEV, [2, 0, 1, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::WRITEV, [7, 0, 1, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::WRITE, [1, 0, 5, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::WRITE, [3, 0, 5, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::WRITEV, [2, 0, 1, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::WRITEV, [7, 0, 1, 0, 0, 0]), Trace);
         let (c, t) = (libc::O_CREAT as u64, libc::O_TRUNC as u64);
-        assert_eq!(eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::OPEN, [0, c, 0, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::OPEN, [0, t, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::OPEN, [0, c, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::OPEN, [0, t, 0, 0, 0, 0]), Trace);
         assert_eq!(
-            eval(nr::OPENAT, [0, c | t, libc::O_RDONLY as u64, 0, 0, 0]),
+            journal_eval(nr::OPENAT, [0, c | t, libc::O_RDONLY as u64, 0, 0, 0]),
             Allow
         );
-        assert_eq!(eval(nr::OPENAT, [0, 0, c, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::OPENAT, [0, 0, c, 0, 0, 0]), Trace);
         assert_eq!(
-            eval(nr::OPENAT, [0, 0, t | libc::O_WRONLY as u64, 0, 0, 0]),
+            journal_eval(nr::OPENAT, [0, 0, t | libc::O_WRONLY as u64, 0, 0, 0]),
             Trace
         );
-        assert_eq!(eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]), Allow);
         for n in [nr::LSEEK, nr::CLOSE, nr::CLOSE_RANGE, nr::DUP] {
-            assert_eq!(eval(n, [2, 0, 0, 0, 0, 0]), Trace, "nr {n}");
-            assert_eq!(eval(n, [3, 0, 0, 0, 0, 0]), Allow, "nr {n}");
+            assert_eq!(journal_eval(n, [2, 0, 0, 0, 0, 0]), Trace, "nr {n}");
+            assert_eq!(journal_eval(n, [3, 0, 0, 0, 0, 0]), Allow, "nr {n}");
         }
         for n in [nr::DUP2, nr::DUP3] {
-            assert_eq!(eval(n, [5, 1, 0, 0, 0, 0]), Trace);
-            assert_eq!(eval(n, [1, 5, 0, 0, 0, 0]), Trace);
-            assert_eq!(eval(n, [5, 6, 0, 0, 0, 0]), Allow);
+            assert_eq!(journal_eval(n, [5, 1, 0, 0, 0, 0]), Trace);
+            assert_eq!(journal_eval(n, [1, 5, 0, 0, 0, 0]), Trace);
+            assert_eq!(journal_eval(n, [5, 6, 0, 0, 0, 0]), Allow);
         }
         let dupfd = libc::F_DUPFD as u64;
-        assert_eq!(eval(nr::FCNTL, [1, dupfd, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::FCNTL, [1, dupfd, 0, 0, 0, 0]), Trace);
         assert_eq!(
-            eval(nr::FCNTL, [1, libc::F_DUPFD_CLOEXEC as u64, 0, 0, 0, 0]),
+            journal_eval(nr::FCNTL, [1, libc::F_DUPFD_CLOEXEC as u64, 0, 0, 0, 0]),
             Trace
         );
         assert_eq!(
-            eval(nr::FCNTL, [1, libc::F_GETFL as u64, 0, 0, 0, 0]),
+            journal_eval(nr::FCNTL, [1, libc::F_GETFL as u64, 0, 0, 0, 0]),
             Allow
         );
-        assert_eq!(eval(nr::FCNTL, [4, dupfd, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::IO_URING_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
-        assert_eq!(eval(nr::IO_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
+        assert_eq!(journal_eval(nr::FCNTL, [4, dupfd, 0, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::IO_URING_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
+        assert_eq!(journal_eval(nr::IO_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
         // x32: every call traps; another architecture: refused.
-        assert_eq!(eval(X32_BIT | 39, [0; 6]), Trace);
+        assert_eq!(journal_eval(X32_BIT | 39, [0; 6]), Trace);
         assert_eq!(
-            evaluate(&filter(), 0x4000_0003, nr::WRITE, [1, 0, 0, 0, 0, 0]),
+            evaluate(&build(false), 0x4000_0003, nr::WRITE, [1, 0, 0, 0, 0, 0]),
             Errno(libc::ENOSYS as u32)
         );
     }
@@ -655,6 +813,39 @@ mod tests {
         assert!(!state_call(nr::PWRITE64 as u64, [3, 0, 0, 0, 0, 0]));
         // A read-only call of the same family passes.
         assert_eq!(eval(39 /* getpid */, [0; 6]), Allow);
+    }
+
+    #[test]
+    fn descriptor_changes_trap_and_reads_do_not() {
+        use Action::*;
+        for &n in FDS {
+            assert_eq!(eval(n, [7, 0, 0, 0, 0, 0]), Trace, "nr {n}");
+            assert!(fd_call(n as u64, [7, 0, 0, 0, 0, 0]), "nr {n}");
+        }
+        for &c in FCNTL_FDS {
+            assert_eq!(eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]), Trace, "fcntl {c}");
+            assert!(fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
+        }
+        for &c in IOCTL_FDS {
+            assert_eq!(eval(nr::IOCTL, [7, c as u64, 0, 0, 0, 0]), Trace, "ioctl {c:#x}");
+            assert!(fd_call(nr::IOCTL as u64, [7, c as u64, 0, 0, 0, 0]));
+        }
+        for c in [libc::F_GETFL, libc::F_GETFD, libc::F_GETLK] {
+            assert_eq!(eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]), Allow, "fcntl {c}");
+            assert!(!fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
+        }
+        assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
+        // Reads, writes and seeks move offsets, which a stop reads again: not trapped.
+        for n in [0 /* read */, nr::LSEEK, 45 /* recvfrom */, 47 /* recvmsg */] {
+            assert_eq!(eval(n, [7, 0, 0, 0, 0, 0]), Allow, "nr {n}");
+            assert!(!fd_call(n as u64, [7, 0, 0, 0, 0, 0]));
+        }
+        // The journal still sees only its own calls: a plain open or close is not one.
+        assert!(!journal_call(nr::OPENAT as u64, [0, 0, 0, 0, 0, 0]));
+        assert!(!journal_call(nr::CLOSE as u64, [7, 0, 0, 0, 0, 0]));
+        assert!(journal_call(nr::CLOSE as u64, [1, 0, 0, 0, 0, 0]));
+        assert!(journal_call(nr::OPENAT as u64, [0, 0, libc::O_TRUNC as u64, 0, 0, 0]));
+        assert!(!journal_call(nr::SETITIMER as u64, [0; 6]));
     }
 
     #[test]

@@ -1,0 +1,176 @@
+//! A descriptor table kept from one stop to the next: while no call that makes, closes or
+//! changes a descriptor ran in the tree (the journal's filter traps them, `journal::fd_call`),
+//! the table a stop would capture differs from the last one only in what moves without such a
+//! call, which [`Cached::refresh`] reads again through the monitor's own duplicates of the
+//! descriptions (no `/proc` listing, no `kcmp`, no `pidfd_getfd`):
+//!
+//! * a file's offset (`read`, `write`, `lseek`), size (anyone's writes) and status flags (a
+//!   process outside the tree sharing the description may set them);
+//! * whether its path still names it (a rename or unlink, by anyone): if not, the caller
+//!   surveys again, which decides what the file became (stashed by the journal, refused).
+//!
+//! Only tables of such descriptions are kept: the restoring command's own streams
+//! ([`ObjectImage::Inherited`], which keep nothing), stateless devices and named files and
+//! directories. A socket (whose queues change with every `send`, and through which descriptors
+//! arrive without a trapped call), a pipe, an eventfd, an epoll set, a timer, a terminal of the
+//! tree, a memfd or a stashed file make every stop survey again.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+
+use super::scan::Desc;
+use super::{FdTable, ObjectImage};
+
+/// A captured table and the duplicates that bring it up to date. Dropping it closes the
+/// duplicates: drop it before a trapped call runs (a `close` must really close a description
+/// — it may release a lock or let a pipe reader see EOF).
+pub struct Cached {
+    table: FdTable,
+    live: Vec<Live>,
+}
+
+/// A description whose state moves by itself, with the monitor's duplicate of it.
+struct Live {
+    object: usize,
+    dup: OwnedFd,
+    dev: u64,
+    ino: u64,
+    /// The path a restore opens it by (must still name it).
+    path: PathBuf,
+}
+
+impl Cached {
+    /// What to keep of `table` (captured from `descs`), or `None` when it holds a description
+    /// whose state changes without a trapped call.
+    pub(super) fn of(table: &FdTable, descs: Vec<Desc>) -> Option<Cached> {
+        let mut live = Vec::new();
+        for (i, d) in descs.into_iter().enumerate() {
+            if d.file_type() == libc::S_IFSOCK {
+                return None;
+            }
+            let path = match table.objects.get(i)? {
+                ObjectImage::Inherited { .. } => continue,
+                ObjectImage::Device { path, .. } => path.clone(),
+                ObjectImage::File(f) if f.source == super::FileSource::Named => f.path.clone(),
+                _ => return None,
+            };
+            live.push(Live {
+                object: i,
+                dup: d.dup,
+                dev: d.dev,
+                ino: d.ino,
+                path,
+            });
+        }
+        Some(Cached {
+            table: table.clone(),
+            live,
+        })
+    }
+
+    /// The table a survey would capture now, provided no call that makes, closes or changes a
+    /// descriptor ran in the tree since this one was captured (the caller's to know) and the
+    /// tree holds the same processes. `None`: a file was renamed or deleted — survey again.
+    pub fn refresh(&mut self, ctx: &mut dyn super::CaptureCtx) -> Option<FdTable> {
+        for l in &self.live {
+            // A file the tree has mapped shared since is captured as memory (a survey's).
+            ctx.shared_object_of(l.dev, l.ino).is_none().then_some(())?;
+            let now = std::fs::metadata(&l.path).ok()?;
+            if (now.dev(), now.ino()) != (l.dev, l.ino) {
+                return None;
+            }
+            // SAFETY: fcntl(F_GETFL) on a descriptor we own.
+            let flags = unsafe { libc::fcntl(l.dup.as_raw_fd(), libc::F_GETFL) };
+            if flags < 0 {
+                return None;
+            }
+            match self.table.objects.get_mut(l.object)? {
+                ObjectImage::Device { flags: f, .. } => *f = flags,
+                ObjectImage::File(f) => {
+                    // SAFETY: lseek(SEEK_CUR, 0) on a descriptor we own: reads the
+                    // description's offset, moves nothing.
+                    let pos = unsafe { libc::lseek(l.dup.as_raw_fd(), 0, libc::SEEK_CUR) };
+                    if pos < 0 {
+                        return None;
+                    }
+                    f.flags = flags;
+                    f.pos = pos as u64;
+                    f.size = now.size();
+                }
+                _ => return None,
+            }
+        }
+        Some(self.table.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{capture, capture_cached, NoCtx, ProcRef};
+    use std::io::{Seek, SeekFrom, Write};
+    use std::os::fd::AsRawFd;
+
+    /// A child holding a file, /dev/null and the test's streams: the refreshed table equals a
+    /// fresh capture after the file's offset, size and flags moved, and a rename is noticed.
+    #[test]
+    fn refresh_equals_a_fresh_capture_and_notices_a_rename() {
+        let dir = std::env::temp_dir().join(format!("kioku-fdcache-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"0123456789").unwrap();
+        f.seek(SeekFrom::Start(3)).unwrap();
+        // The child inherits the file as descriptor 0 (a shared description: moving the
+        // offset here moves the child's).
+        let mut cmd = std::process::Command::new("sleep");
+        // SAFETY: close_range is async-signal-safe; the child holds only its streams then.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+                Ok(())
+            });
+        }
+        let mut child = cmd
+            .arg("30")
+            .stdin(f.try_clone().unwrap())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let procs = [ProcRef {
+            image_pid: 1,
+            pid: child.id() as i32,
+            own_fds: vec![],
+        }];
+        // Wait until the child runs `sleep` (its descriptors are final then).
+        let t0 = std::time::Instant::now();
+        while std::fs::read_link(format!("/proc/{}/exe", child.id()))
+            .map(|p| !p.to_string_lossy().contains("sleep"))
+            .unwrap_or(true)
+        {
+            assert!(t0.elapsed().as_secs() < 10, "the child never ran sleep");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (table, cached) = capture_cached(&procs, &mut NoCtx).unwrap();
+        let mut cached = cached.expect("a file, a device and streams are kept");
+        assert_eq!(cached.refresh(&mut NoCtx).as_ref(), Some(&table));
+        f.write_all(b"abcdefgh").unwrap();
+        // SAFETY: fcntl on a descriptor of ours.
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) };
+        let fresh = capture(&procs, &mut NoCtx).unwrap();
+        assert_ne!(fresh, table, "the offset, size and flags moved");
+        assert_eq!(cached.refresh(&mut NoCtx), Some(fresh));
+        std::fs::rename(&path, dir.join("moved")).unwrap();
+        assert_eq!(cached.refresh(&mut NoCtx), None, "a renamed file is surveyed again");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
