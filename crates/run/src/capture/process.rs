@@ -167,6 +167,19 @@ pub(crate) struct ProcessCapture {
     kernel: Option<KernelCache>,
     /// The parent's pid (as the monitor sees it) and its id in the tree's namespace.
     parent: Option<(i32, i32)>,
+    /// `/proc/PID/maps` and `/proc/PID/stat`, kept open (opened again after an exec).
+    maps_file: Option<sys::ProcFile>,
+    stat_file: Option<sys::ProcFile>,
+    /// `/proc/PID/task/TID/status` by thread, kept open while the thread lives.
+    status_files: HashMap<i32, sys::ProcFile>,
+}
+
+/// `slot`'s file, opened at `path` first if need be, read from its start.
+fn read_kept(slot: &mut Option<sys::ProcFile>, path: impl FnOnce() -> String, record: bool) -> Result<String> {
+    match slot {
+        Some(f) => f.read(),
+        None => slot.insert(sys::ProcFile::open(path(), record)?).read(),
+    }
 }
 
 /// Kernel state as the last capture read it, reused while no call that changes it ran (see
@@ -256,6 +269,9 @@ impl ProcessCapture {
             state_dirty: false,
             kernel: None,
             parent: None,
+            maps_file: None,
+            stat_file: None,
+            status_files: HashMap::new(),
         })
     }
 
@@ -334,7 +350,8 @@ impl ProcessCapture {
         if tracee.execs() != self.execs {
             self.after_exec(tracee, st)?;
         }
-        let maps_text = sys::read_proc(format!("/proc/{}/maps", self.pid))?;
+        let pid = self.pid;
+        let maps_text = read_kept(&mut self.maps_file, || format!("/proc/{pid}/maps"), false)?;
         let (vmas, files) = self.layout(&maps_text, st)?;
         self.survey = Some(Survey {
             maps_text,
@@ -735,7 +752,7 @@ impl ProcessCapture {
         // The process's status file is its leader thread's.
         let status = match leader_status {
             Some(s) => s,
-            None => sys::read_proc_record(format!("/proc/{pid}/status"))?,
+            None => read_kept(&mut None, || format!("/proc/{pid}/status"), true)?,
         };
         let handled = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
         let sigactions = match &cache {
@@ -761,7 +778,7 @@ impl ProcessCapture {
             handled,
             sigactions: sigactions.clone(),
         });
-        let stat = sys::read_proc_record(format!("/proc/{pid}/stat"))?;
+        let stat = read_kept(&mut self.stat_file, || format!("/proc/{pid}/stat"), true)?;
         let mm = self.mm_fields(tracee, &maps_text, &stat)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -907,6 +924,9 @@ impl ProcessCapture {
         self.hot.clear();
         self.whole.clear();
         self.kernel = None;
+        self.maps_file = None;
+        self.stat_file = None;
+        self.status_files.clear();
         self.execs = tracee.execs();
         Ok(())
     }
@@ -1357,10 +1377,19 @@ impl ProcessCapture {
         let tids = tracee_tids(tracee, pid);
         let mut leader_status = None;
         self.tid_addrs.retain(|t, _| tids.contains(t));
+        self.status_files.retain(|t, _| tids.contains(t));
         let mut out = Vec::with_capacity(tids.len());
         for tid in tids {
             let state = tracee.thread_state(tid)?;
-            let status = sys::read_proc_record(format!("/proc/{pid}/task/{tid}/status"))?;
+            let status = match self.status_files.entry(tid) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().read()?,
+                std::collections::hash_map::Entry::Vacant(e) => e
+                    .insert(sys::ProcFile::open(
+                        format!("/proc/{pid}/task/{tid}/status"),
+                        true,
+                    )?)
+                    .read()?,
+            };
             let tid_address = match self.tid_addrs.get(&tid) {
                 Some(&a) => a,
                 None => {
