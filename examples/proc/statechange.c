@@ -5,16 +5,17 @@
  * the program reports (exit 3).
  *
  * Phase 1 (at start): SIGUSR1 handled by on_a, RLIMIT_NOFILE soft 512, no interval timer,
- *   descriptor 5 open on /dev/null, descriptor 6 on the file "data" (read a byte every round:
- *   its offset moves with no call the monitor traps), timer slack 50 µs.
+ *   descriptors 3, 4 and 5 open on /dev/null, descriptor 6 on the file "data" (read a byte
+ *   every round: its offset moves with no call the monitor traps), timer slack 50 µs.
  * Phase 2 (when the file "go2" appears in the working directory): SIGUSR1 handled by on_b
  *   with SA_ONSTACK, SIGUSR2 handled by on_b with SA_RESETHAND, RLIMIT_NOFILE soft 256,
- *   ITIMER_REAL armed for 1000 s, descriptor 6 made non-blocking (ioctl FIONBIO), "data2"
- *   open as descriptor 10, three pages mapped ('A'), a signal stack, timer slack 123456 ns.
+ *   ITIMER_REAL armed for 1000 s, descriptor 6 made non-blocking (ioctl FIONBIO), "data"
+ *   duplicated over the open descriptor 4 (dup2 replaces /dev/null), "data2" open as
+ *   descriptor 10, three pages mapped ('A'), a signal stack, timer slack 123456 ns.
  * Phase 3 (when "go3" appears): raises SIGUSR2 — its handler runs once and the kernel resets
- *   it to SIG_DFL (SA_RESETHAND): no system call changed the disposition; descriptor 10
- *   duplicated over the open descriptor 5 (dup2 replaces /dev/null), the middle page of the
- *   three unmapped and a new page mapped ('B').
+ *   it to SIG_DFL (SA_RESETHAND): no system call changed the disposition; descriptor 5
+ *   closed and "data2" opened again, at number 5 (the lowest free: no call the monitor traps
+ *   for descriptors), the middle page of the three unmapped and a new page mapped ('B').
  * Phase 4 (when "go4" appears): descriptor 7 a pipe's read end (8 its write end), and a
  *   descriptor of "data" received over a Unix socket pair (SCM_RIGHTS: no call of this
  *   process opened it).
@@ -96,9 +97,10 @@ static void check(int phase) {
         fail(phase, "the data files");
     int fd5 = fstat(5, &st) == 0 &&
               (phase < 3 ? S_ISCHR(st.st_mode) : st.st_ino == data2.st_ino);
+    int fd4 = fstat(4, &st) == 0 && (phase < 2 ? S_ISCHR(st.st_mode) : st.st_ino == data.st_ino);
     int fd7 = fstat(7, &st) == 0 && S_ISFIFO(st.st_mode);
     int fd10 = fstat(10, &st) == 0 && st.st_ino == data2.st_ino;
-    if (!fd5 || fd7 != (phase > 3) || fd10 != (phase > 1))
+    if (!fd4 || !fd5 || fd7 != (phase > 3) || fd10 != (phase > 1))
         fail(phase, "the descriptor table");
     if (lseek(6, 0, SEEK_CUR) != pos6)
         fail(phase, "descriptor 6's offset");
@@ -173,9 +175,13 @@ int main(void) {
     handle(SIGUSR1, on_a, 0);
     nofile(512);
     int null = open("/dev/null", O_RDONLY);
-    if (null < 0 || dup2(null, 5) < 0)
+    if (null < 0 || dup2(null, 4) < 0 || dup2(null, 5) < 0)
         return 1;
-    close(null);
+    if (null != 3) {
+        if (dup2(null, 3) < 0)
+            return 1;
+        close(null);
+    }
     prctl(PR_SET_TIMERSLACK, 50000);
     int phase = 1;
     printf("phase 1\n");
@@ -189,6 +195,8 @@ int main(void) {
             setitimer(ITIMER_REAL, &it, NULL);
             int on = 1;
             ioctl(6, FIONBIO, &on);
+            if (dup2(6, 4) < 0)
+                return 1;
             int d2 = open("data2", O_RDONLY);
             if (d2 < 0 || dup2(d2, 10) < 0)
                 return 1;
@@ -208,7 +216,8 @@ int main(void) {
             raise(SIGUSR2);
             if (got != 1)
                 fail(3, "SIGUSR2's handler");
-            if (dup2(10, 5) < 0)
+            close(5);
+            if (open("data2", O_RDONLY) != 5)
                 return 1;
             /* Mapped before the unmap, so it cannot land in the hole. */
             single = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
@@ -224,8 +233,10 @@ int main(void) {
             int p[2], sv[2];
             if (pipe(p) != 0 || dup2(p[0], 7) < 0 || dup2(p[1], 8) < 0)
                 return 1;
-            close(p[0]);
-            close(p[1]);
+            if (p[0] != 7 && p[0] != 8)
+                close(p[0]);
+            if (p[1] != 7 && p[1] != 8)
+                close(p[1]);
             if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
                 return 1;
             send_fd(sv[0], 6);

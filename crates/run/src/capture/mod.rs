@@ -480,7 +480,7 @@ impl Capturer {
             .map(|&pid| (pid, tree.process(pid).map_or(u64::MAX, |t| t.execs())))
             .collect();
         let kept = match self.fd_cache.as_mut() {
-            Some((k, cached)) if *k == key => cached.refresh(&mut ctx),
+            Some((k, cached)) if *k == key => cached.refresh(&refs, &mut ctx),
             _ => None,
         };
         let table = match kept {
@@ -526,9 +526,12 @@ impl Capturer {
         // A restore by mapping completes, and the running context is never copied into while
         // it is the valid checkpoint (the monitor does both before it stops the tree; this is
         // the safety net).
+        let t0 = Instant::now();
         self.finish_restore()?;
         self.sync()?;
+        let t_sync = t0.elapsed();
         self.survey(tree)?;
+        let t_survey = t0.elapsed();
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
@@ -542,6 +545,12 @@ impl Capturer {
                 all.push(p);
             }
         }
+        tracing::debug!(
+            sync_ms = t_sync.as_secs_f64() * 1e3,
+            survey_ms = (t_survey - t_sync).as_secs_f64() * 1e3,
+            estimate_ms = (t0.elapsed() - t_survey).as_secs_f64() * 1e3,
+            "tree prepared"
+        );
         if all.is_empty() {
             return Ok(None);
         }

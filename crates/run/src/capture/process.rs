@@ -191,7 +191,12 @@ struct KernelCache {
     /// (SA_RESETHAND) changes them.
     handled: u64,
     sigactions: Vec<SigAction>,
+    /// Each thread's robust list and rseq area (set only by calls the filter traps).
+    fixed: HashMap<i32, ThreadFixed>,
 }
+
+/// A thread's robust list and rseq registration, as [`ThreadImage`] holds them.
+type ThreadFixed = ((u64, u64), (u64, u32, u32));
 
 /// An area of which at least this share was written in `HOT_STREAK` consecutive captures is
 /// no longer write-tracked: each capture copies its populated pages instead. The program
@@ -748,7 +753,11 @@ impl ProcessCapture {
             false => None,
         };
         self.state_dirty = false;
-        let (threads, leader_status) = self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
+        let (threads, leader_status) = self.threads(
+            tracee,
+            cache.as_ref().map(|c| &c.threads),
+            cache.as_ref().map(|c| &c.fixed),
+        )?;
         // The process's status file is its leader thread's.
         let status = match leader_status {
             Some(s) => s,
@@ -777,6 +786,11 @@ impl ProcessCapture {
                 .collect(),
             handled,
             sigactions: sigactions.clone(),
+            fixed: threads
+                .iter()
+                .zip(tracee_tids(tracee, pid))
+                .map(|(t, tid)| (tid, (t.robust_list, t.rseq)))
+                .collect(),
         });
         let stat = read_kept(&mut self.stat_file, || format!("/proc/{pid}/stat"), true)?;
         let mm = self.mm_fields(tracee, &maps_text, &stat)?;
@@ -1372,6 +1386,7 @@ impl ProcessCapture {
         &mut self,
         tracee: &Tracee,
         cache: Option<&HashMap<i32, crate::procstate::ThreadState>>,
+        fixed: Option<&HashMap<i32, ThreadFixed>>,
     ) -> Result<(Vec<ThreadImage>, Option<String>)> {
         let pid = self.pid;
         let tids = tracee_tids(tracee, pid);
@@ -1398,6 +1413,10 @@ impl ProcessCapture {
                     a
                 }
             };
+            let (robust_list, rseq) = match fixed.and_then(|f| f.get(&tid)) {
+                Some(&f) => f,
+                None => (sys::robust_list(tid)?, sys::rseq_config(tid)?),
+            };
             // The id the program knows: the namespace's.
             let image_tid = if self.image_pid == pid {
                 tid
@@ -1418,8 +1437,8 @@ impl ProcessCapture {
                         .collect(),
                 },
                 tid_address,
-                robust_list: sys::robust_list(tid)?,
-                rseq: sys::rseq_config(tid)?,
+                robust_list,
+                rseq,
                 kernel: crate::procstate::capture_thread_since(
                     &TracedRemote {
                         tracee,

@@ -1,39 +1,45 @@
-//! A descriptor table kept from one stop to the next: while no call that makes, closes or
-//! changes a descriptor ran in the tree (the journal's filter traps them, `journal::fd_call`),
-//! the table a stop would capture differs from the last one only in what moves without such a
-//! call, which [`Cached::refresh`] reads again through the monitor's own duplicates of the
-//! descriptions (no `/proc` listing, no `kcmp`, no `pidfd_getfd`):
+//! A descriptor table kept from one stop to the next. A stop checks it against the tree
+//! instead of surveying every descriptor again (`readlink`, `statx`, `fdinfo`, `pidfd_getfd`,
+//! `kcmp` between holders, each): it lists each process's descriptor numbers and compares each
+//! descriptor with the monitor's duplicate of the description it held (`kcmp(KCMP_FILE)`; the
+//! duplicate keeps that description alive, so a new one cannot take its identity). What these
+//! checks cannot see is trapped by the journal's filter (`journal::fd_call`: a number given
+//! back the description it held with another close-on-exec flag, a close-on-exec flag set, a
+//! lock), and a trapped call drops the kept table. What moves without any call to trap is read
+//! again through the duplicates ([`Cached::refresh`]):
 //!
-//! * a file's offset (`read`, `write`, `lseek`), size (anyone's writes) and status flags (a
-//!   process outside the tree sharing the description may set them);
+//! * a file's offset (`read`, `write`, `lseek`), size (anyone's writes) and status flags
+//!   (`fcntl(F_SETFL)`, `ioctl(FIONBIO)`, or a process outside the tree sharing it);
 //! * whether its path still names it (a rename or unlink, by anyone): if not, the caller
 //!   surveys again, which decides what the file became (stashed by the journal, refused).
 //!
 //! Only tables of such descriptions are kept: the restoring command's own streams
 //! ([`ObjectImage::Inherited`], which keep nothing), stateless devices and named files and
-//! directories. A socket (whose queues change with every `send`, and through which descriptors
-//! arrive without a trapped call), a pipe, an eventfd, an epoll set, a timer, a terminal of the
-//! tree, a memfd or a stashed file make every stop survey again.
+//! directories, without locks. A socket (whose queues change with every `send`), a pipe, an
+//! eventfd, an epoll set, a timer, a terminal of the tree, a memfd, a stashed file or a lock
+//! (a `close` of any descriptor of the file releases a POSIX lock) makes every stop survey.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use super::scan::Desc;
-use super::{FdTable, ObjectImage};
+use super::scan::{self, Desc};
+use super::{FdTable, ObjectImage, ProcRef};
 
-/// A captured table and the duplicates that bring it up to date. Dropping it closes the
-/// duplicates: drop it before a trapped call runs (a `close` must really close a description
-/// — it may release a lock or let a pipe reader see EOF).
+/// A captured table and the duplicates that check it and bring it up to date. Holding it keeps
+/// the descriptions open in the monitor: a file the program closed stays open until the next
+/// stop (its space, if deleted, is freed then).
 pub struct Cached {
     table: FdTable,
+    /// The monitor's duplicate of each description (the table's objects, in order).
+    dups: Vec<OwnedFd>,
+    /// Descriptions whose state moves by itself.
     live: Vec<Live>,
 }
 
-/// A description whose state moves by itself, with the monitor's duplicate of it.
+/// A description whose state moves by itself.
 struct Live {
     object: usize,
-    dup: OwnedFd,
     dev: u64,
     ino: u64,
     /// The path a restore opens it by (must still name it).
@@ -44,35 +50,67 @@ impl Cached {
     /// What to keep of `table` (captured from `descs`), or `None` when it holds a description
     /// whose state changes without a trapped call.
     pub(super) fn of(table: &FdTable, descs: Vec<Desc>) -> Option<Cached> {
+        if !table.locks.is_empty() || descs.len() != table.objects.len() {
+            return None;
+        }
         let mut live = Vec::new();
+        let mut dups = Vec::with_capacity(descs.len());
         for (i, d) in descs.into_iter().enumerate() {
             if d.file_type() == libc::S_IFSOCK {
                 return None;
             }
-            let path = match table.objects.get(i)? {
-                ObjectImage::Inherited { .. } => continue,
-                ObjectImage::Device { path, .. } => path.clone(),
-                ObjectImage::File(f) if f.source == super::FileSource::Named => f.path.clone(),
+            let path = match &table.objects[i] {
+                ObjectImage::Inherited { .. } => None,
+                ObjectImage::Device { path, .. } => Some(path.clone()),
+                ObjectImage::File(f) if f.source == super::FileSource::Named => {
+                    Some(f.path.clone())
+                }
                 _ => return None,
             };
-            live.push(Live {
-                object: i,
-                dup: d.dup,
-                dev: d.dev,
-                ino: d.ino,
-                path,
-            });
+            if let Some(path) = path {
+                live.push(Live {
+                    object: i,
+                    dev: d.dev,
+                    ino: d.ino,
+                    path,
+                });
+            }
+            dups.push(d.dup);
         }
         Some(Cached {
             table: table.clone(),
+            dups,
             live,
         })
     }
 
-    /// The table a survey would capture now, provided no call that makes, closes or changes a
-    /// descriptor ran in the tree since this one was captured (the caller's to know) and the
-    /// tree holds the same processes. `None`: a file was renamed or deleted — survey again.
-    pub fn refresh(&mut self, ctx: &mut dyn super::CaptureCtx) -> Option<FdTable> {
+    /// The table a survey of `procs` would capture now, provided no trapped descriptor call
+    /// ran in the tree since this one was captured (the caller's to know) and `procs` are the
+    /// processes it was captured from. `None`: a descriptor was opened, closed or replaced, or
+    /// a file renamed or deleted — survey again.
+    pub fn refresh(
+        &mut self,
+        procs: &[ProcRef],
+        ctx: &mut dyn super::CaptureCtx,
+    ) -> Option<FdTable> {
+        let me = std::process::id() as i32;
+        for p in procs {
+            let held = self.table.procs.get(&p.image_pid)?;
+            let mut numbers = scan::list_fds(p.pid).ok()?;
+            numbers.retain(|fd| !p.own_fds.contains(fd));
+            if numbers.len() != held.len() {
+                return None;
+            }
+            for (fd, h) in numbers.iter().zip(held) {
+                if *fd != h.fd {
+                    return None;
+                }
+                let dup = self.dups.get(h.object)?.as_raw_fd();
+                if !super::sys::same_file(p.pid, h.fd, me, dup).ok()? {
+                    return None;
+                }
+            }
+        }
         for l in &self.live {
             // A file the tree has mapped shared since is captured as memory (a survey's).
             ctx.shared_object_of(l.dev, l.ino).is_none().then_some(())?;
@@ -80,8 +118,9 @@ impl Cached {
             if (now.dev(), now.ino()) != (l.dev, l.ino) {
                 return None;
             }
+            let dup = self.dups.get(l.object)?.as_raw_fd();
             // SAFETY: fcntl(F_GETFL) on a descriptor we own.
-            let flags = unsafe { libc::fcntl(l.dup.as_raw_fd(), libc::F_GETFL) };
+            let flags = unsafe { libc::fcntl(dup, libc::F_GETFL) };
             if flags < 0 {
                 return None;
             }
@@ -90,7 +129,7 @@ impl Cached {
                 ObjectImage::File(f) => {
                     // SAFETY: lseek(SEEK_CUR, 0) on a descriptor we own: reads the
                     // description's offset, moves nothing.
-                    let pos = unsafe { libc::lseek(l.dup.as_raw_fd(), 0, libc::SEEK_CUR) };
+                    let pos = unsafe { libc::lseek(dup, 0, libc::SEEK_CUR) };
                     if pos < 0 {
                         return None;
                     }
@@ -160,15 +199,15 @@ mod tests {
         }
         let (table, cached) = capture_cached(&procs, &mut NoCtx).unwrap();
         let mut cached = cached.expect("a file, a device and streams are kept");
-        assert_eq!(cached.refresh(&mut NoCtx).as_ref(), Some(&table));
+        assert_eq!(cached.refresh(&procs, &mut NoCtx).as_ref(), Some(&table));
         f.write_all(b"abcdefgh").unwrap();
         // SAFETY: fcntl on a descriptor of ours.
         unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) };
         let fresh = capture(&procs, &mut NoCtx).unwrap();
         assert_ne!(fresh, table, "the offset, size and flags moved");
-        assert_eq!(cached.refresh(&mut NoCtx), Some(fresh));
+        assert_eq!(cached.refresh(&procs, &mut NoCtx), Some(fresh));
         std::fs::rename(&path, dir.join("moved")).unwrap();
-        assert_eq!(cached.refresh(&mut NoCtx), None, "a renamed file is surveyed again");
+        assert_eq!(cached.refresh(&procs, &mut NoCtx), None, "a renamed file is surveyed again");
         child.kill().unwrap();
         child.wait().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

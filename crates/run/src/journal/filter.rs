@@ -82,38 +82,15 @@ pub mod nr {
     pub const PRLIMIT64: u32 = 302;
     pub const SCHED_SETSCHEDULER: u32 = 144;
     pub const SCHED_SETATTR: u32 = 314;
-    // Calls that make, close or change descriptors (`FDS`).
-    pub const PIPE: u32 = 22;
+    pub const SET_ROBUST_LIST: u32 = 273;
+    pub const RSEQ: u32 = 334;
+    // Descriptor calls a kept table cannot see (`FDS`).
     pub const SOCKET: u32 = 41;
     pub const ACCEPT: u32 = 43;
     pub const SOCKETPAIR: u32 = 53;
     pub const FLOCK: u32 = 73;
-    pub const EPOLL_CREATE: u32 = 213;
-    pub const INOTIFY_INIT: u32 = 253;
-    pub const SIGNALFD: u32 = 282;
-    pub const TIMERFD_CREATE: u32 = 283;
-    pub const EVENTFD: u32 = 284;
     pub const ACCEPT4: u32 = 288;
-    pub const SIGNALFD4: u32 = 289;
-    pub const EVENTFD2: u32 = 290;
-    pub const EPOLL_CREATE1: u32 = 291;
-    pub const PIPE2: u32 = 293;
-    pub const INOTIFY_INIT1: u32 = 294;
-    pub const PERF_EVENT_OPEN: u32 = 298;
-    pub const FANOTIFY_INIT: u32 = 300;
-    pub const SECCOMP: u32 = 317;
-    pub const MEMFD_CREATE: u32 = 319;
-    pub const BPF: u32 = 321;
-    pub const USERFAULTFD: u32 = 323;
-    pub const OPEN_TREE: u32 = 428;
-    pub const FSOPEN: u32 = 430;
-    pub const FSMOUNT: u32 = 432;
-    pub const FSPICK: u32 = 433;
-    pub const PIDFD_OPEN: u32 = 434;
     pub const PIDFD_GETFD: u32 = 438;
-    pub const MEMFD_SECRET: u32 = 447;
-    pub const MQ_OPEN: u32 = 240;
-    pub const LANDLOCK_CREATE_RULESET: u32 = 444;
 }
 
 /// `__X32_SYSCALL_BIT`: system calls of the x32 ABI carry it.
@@ -200,6 +177,9 @@ const STATE: &[u32] = &[
     // A real-time policy sets the timer slack to 0 (and leaving one sets it back).
     nr::SCHED_SETSCHEDULER,
     nr::SCHED_SETATTR,
+    // A thread's robust list and rseq area (set once as it starts, by the C library).
+    nr::SET_ROBUST_LIST,
+    nr::RSEQ,
 ];
 
 /// State calls trapped only when they set something (their argument `.1` is not NULL):
@@ -219,73 +199,48 @@ pub const PRCTL_STATE: &[u32] = &[
     libc::PR_SET_CHILD_SUBREAPER as u32,
 ];
 
-/// Calls that make, close or change a descriptor — its number, its close-on-exec flag, its
-/// description's status flags or locks — trapped so that the monitor lists the tree's
-/// descriptors again only after one ran ([`fd_call`]); between such calls a stop re-reads
-/// only what moves by itself (offsets, sizes, status flags: `fds::Cached`). The ones that
-/// receive descriptors through a socket (`recvmsg` with SCM_RIGHTS) are not trapped: a
-/// socket in the tree's table makes every stop list the descriptors (a socket's queues
-/// change without a call to trap anyway). Conditional ones: `FCNTL_FDS`, `IOCTL_FDS`.
+/// Descriptor calls the capture's kept descriptor table cannot see from outside, trapped so
+/// that the monitor lists the tree's descriptors again only after one ran ([`fd_call`];
+/// `fds::Cached`). A stop compares each kept descriptor with the process's own
+/// (`kcmp(KCMP_FILE)` against the monitor's duplicate of the description, which it holds, so
+/// a closed description's identity cannot be reused) and lists the numbers: a descriptor
+/// opened, closed or replaced by a new description (`open`, `close`, `pipe`, `memfd_create`…)
+/// is found without a trap. What those checks cannot see, and is trapped: a number given back
+/// the description it held before with another close-on-exec flag (`dup*`, `fcntl(F_DUPFD*)`,
+/// `pidfd_getfd`, a descriptor received over a socket made since — `socket`, `socketpair`,
+/// `accept*`: a socket in the table makes every stop survey anyway), a close-on-exec flag set
+/// (`fcntl(F_SETFD)`, `ioctl(FIOCLEX)`, `close_range(CLOSE_RANGE_CLOEXEC)`), and locks
+/// (`flock`, `fcntl` locks and leases: a table holding a lock is not kept, since a `close`
+/// of any descriptor of the file releases a POSIX lock). Conditional ones: `FCNTL_FDS`,
+/// `IOCTL_FDS`.
 const FDS: &[u32] = &[
-    nr::OPEN,
-    nr::OPENAT,
-    nr::OPENAT2,
-    nr::CREAT,
-    nr::OPEN_BY_HANDLE_AT,
-    nr::CLOSE,
-    nr::CLOSE_RANGE,
     nr::DUP,
     nr::DUP2,
     nr::DUP3,
+    nr::CLOSE_RANGE,
     nr::FLOCK,
-    nr::PIPE,
-    nr::PIPE2,
     nr::SOCKET,
     nr::SOCKETPAIR,
     nr::ACCEPT,
     nr::ACCEPT4,
-    nr::EPOLL_CREATE,
-    nr::EPOLL_CREATE1,
-    nr::INOTIFY_INIT,
-    nr::INOTIFY_INIT1,
-    nr::SIGNALFD,
-    nr::SIGNALFD4,
-    nr::TIMERFD_CREATE,
-    nr::EVENTFD,
-    nr::EVENTFD2,
-    nr::PERF_EVENT_OPEN,
-    nr::FANOTIFY_INIT,
-    nr::SECCOMP,
-    nr::MEMFD_CREATE,
-    nr::MEMFD_SECRET,
-    nr::BPF,
-    nr::USERFAULTFD,
-    nr::OPEN_TREE,
-    nr::FSOPEN,
-    nr::FSMOUNT,
-    nr::FSPICK,
-    nr::PIDFD_OPEN,
     nr::PIDFD_GETFD,
-    nr::MQ_OPEN,
-    nr::LANDLOCK_CREATE_RULESET,
 ];
 
-/// `fcntl` commands that make a descriptor or change one (`F_GET*` pass).
+/// `fcntl` commands that make a descriptor, set its close-on-exec flag or take a lock (`F_GET*`
+/// and `F_SETFL` pass: a stop reads status flags through its duplicate).
 pub const FCNTL_FDS: &[u32] = &[
     libc::F_DUPFD as u32,
     libc::F_DUPFD_CLOEXEC as u32,
     libc::F_SETFD as u32,
-    libc::F_SETFL as u32,
     libc::F_SETLK as u32,
     libc::F_SETLKW as u32,
     libc::F_OFD_SETLK as u32,
     libc::F_OFD_SETLKW as u32,
-    libc::F_ADD_SEALS as u32,
     libc::F_SETLEASE as u32,
 ];
 
-/// `ioctl`s that change a descriptor's flags: `O_NONBLOCK`, `O_ASYNC`, close-on-exec.
-pub const IOCTL_FDS: &[u32] = &[0x5421 /* FIONBIO */, 0x5452 /* FIOASYNC */, 0x5451 /* FIOCLEX */, 0x5450 /* FIONCLEX */];
+/// `ioctl`s that set or clear a descriptor's close-on-exec flag.
+pub const IOCTL_FDS: &[u32] = &[0x5451 /* FIOCLEX */, 0x5450 /* FIONCLEX */];
 
 /// Whether system call `nr` with arguments `args`, stopped by the filter, may make, close or
 /// change a descriptor (see [`FDS`]). Independent of [`state_call`] and [`journal_call`]: an
@@ -835,15 +790,28 @@ mod tests {
             assert!(!fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
         }
         assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
-        // Reads, writes and seeks move offsets, which a stop reads again: not trapped.
-        for n in [0 /* read */, nr::LSEEK, 45 /* recvfrom */, 47 /* recvmsg */] {
+        assert_eq!(eval(nr::IOCTL, [7, 0x5421 /* FIONBIO */, 0, 0, 0, 0]), Allow);
+        assert_eq!(eval(nr::FCNTL, [7, libc::F_SETFL as u64, 0, 0, 0, 0]), Allow);
+        // Calls a stop sees from outside (offsets, status flags, a number opened or closed, a
+        // new description at a number): not trapped.
+        for n in [
+            0, /* read */
+            nr::LSEEK,
+            45, /* recvfrom */
+            47, /* recvmsg */
+            nr::OPENAT,
+            nr::CLOSE,
+            22,  /* pipe */
+            319, /* memfd_create */
+        ] {
             assert_eq!(eval(n, [7, 0, 0, 0, 0, 0]), Allow, "nr {n}");
-            assert!(!fd_call(n as u64, [7, 0, 0, 0, 0, 0]));
+            assert!(!fd_call(n as u64, [7, 0, 0, 0, 0, 0]), "nr {n}");
         }
         // The journal still sees only its own calls: a plain open or close is not one.
         assert!(!journal_call(nr::OPENAT as u64, [0, 0, 0, 0, 0, 0]));
         assert!(!journal_call(nr::CLOSE as u64, [7, 0, 0, 0, 0, 0]));
         assert!(journal_call(nr::CLOSE as u64, [1, 0, 0, 0, 0, 0]));
+        assert_eq!(eval(nr::CLOSE, [1, 0, 0, 0, 0, 0]), Trace);
         assert!(journal_call(nr::OPENAT as u64, [0, 0, libc::O_TRUNC as u64, 0, 0, 0]));
         assert!(!journal_call(nr::SETITIMER as u64, [0; 6]));
     }
