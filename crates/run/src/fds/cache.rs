@@ -35,6 +35,8 @@ pub struct Cached {
     dups: Vec<OwnedFd>,
     /// Descriptions whose state moves by itself.
     live: Vec<Live>,
+    /// Each process's `/proc/PID/fd`, kept open and listed again from its start.
+    dirs: std::collections::HashMap<i32, std::fs::File>,
 }
 
 /// A description whose state moves by itself.
@@ -81,6 +83,7 @@ impl Cached {
             table: table.clone(),
             dups,
             live,
+            dirs: Default::default(),
         })
     }
 
@@ -96,7 +99,13 @@ impl Cached {
         let me = std::process::id() as i32;
         for p in procs {
             let held = self.table.procs.get(&p.image_pid)?;
-            let mut numbers = scan::list_fds(p.pid).ok()?;
+            let dir = match self.dirs.entry(p.pid) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(std::fs::File::open(format!("/proc/{}/fd", p.pid)).ok()?)
+                }
+            };
+            let mut numbers = list_again(dir).ok()?;
             numbers.retain(|fd| !p.own_fds.contains(fd));
             if numbers.len() != held.len() {
                 return None;
@@ -142,6 +151,46 @@ impl Cached {
         }
         Some(self.table.clone())
     }
+}
+
+/// The descriptor numbers of an open `/proc/PID/fd`, ascending: rewound and read with
+/// `getdents64` (no path lookup, `open` or `close`).
+fn list_again(dir: &std::fs::File) -> std::io::Result<Vec<i32>> {
+    let fd = dir.as_raw_fd();
+    // SAFETY: lseek on a descriptor we own.
+    if unsafe { libc::lseek(fd, 0, libc::SEEK_SET) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut buf = vec![0u8; 32 << 10];
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe { libc::syscall(libc::SYS_getdents64, fd, buf.as_mut_ptr(), buf.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let n = n as usize;
+        // struct linux_dirent64: d_ino u64, d_off i64, d_reclen u16, d_type u8, d_name.
+        let mut at = 0;
+        while at + 19 < n {
+            let reclen = u16::from_ne_bytes([buf[at + 16], buf[at + 17]]) as usize;
+            if reclen == 0 || at + reclen > n {
+                return Err(std::io::ErrorKind::InvalidData.into());
+            }
+            let name = &buf[at + 19..at + reclen];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if let Some(fd) = std::str::from_utf8(name).ok().and_then(|s| s.parse().ok()) {
+                out.push(fd);
+            }
+            at += reclen;
+        }
+        // Room left for another record (at most 280 bytes): the listing is complete.
+        if n == 0 || n + 512 < buf.len() {
+            break;
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -200,6 +249,13 @@ mod tests {
         let (table, cached) = capture_cached(&procs, &mut NoCtx).unwrap();
         let mut cached = cached.expect("a file, a device and streams are kept");
         assert_eq!(cached.refresh(&procs, &mut NoCtx).as_ref(), Some(&table));
+        let listing = std::fs::File::open(format!("/proc/{}/fd", child.id())).unwrap();
+        assert_eq!(super::list_again(&listing).unwrap(), vec![0, 1, 2]);
+        assert_eq!(
+            super::list_again(&listing).unwrap(),
+            vec![0, 1, 2],
+            "listed again"
+        );
         f.write_all(b"abcdefgh").unwrap();
         // SAFETY: fcntl on a descriptor of ours.
         unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) };
