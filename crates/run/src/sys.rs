@@ -301,7 +301,8 @@ pub struct ProcFile {
 
 impl ProcFile {
     pub fn open(path: String, record: bool) -> Result<ProcFile> {
-        let file = std::fs::File::open(&path).map_err(|e| RunError::io(format!("opening {path}"), e))?;
+        let file =
+            std::fs::File::open(&path).map_err(|e| RunError::io(format!("opening {path}"), e))?;
         Ok(ProcFile { path, record, file })
     }
 

@@ -175,7 +175,11 @@ pub(crate) struct ProcessCapture {
 }
 
 /// `slot`'s file, opened at `path` first if need be, read from its start.
-fn read_kept(slot: &mut Option<sys::ProcFile>, path: impl FnOnce() -> String, record: bool) -> Result<String> {
+fn read_kept(
+    slot: &mut Option<sys::ProcFile>,
+    path: impl FnOnce() -> String,
+    record: bool,
+) -> Result<String> {
     match slot {
         Some(f) => f.read(),
         None => slot.insert(sys::ProcFile::open(path(), record)?).read(),

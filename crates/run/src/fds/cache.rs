@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use super::scan::{self, Desc};
+use super::scan::Desc;
 use super::{FdTable, ObjectImage, ProcRef};
 
 /// A captured table and the duplicates that check it and bring it up to date. Holding it keeps
@@ -263,7 +263,11 @@ mod tests {
         assert_ne!(fresh, table, "the offset, size and flags moved");
         assert_eq!(cached.refresh(&procs, &mut NoCtx), Some(fresh));
         std::fs::rename(&path, dir.join("moved")).unwrap();
-        assert_eq!(cached.refresh(&procs, &mut NoCtx), None, "a renamed file is surveyed again");
+        assert_eq!(
+            cached.refresh(&procs, &mut NoCtx),
+            None,
+            "a renamed file is surveyed again"
+        );
         child.kill().unwrap();
         child.wait().unwrap();
         std::fs::remove_dir_all(&dir).unwrap();

@@ -250,8 +250,14 @@ pub fn fd_call(nr: u64, args: [u64; 6]) -> bool {
         return false;
     };
     FDS.contains(&n)
-        || (n == nr::FCNTL && FCNTL_FDS.iter().any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
-        || (n == nr::IOCTL && IOCTL_FDS.iter().any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
+        || (n == nr::FCNTL
+            && FCNTL_FDS
+                .iter()
+                .any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
+        || (n == nr::IOCTL
+            && IOCTL_FDS
+                .iter()
+                .any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
 }
 
 /// Whether system call `nr` with arguments `args`, stopped by the filter, is one the file
@@ -683,7 +689,10 @@ mod tests {
         assert_eq!(journal_eval(nr::WRITEV, [2, 0, 1, 0, 0, 0]), Allow);
         assert_eq!(journal_eval(nr::WRITEV, [7, 0, 1, 0, 0, 0]), Trace);
         let (c, t) = (libc::O_CREAT as u64, libc::O_TRUNC as u64);
-        assert_eq!(journal_eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]), Allow);
+        assert_eq!(
+            journal_eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]),
+            Allow
+        );
         assert_eq!(journal_eval(nr::OPEN, [0, c, 0, 0, 0, 0]), Trace);
         assert_eq!(journal_eval(nr::OPEN, [0, t, 0, 0, 0, 0]), Trace);
         assert_eq!(
@@ -695,8 +704,14 @@ mod tests {
             journal_eval(nr::OPENAT, [0, 0, t | libc::O_WRONLY as u64, 0, 0, 0]),
             Trace
         );
-        assert_eq!(journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]), Trace);
-        assert_eq!(journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]), Allow);
+        assert_eq!(
+            journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]),
+            Allow
+        );
         for n in [nr::LSEEK, nr::CLOSE, nr::CLOSE_RANGE, nr::DUP] {
             assert_eq!(journal_eval(n, [2, 0, 0, 0, 0, 0]), Trace, "nr {n}");
             assert_eq!(journal_eval(n, [3, 0, 0, 0, 0, 0]), Allow, "nr {n}");
@@ -717,11 +732,26 @@ mod tests {
             Allow
         );
         assert_eq!(journal_eval(nr::FCNTL, [4, dupfd, 0, 0, 0, 0]), Allow);
-        assert_eq!(journal_eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]), Trace);
-        assert_eq!(journal_eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]), Trace);
-        assert_eq!(journal_eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
-        assert_eq!(journal_eval(nr::IO_URING_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
-        assert_eq!(journal_eval(nr::IO_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
+        assert_eq!(
+            journal_eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            journal_eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            journal_eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(
+            journal_eval(nr::IO_URING_SETUP, [0; 6]),
+            Errno(libc::ENOSYS as u32)
+        );
+        assert_eq!(
+            journal_eval(nr::IO_SETUP, [0; 6]),
+            Errno(libc::ENOSYS as u32)
+        );
         // x32: every call traps; another architecture: refused.
         assert_eq!(journal_eval(X32_BIT | 39, [0; 6]), Trace);
         assert_eq!(
@@ -778,20 +808,38 @@ mod tests {
             assert!(fd_call(n as u64, [7, 0, 0, 0, 0, 0]), "nr {n}");
         }
         for &c in FCNTL_FDS {
-            assert_eq!(eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]), Trace, "fcntl {c}");
+            assert_eq!(
+                eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]),
+                Trace,
+                "fcntl {c}"
+            );
             assert!(fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
         }
         for &c in IOCTL_FDS {
-            assert_eq!(eval(nr::IOCTL, [7, c as u64, 0, 0, 0, 0]), Trace, "ioctl {c:#x}");
+            assert_eq!(
+                eval(nr::IOCTL, [7, c as u64, 0, 0, 0, 0]),
+                Trace,
+                "ioctl {c:#x}"
+            );
             assert!(fd_call(nr::IOCTL as u64, [7, c as u64, 0, 0, 0, 0]));
         }
         for c in [libc::F_GETFL, libc::F_GETFD, libc::F_GETLK] {
-            assert_eq!(eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]), Allow, "fcntl {c}");
+            assert_eq!(
+                eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]),
+                Allow,
+                "fcntl {c}"
+            );
             assert!(!fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
         }
         assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::IOCTL, [7, 0x5421 /* FIONBIO */, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::FCNTL, [7, libc::F_SETFL as u64, 0, 0, 0, 0]), Allow);
+        assert_eq!(
+            eval(nr::IOCTL, [7, 0x5421 /* FIONBIO */, 0, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(
+            eval(nr::FCNTL, [7, libc::F_SETFL as u64, 0, 0, 0, 0]),
+            Allow
+        );
         // Calls a stop sees from outside (offsets, status flags, a number opened or closed, a
         // new description at a number): not trapped.
         for n in [
@@ -812,7 +860,10 @@ mod tests {
         assert!(!journal_call(nr::CLOSE as u64, [7, 0, 0, 0, 0, 0]));
         assert!(journal_call(nr::CLOSE as u64, [1, 0, 0, 0, 0, 0]));
         assert_eq!(eval(nr::CLOSE, [1, 0, 0, 0, 0, 0]), Trace);
-        assert!(journal_call(nr::OPENAT as u64, [0, 0, libc::O_TRUNC as u64, 0, 0, 0]));
+        assert!(journal_call(
+            nr::OPENAT as u64,
+            [0, 0, libc::O_TRUNC as u64, 0, 0, 0]
+        ));
         assert!(!journal_call(nr::SETITIMER as u64, [0; 6]));
     }
 

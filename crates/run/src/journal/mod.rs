@@ -42,8 +42,7 @@ pub use error::{JournalError, Result};
 pub use filter::nr::PRLIMIT64;
 pub use filter::{
     evaluate as evaluate_filter, fd_call, install as install_filter, journal_call, state_call,
-    to_bytes as filter_bytes,
-    Action,
+    to_bytes as filter_bytes, Action,
 };
 pub use format::FileKey;
 
