@@ -260,15 +260,20 @@ pub fn fd_call(nr: u64, args: [u64; 6]) -> bool {
                 .any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
 }
 
-/// Whether system call `nr` with arguments `args`, stopped by the filter, is one the file
-/// journal records (what the filter would trap without the capture's own traps).
+/// Whether system call `nr` with arguments `args`, stopped by the filters, is one the file
+/// journal records: what the filter would trap without the capture's own traps, or what the
+/// escalation filter traps (writes to the standard streams; only an escalated process has it,
+/// so in another such a call never stops).
 pub fn journal_call(nr: u64, args: [u64; 6]) -> bool {
     static JOURNAL_ONLY: std::sync::OnceLock<Vec<libc::sock_filter>> = std::sync::OnceLock::new();
+    static ESCALATION: std::sync::OnceLock<Vec<libc::sock_filter>> = std::sync::OnceLock::new();
     let Ok(n) = u32::try_from(nr) else {
         return false;
     };
-    let prog = JOURNAL_ONLY.get_or_init(|| build(false));
-    evaluate(prog, AUDIT_ARCH_X86_64, n, args) == Action::Trace
+    let traps =
+        |prog: &[libc::sock_filter]| evaluate(prog, AUDIT_ARCH_X86_64, n, args) == Action::Trace;
+    traps(JOURNAL_ONLY.get_or_init(|| build(false)))
+        || traps(ESCALATION.get_or_init(escalation_filter))
 }
 
 /// Whether system call `nr` with arguments `args`, stopped by the filter, is one of the calls
@@ -634,10 +639,7 @@ mod tests {
 
     /// The journal's own decisions (the filter without the capture's traps).
     fn journal_eval(nr: u32, args: [u64; 6]) -> Action {
-        match journal_call(nr as u64, args) {
-            true => Action::Trace,
-            false => evaluate(&build(false), AUDIT_ARCH_X86_64, nr, args),
-        }
+        evaluate(&build(false), AUDIT_ARCH_X86_64, nr, args)
     }
 
     #[test]
@@ -865,6 +867,9 @@ mod tests {
             [0, 0, libc::O_TRUNC as u64, 0, 0, 0]
         ));
         assert!(!journal_call(nr::SETITIMER as u64, [0; 6]));
+        // Standard-stream writes stop only an escalated process, for the journal.
+        assert!(journal_call(nr::WRITE as u64, [1, 0, 5, 0, 0, 0]));
+        assert!(journal_call(nr::WRITEV as u64, [7, 0, 1, 0, 0, 0]));
     }
 
     #[test]
