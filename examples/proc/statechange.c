@@ -5,13 +5,20 @@
  * the program reports (exit 3).
  *
  * Phase 1 (at start): SIGUSR1 handled by on_a, RLIMIT_NOFILE soft 512, no interval timer,
- *   descriptor 5 open on /dev/null, timer slack 50 µs.
+ *   descriptors 3, 4 and 5 open on /dev/null, descriptor 6 on the file "data" (read a byte
+ *   every round: its offset moves with no call the monitor traps), timer slack 50 µs.
  * Phase 2 (when the file "go2" appears in the working directory): SIGUSR1 handled by on_b
  *   with SA_ONSTACK, SIGUSR2 handled by on_b with SA_RESETHAND, RLIMIT_NOFILE soft 256,
- *   ITIMER_REAL armed for 1000 s, descriptor 5 closed and descriptor 7 a pipe's read end,
- *   a signal stack, timer slack 123456 ns.
+ *   ITIMER_REAL armed for 1000 s, descriptor 6 made non-blocking (ioctl FIONBIO), "data"
+ *   duplicated over the open descriptor 4 (dup2 replaces /dev/null), "data2" open as
+ *   descriptor 10, three pages mapped ('A'), a signal stack, timer slack 123456 ns.
  * Phase 3 (when "go3" appears): raises SIGUSR2 — its handler runs once and the kernel resets
- *   it to SIG_DFL (SA_RESETHAND): no system call changed the disposition.
+ *   it to SIG_DFL (SA_RESETHAND): no system call changed the disposition; descriptor 5
+ *   closed and "data2" opened again, at number 5 (the lowest free: no call the monitor traps
+ *   for descriptors), the middle page of the three unmapped and a new page mapped ('B').
+ * Phase 4 (when "go4" appears): descriptor 7 a pipe's read end (8 its write end), and a
+ *   descriptor of "data" received over a Unix socket pair (SCM_RIGHTS: no call of this
+ *   process opened it).
  * Prints "phase N" when a phase is set and "ok N" every 20 rounds of 5 ms.
  *
  * Usage: statechange
@@ -23,7 +30,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -31,6 +41,11 @@
 
 static volatile sig_atomic_t got;
 static char altstack[1 << 16];
+/* Offset of descriptor 6 (kept in memory, so a restore brings back the matching one). */
+static off_t pos6;
+static char *three, *single;
+static long page;
+static int received = -1;
 
 static void on_a(int sig) { (void)sig; }
 static void on_b(int sig) {
@@ -77,11 +92,31 @@ static void check(int phase) {
     int armed = it.it_value.tv_sec != 0 || it.it_value.tv_usec != 0;
     if (armed != (phase > 1) || it.it_value.tv_sec > 1000)
         fail(phase, "ITIMER_REAL");
-    struct stat st;
-    int fd5 = fstat(5, &st) == 0;
+    struct stat st, data, data2;
+    if (stat("data", &data) != 0 || stat("data2", &data2) != 0)
+        fail(phase, "the data files");
+    int fd5 = fstat(5, &st) == 0 &&
+              (phase < 3 ? S_ISCHR(st.st_mode) : st.st_ino == data2.st_ino);
+    int fd4 = fstat(4, &st) == 0 && (phase < 2 ? S_ISCHR(st.st_mode) : st.st_ino == data.st_ino);
     int fd7 = fstat(7, &st) == 0 && S_ISFIFO(st.st_mode);
-    if (fd5 != (phase == 1) || fd7 != (phase > 1))
+    int fd10 = fstat(10, &st) == 0 && st.st_ino == data2.st_ino;
+    if (!fd4 || !fd5 || fd7 != (phase > 3) || fd10 != (phase > 1))
         fail(phase, "the descriptor table");
+    if (lseek(6, 0, SEEK_CUR) != pos6)
+        fail(phase, "descriptor 6's offset");
+    if (!!(fcntl(6, F_GETFL) & O_NONBLOCK) != (phase > 1))
+        fail(phase, "descriptor 6's O_NONBLOCK");
+    if (phase > 3 && (fstat(received, &st) != 0 || st.st_ino != data.st_ino))
+        fail(phase, "the descriptor received over the socket");
+    unsigned char vec;
+    if (phase > 1) {
+        int hole = mincore(three + page, page, &vec) != 0;
+        if (three[0] != 'A' || three[2 * page] != 'A' || hole != (phase > 2) ||
+            (!hole && three[page] != 'A'))
+            fail(phase, "the mapped pages");
+    }
+    if (phase > 2 && single[page - 1] != 'B')
+        fail(phase, "the page mapped in phase 3");
     stack_t ss;
     sigaltstack(NULL, &ss);
     if ((phase > 1) != (ss.ss_sp == altstack && !(ss.ss_flags & SS_DISABLE)))
@@ -90,14 +125,63 @@ static void check(int phase) {
         fail(phase, "the timer slack");
 }
 
+static void send_fd(int sock, int fd) {
+    char byte = 0, ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                       .msg_controllen = sizeof ctl};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    if (sendmsg(sock, &m, 0) != 1)
+        exit(1);
+}
+
+static int recv_fd(int sock) {
+    char byte, ctl[CMSG_SPACE(sizeof(int))];
+    struct iovec iov = {&byte, 1};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                       .msg_controllen = sizeof ctl};
+    if (recvmsg(sock, &m, 0) != 1)
+        exit(1);
+    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+    int fd;
+    if (!c || c->cmsg_type != SCM_RIGHTS)
+        exit(1);
+    memcpy(&fd, CMSG_DATA(c), sizeof(int));
+    return fd;
+}
+
+static void make_file(const char *name) {
+    char buf[4096];
+    memset(buf, 'd', sizeof buf);
+    int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, buf, sizeof buf) != (ssize_t)sizeof buf)
+        exit(1);
+    close(fd);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    page = sysconf(_SC_PAGESIZE);
+    make_file("data");
+    make_file("data2");
+    int d = open("data", O_RDONLY);
+    if (d < 0 || dup2(d, 6) < 0)
+        return 1;
+    close(d);
     handle(SIGUSR1, on_a, 0);
     nofile(512);
     int null = open("/dev/null", O_RDONLY);
-    if (null < 0 || dup2(null, 5) < 0)
+    if (null < 0 || dup2(null, 4) < 0 || dup2(null, 5) < 0)
         return 1;
-    close(null);
+    if (null != 3) {
+        if (dup2(null, 3) < 0)
+            return 1;
+        close(null);
+    }
     prctl(PR_SET_TIMERSLACK, 50000);
     int phase = 1;
     printf("phase 1\n");
@@ -109,12 +193,19 @@ int main(void) {
             nofile(256);
             struct itimerval it = {{0, 0}, {1000, 0}};
             setitimer(ITIMER_REAL, &it, NULL);
-            close(5);
-            int p[2];
-            if (pipe(p) != 0 || dup2(p[0], 7) < 0 || dup2(p[1], 8) < 0)
+            int on = 1;
+            ioctl(6, FIONBIO, &on);
+            if (dup2(6, 4) < 0)
                 return 1;
-            close(p[0]);
-            close(p[1]);
+            int d2 = open("data2", O_RDONLY);
+            if (d2 < 0 || dup2(d2, 10) < 0)
+                return 1;
+            close(d2);
+            three = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                         -1, 0);
+            if (three == MAP_FAILED)
+                return 1;
+            memset(three, 'A', 3 * page);
             stack_t ss = {.ss_sp = altstack, .ss_flags = 0, .ss_size = sizeof altstack};
             sigaltstack(&ss, NULL);
             prctl(PR_SET_TIMERSLACK, 123456);
@@ -125,8 +216,41 @@ int main(void) {
             raise(SIGUSR2);
             if (got != 1)
                 fail(3, "SIGUSR2's handler");
+            close(5);
+            if (open("data2", O_RDONLY) != 5)
+                return 1;
+            /* Mapped before the unmap, so it cannot land in the hole. */
+            single = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+                          0);
+            if (single == MAP_FAILED)
+                return 1;
+            munmap(three + page, page);
+            single[page - 1] = 'B';
             phase = 3;
             printf("phase 3\n");
+        }
+        if (phase == 3 && access("go4", F_OK) == 0) {
+            int p[2], sv[2];
+            if (pipe(p) != 0 || dup2(p[0], 7) < 0 || dup2(p[1], 8) < 0)
+                return 1;
+            if (p[0] != 7 && p[0] != 8)
+                close(p[0]);
+            if (p[1] != 7 && p[1] != 8)
+                close(p[1]);
+            if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+                return 1;
+            send_fd(sv[0], 6);
+            received = recv_fd(sv[1]);
+            phase = 4;
+            printf("phase 4\n");
+        }
+        /* A byte of "data" per round, from the start again at its end. */
+        char byte;
+        if (read(6, &byte, 1) == 1)
+            pos6++;
+        else {
+            lseek(6, 0, SEEK_SET);
+            pos6 = 0;
         }
         check(phase);
         if (round % 20 == 0)

@@ -287,6 +287,62 @@ pub fn read_proc_record(path: String) -> Result<String> {
     String::from_utf8(buf).map_err(|_| fail(std::io::ErrorKind::InvalidData.into()))
 }
 
+/// A /proc file kept open from one stop to the next and read again from its start with
+/// `pread` (the kernel generates a `seq_file` afresh at offset 0): a stop pays no path lookup,
+/// `open` or `close` for it. `maps` keeps the address space it was opened on: open it again
+/// after an exec. A file whose process or thread is gone (its id perhaps reused since) fails
+/// to read; [`ProcFile::read`] then opens the path again once.
+pub struct ProcFile {
+    path: String,
+    /// One record (`status`, `stat`): a read shorter than the buffer returned all of it.
+    record: bool,
+    file: std::fs::File,
+}
+
+impl ProcFile {
+    pub fn open(path: String, record: bool) -> Result<ProcFile> {
+        let file =
+            std::fs::File::open(&path).map_err(|e| RunError::io(format!("opening {path}"), e))?;
+        Ok(ProcFile { path, record, file })
+    }
+
+    /// The file's whole text now.
+    pub fn read(&mut self) -> Result<String> {
+        match self.read_from_start() {
+            Ok(s) => Ok(s),
+            Err(_) => {
+                *self = ProcFile::open(std::mem::take(&mut self.path), self.record)?;
+                self.read_from_start()
+                    .map_err(|e| RunError::io(format!("reading {}", self.path), e))
+            }
+        }
+    }
+
+    fn read_from_start(&self) -> std::io::Result<String> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; 4096];
+        let mut len = 0;
+        loop {
+            match self.file.read_at(&mut buf[len..], len as u64) {
+                Ok(0) => break,
+                Ok(n) => {
+                    len += n;
+                    if self.record && len < buf.len() {
+                        break;
+                    }
+                    if len == buf.len() {
+                        buf.resize(buf.len() * 2, 0);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(len);
+        String::from_utf8(buf).map_err(|_| std::io::ErrorKind::InvalidData.into())
+    }
+}
+
 /// Ranges in `a` but not in `b`; both sorted and non-overlapping.
 pub fn subtract(a: &[PageRange], b: &[PageRange]) -> Vec<PageRange> {
     let mut out = Vec::new();

@@ -104,6 +104,10 @@ pub struct Capturer {
     surveyed: bool,
     /// The descriptors found by this stop's survey.
     fd_table: Option<FdTable>,
+    /// The last survey's descriptor table, kept while no call that makes, closes or changes a
+    /// descriptor ran in the tree (dropped at the trap of one), with the processes it was
+    /// taken from (monitor's pid, exec count). Only while `state_watched`.
+    fd_cache: Option<(Vec<(i32, u64)>, crate::fds::Cached)>,
     /// What the tree changes in files, to undo at a restore; `None`: files are not journaled.
     journal: Option<Journal>,
     /// Processes (monitor's pids) whose filters include the journal's escalation.
@@ -176,6 +180,7 @@ impl Capturer {
             root,
             surveyed: false,
             fd_table: None,
+            fd_cache: None,
             state_watched: journal.is_some(),
             journal,
             escalated: Default::default(),
@@ -211,6 +216,7 @@ impl Capturer {
             root: image.root,
             surveyed: false,
             fd_table: None,
+            fd_cache: None,
             state_watched: journal.is_some(),
             journal,
             escalated,
@@ -293,6 +299,11 @@ impl Capturer {
         };
         let regs = t.regs(tid)?;
         let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
+        if crate::journal::fd_call(regs.orig_rax, args) {
+            // The next survey lists the descriptors again. Dropped now, before the call runs:
+            // the monitor's duplicates must not keep open what the call closes.
+            self.fd_cache = None;
+        }
         if crate::journal::state_call(regs.orig_rax, args) {
             // A change of kernel state the next capture reads again (the call runs once the
             // thread is resumed, and has run before any later stop takes effect: a stop
@@ -303,6 +314,9 @@ impl Capturer {
                     pc.state_changed();
                 }
             }
+            return Ok(Verdict::Run);
+        }
+        if !crate::journal::journal_call(regs.orig_rax, args) {
             return Ok(Verdict::Run);
         }
         let v = j.on_trap(&mut self.engine, t.pid(), tid, &regs)?;
@@ -460,7 +474,33 @@ impl Capturer {
             engine: &mut self.engine,
             shared: &self.shared,
         };
-        let table = crate::fds::capture(&refs, &mut ctx)?;
+        let key: Vec<(i32, u64)> = self
+            .procs
+            .keys()
+            .map(|&pid| (pid, tree.process(pid).map_or(u64::MAX, |t| t.execs())))
+            .collect();
+        let kept = match self.fd_cache.as_mut() {
+            Some((k, cached)) if *k == key => cached.refresh(&refs, &mut ctx),
+            _ => None,
+        };
+        let table = match kept {
+            Some(t) if verify_enabled() => {
+                // A debugging aid: the kept table must equal a fresh survey's.
+                let fresh = crate::fds::capture(&refs, &mut ctx)?;
+                if fresh != t {
+                    tracing::error!(kept = ?t, ?fresh, "kept descriptor table differs from the tree's");
+                }
+                fresh
+            }
+            Some(t) => t,
+            None if self.state_watched => {
+                self.fd_cache = None;
+                let (t, cached) = crate::fds::capture_cached(&refs, &mut ctx)?;
+                self.fd_cache = cached.map(|c| (key, c));
+                t
+            }
+            None => crate::fds::capture(&refs, &mut ctx)?,
+        };
         for o in &table.objects {
             if let crate::fds::ObjectImage::SharedMemory { id, flags, .. } = o {
                 if flags & libc::O_ACCMODE != libc::O_RDONLY {
@@ -486,9 +526,12 @@ impl Capturer {
         // A restore by mapping completes, and the running context is never copied into while
         // it is the valid checkpoint (the monitor does both before it stops the tree; this is
         // the safety net).
+        let t0 = Instant::now();
         self.finish_restore()?;
         self.sync()?;
+        let t_sync = t0.elapsed();
         self.survey(tree)?;
+        let t_survey = t0.elapsed();
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
@@ -502,6 +545,12 @@ impl Capturer {
                 all.push(p);
             }
         }
+        tracing::debug!(
+            sync_ms = t_sync.as_secs_f64() * 1e3,
+            survey_ms = (t_survey - t_sync).as_secs_f64() * 1e3,
+            estimate_ms = (t0.elapsed() - t_survey).as_secs_f64() * 1e3,
+            "tree prepared"
+        );
         if all.is_empty() {
             return Ok(None);
         }

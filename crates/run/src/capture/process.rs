@@ -167,6 +167,23 @@ pub(crate) struct ProcessCapture {
     kernel: Option<KernelCache>,
     /// The parent's pid (as the monitor sees it) and its id in the tree's namespace.
     parent: Option<(i32, i32)>,
+    /// `/proc/PID/maps` and `/proc/PID/stat`, kept open (opened again after an exec).
+    maps_file: Option<sys::ProcFile>,
+    stat_file: Option<sys::ProcFile>,
+    /// `/proc/PID/task/TID/status` by thread, kept open while the thread lives.
+    status_files: HashMap<i32, sys::ProcFile>,
+}
+
+/// `slot`'s file, opened at `path` first if need be, read from its start.
+fn read_kept(
+    slot: &mut Option<sys::ProcFile>,
+    path: impl FnOnce() -> String,
+    record: bool,
+) -> Result<String> {
+    match slot {
+        Some(f) => f.read(),
+        None => slot.insert(sys::ProcFile::open(path(), record)?).read(),
+    }
 }
 
 /// Kernel state as the last capture read it, reused while no call that changes it ran (see
@@ -178,7 +195,12 @@ struct KernelCache {
     /// (SA_RESETHAND) changes them.
     handled: u64,
     sigactions: Vec<SigAction>,
+    /// Each thread's robust list and rseq area (set only by calls the filter traps).
+    fixed: HashMap<i32, ThreadFixed>,
 }
+
+/// A thread's robust list and rseq registration, as [`ThreadImage`] holds them.
+type ThreadFixed = ((u64, u64), (u64, u32, u32));
 
 /// An area of which at least this share was written in `HOT_STREAK` consecutive captures is
 /// no longer write-tracked: each capture copies its populated pages instead. The program
@@ -256,6 +278,9 @@ impl ProcessCapture {
             state_dirty: false,
             kernel: None,
             parent: None,
+            maps_file: None,
+            stat_file: None,
+            status_files: HashMap::new(),
         })
     }
 
@@ -334,7 +359,8 @@ impl ProcessCapture {
         if tracee.execs() != self.execs {
             self.after_exec(tracee, st)?;
         }
-        let maps_text = sys::read_proc(format!("/proc/{}/maps", self.pid))?;
+        let pid = self.pid;
+        let maps_text = read_kept(&mut self.maps_file, || format!("/proc/{pid}/maps"), false)?;
         let (vmas, files) = self.layout(&maps_text, st)?;
         self.survey = Some(Survey {
             maps_text,
@@ -731,11 +757,15 @@ impl ProcessCapture {
             false => None,
         };
         self.state_dirty = false;
-        let (threads, leader_status) = self.threads(tracee, cache.as_ref().map(|c| &c.threads))?;
+        let (threads, leader_status) = self.threads(
+            tracee,
+            cache.as_ref().map(|c| &c.threads),
+            cache.as_ref().map(|c| &c.fixed),
+        )?;
         // The process's status file is its leader thread's.
         let status = match leader_status {
             Some(s) => s,
-            None => sys::read_proc_record(format!("/proc/{pid}/status"))?,
+            None => read_kept(&mut None, || format!("/proc/{pid}/status"), true)?,
         };
         let handled = sys::status_mask(&status, "SigCgt") | sys::status_mask(&status, "SigIgn");
         let sigactions = match &cache {
@@ -760,8 +790,13 @@ impl ProcessCapture {
                 .collect(),
             handled,
             sigactions: sigactions.clone(),
+            fixed: threads
+                .iter()
+                .zip(tracee_tids(tracee, pid))
+                .map(|(t, tid)| (tid, (t.robust_list, t.rseq)))
+                .collect(),
         });
-        let stat = sys::read_proc_record(format!("/proc/{pid}/stat"))?;
+        let stat = read_kept(&mut self.stat_file, || format!("/proc/{pid}/stat"), true)?;
         let mm = self.mm_fields(tracee, &maps_text, &stat)?;
         if self.program.is_none() {
             let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
@@ -907,6 +942,9 @@ impl ProcessCapture {
         self.hot.clear();
         self.whole.clear();
         self.kernel = None;
+        self.maps_file = None;
+        self.stat_file = None;
+        self.status_files.clear();
         self.execs = tracee.execs();
         Ok(())
     }
@@ -1352,15 +1390,25 @@ impl ProcessCapture {
         &mut self,
         tracee: &Tracee,
         cache: Option<&HashMap<i32, crate::procstate::ThreadState>>,
+        fixed: Option<&HashMap<i32, ThreadFixed>>,
     ) -> Result<(Vec<ThreadImage>, Option<String>)> {
         let pid = self.pid;
         let tids = tracee_tids(tracee, pid);
         let mut leader_status = None;
         self.tid_addrs.retain(|t, _| tids.contains(t));
+        self.status_files.retain(|t, _| tids.contains(t));
         let mut out = Vec::with_capacity(tids.len());
         for tid in tids {
             let state = tracee.thread_state(tid)?;
-            let status = sys::read_proc_record(format!("/proc/{pid}/task/{tid}/status"))?;
+            let status = match self.status_files.entry(tid) {
+                std::collections::hash_map::Entry::Occupied(mut e) => e.get_mut().read()?,
+                std::collections::hash_map::Entry::Vacant(e) => e
+                    .insert(sys::ProcFile::open(
+                        format!("/proc/{pid}/task/{tid}/status"),
+                        true,
+                    )?)
+                    .read()?,
+            };
             let tid_address = match self.tid_addrs.get(&tid) {
                 Some(&a) => a,
                 None => {
@@ -1368,6 +1416,10 @@ impl ProcessCapture {
                     self.tid_addrs.insert(tid, a);
                     a
                 }
+            };
+            let (robust_list, rseq) = match fixed.and_then(|f| f.get(&tid)) {
+                Some(&f) => f,
+                None => (sys::robust_list(tid)?, sys::rseq_config(tid)?),
             };
             // The id the program knows: the namespace's.
             let image_tid = if self.image_pid == pid {
@@ -1389,8 +1441,8 @@ impl ProcessCapture {
                         .collect(),
                 },
                 tid_address,
-                robust_list: sys::robust_list(tid)?,
-                rseq: sys::rseq_config(tid)?,
+                robust_list,
+                rseq,
                 kernel: crate::procstate::capture_thread_since(
                     &TracedRemote {
                         tracee,

@@ -15,6 +15,7 @@
 //!
 //! One file per kind of object; `docs/fds.md` says how each comes back and what is lost.
 
+mod cache;
 mod diag;
 mod epoll;
 mod eventfd;
@@ -41,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, RunError};
 use crate::remote::Remote;
 
+pub use cache::Cached;
 pub use epoll::{EpollImage, EpollItem};
 pub use file::{own_stdio_of, FileImage, FileSource};
 pub use inet::{InetImage, InetState};
@@ -312,9 +314,30 @@ impl ObjectImage {
 /// Captures the descriptors of the stopped processes `procs`.
 pub fn capture(procs: &[ProcRef], ctx: &mut dyn CaptureCtx) -> Result<FdTable> {
     let descs = scan::scan(procs)?;
+    capture_descs(procs, &descs, ctx)
+}
+
+/// [`capture`], and what a later stop needs to take the same table again without listing the
+/// descriptors ([`Cached::refresh`]) — `None` when the table holds a description whose state
+/// changes by calls the capture does not trap (see [`Cached`]).
+pub fn capture_cached(
+    procs: &[ProcRef],
+    ctx: &mut dyn CaptureCtx,
+) -> Result<(FdTable, Option<Cached>)> {
+    let descs = scan::scan(procs)?;
+    let table = capture_descs(procs, &descs, ctx)?;
+    let cached = cache::Cached::of(&table, descs);
+    Ok((table, cached))
+}
+
+fn capture_descs(
+    procs: &[ProcRef],
+    descs: &[scan::Desc],
+    ctx: &mut dyn CaptureCtx,
+) -> Result<FdTable> {
     let mut c = Capture {
         procs,
-        descs: &descs,
+        descs,
         ctx,
         table: FdTable::default(),
         unix_diag: None,

@@ -82,6 +82,15 @@ pub mod nr {
     pub const PRLIMIT64: u32 = 302;
     pub const SCHED_SETSCHEDULER: u32 = 144;
     pub const SCHED_SETATTR: u32 = 314;
+    pub const SET_ROBUST_LIST: u32 = 273;
+    pub const RSEQ: u32 = 334;
+    // Descriptor calls a kept table cannot see (`FDS`).
+    pub const SOCKET: u32 = 41;
+    pub const ACCEPT: u32 = 43;
+    pub const SOCKETPAIR: u32 = 53;
+    pub const FLOCK: u32 = 73;
+    pub const ACCEPT4: u32 = 288;
+    pub const PIDFD_GETFD: u32 = 438;
 }
 
 /// `__X32_SYSCALL_BIT`: system calls of the x32 ABI carry it.
@@ -168,6 +177,9 @@ const STATE: &[u32] = &[
     // A real-time policy sets the timer slack to 0 (and leaving one sets it back).
     nr::SCHED_SETSCHEDULER,
     nr::SCHED_SETATTR,
+    // A thread's robust list and rseq area (set once as it starts, by the C library).
+    nr::SET_ROBUST_LIST,
+    nr::RSEQ,
 ];
 
 /// State calls trapped only when they set something (their argument `.1` is not NULL):
@@ -186,6 +198,83 @@ pub const PRCTL_STATE: &[u32] = &[
     libc::PR_SET_TIMERSLACK as u32,
     libc::PR_SET_CHILD_SUBREAPER as u32,
 ];
+
+/// Descriptor calls the capture's kept descriptor table cannot see from outside, trapped so
+/// that the monitor lists the tree's descriptors again only after one ran ([`fd_call`];
+/// `fds::Cached`). A stop compares each kept descriptor with the process's own
+/// (`kcmp(KCMP_FILE)` against the monitor's duplicate of the description, which it holds, so
+/// a closed description's identity cannot be reused) and lists the numbers: a descriptor
+/// opened, closed or replaced by a new description (`open`, `close`, `pipe`, `memfd_create`…)
+/// is found without a trap. What those checks cannot see, and is trapped: a number given back
+/// the description it held before with another close-on-exec flag (`dup*`, `fcntl(F_DUPFD*)`,
+/// `pidfd_getfd`, a descriptor received over a socket made since — `socket`, `socketpair`,
+/// `accept*`: a socket in the table makes every stop survey anyway), a close-on-exec flag set
+/// (`fcntl(F_SETFD)`, `ioctl(FIOCLEX)`, `close_range(CLOSE_RANGE_CLOEXEC)`), and locks
+/// (`flock`, `fcntl` locks and leases: a table holding a lock is not kept, since a `close`
+/// of any descriptor of the file releases a POSIX lock). Conditional ones: `FCNTL_FDS`,
+/// `IOCTL_FDS`.
+const FDS: &[u32] = &[
+    nr::DUP,
+    nr::DUP2,
+    nr::DUP3,
+    nr::CLOSE_RANGE,
+    nr::FLOCK,
+    nr::SOCKET,
+    nr::SOCKETPAIR,
+    nr::ACCEPT,
+    nr::ACCEPT4,
+    nr::PIDFD_GETFD,
+];
+
+/// `fcntl` commands that make a descriptor, set its close-on-exec flag or take a lock (`F_GET*`
+/// and `F_SETFL` pass: a stop reads status flags through its duplicate).
+pub const FCNTL_FDS: &[u32] = &[
+    libc::F_DUPFD as u32,
+    libc::F_DUPFD_CLOEXEC as u32,
+    libc::F_SETFD as u32,
+    libc::F_SETLK as u32,
+    libc::F_SETLKW as u32,
+    libc::F_OFD_SETLK as u32,
+    libc::F_OFD_SETLKW as u32,
+    libc::F_SETLEASE as u32,
+];
+
+/// `ioctl`s that set or clear a descriptor's close-on-exec flag.
+pub const IOCTL_FDS: &[u32] = &[0x5451 /* FIOCLEX */, 0x5450 /* FIONCLEX */];
+
+/// Whether system call `nr` with arguments `args`, stopped by the filter, may make, close or
+/// change a descriptor (see [`FDS`]). Independent of [`state_call`] and [`journal_call`]: an
+/// `open` with `O_TRUNC` is both a file change and a new descriptor.
+pub fn fd_call(nr: u64, args: [u64; 6]) -> bool {
+    let Ok(n) = u32::try_from(nr) else {
+        return false;
+    };
+    FDS.contains(&n)
+        || (n == nr::FCNTL
+            && FCNTL_FDS
+                .iter()
+                .any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
+        || (n == nr::IOCTL
+            && IOCTL_FDS
+                .iter()
+                .any(|&c| u64::from(c) == args[1] & 0xffff_ffff))
+}
+
+/// Whether system call `nr` with arguments `args`, stopped by the filters, is one the file
+/// journal records: what the filter would trap without the capture's own traps, or what the
+/// escalation filter traps (writes to the standard streams; only an escalated process has it,
+/// so in another such a call never stops).
+pub fn journal_call(nr: u64, args: [u64; 6]) -> bool {
+    static JOURNAL_ONLY: std::sync::OnceLock<Vec<libc::sock_filter>> = std::sync::OnceLock::new();
+    static ESCALATION: std::sync::OnceLock<Vec<libc::sock_filter>> = std::sync::OnceLock::new();
+    let Ok(n) = u32::try_from(nr) else {
+        return false;
+    };
+    let traps =
+        |prog: &[libc::sock_filter]| evaluate(prog, AUDIT_ARCH_X86_64, n, args) == Action::Trace;
+    traps(JOURNAL_ONLY.get_or_init(|| build(false)))
+        || traps(ESCALATION.get_or_init(escalation_filter))
+}
 
 /// Whether system call `nr` with arguments `args`, stopped by the filter, is one of the calls
 /// that change kernel state the checkpoint keeps (not a file change for the journal).
@@ -286,6 +375,12 @@ impl Asm {
 /// The filter the root process installs before it runs (inherited by every descendant across
 /// fork and exec).
 pub fn filter() -> Vec<libc::sock_filter> {
+    build(true)
+}
+
+/// The filter: the journal's traps, and with `watch` the capture's (kernel state,
+/// descriptors).
+fn build(watch: bool) -> Vec<libc::sock_filter> {
     let mut a = Asm::new();
     let (allow, trace, enosys) = (a.label(), a.label(), a.label());
     let not_x86_64 = a.label();
@@ -297,6 +392,23 @@ pub fn filter() -> Vec<libc::sock_filter> {
     a.jump(BPF_JEQ_K, nr::IO_SETUP, Some(enosys), None);
     for &n in ALWAYS {
         a.jump(BPF_JEQ_K, n, Some(trace), None);
+    }
+    if watch {
+        for &n in FDS {
+            a.jump(BPF_JEQ_K, n, Some(trace), None);
+        }
+        // fcntl and ioctl by their command (A holds the number after each).
+        for (n, cmds) in [(nr::FCNTL, FCNTL_FDS), (nr::IOCTL, IOCTL_FDS)] {
+            let (here, next) = (a.label(), a.label());
+            a.jump(BPF_JEQ_K, n, Some(here), Some(next));
+            a.bind(here);
+            a.load(arg_lo(1));
+            for &c in cmds {
+                a.jump(BPF_JEQ_K, c, Some(trace), None);
+            }
+            a.bind(next);
+            a.load(OFF_NR);
+        }
     }
     // Conditional calls: each block reloads the number it may fall back to (A holds the
     // number on entry to every block).
@@ -349,6 +461,9 @@ pub fn filter() -> Vec<libc::sock_filter> {
         arg_at_most_2(&mut a, 1, trace, allow);
         a.bind(next);
         a.load(OFF_NR);
+    }
+    if !watch {
+        a.ret(SECCOMP_RET_ALLOW);
     }
     // Kernel state (A holds the number).
     for &n in STATE {
@@ -522,6 +637,11 @@ mod tests {
         evaluate(&filter(), AUDIT_ARCH_X86_64, nr, args)
     }
 
+    /// The journal's own decisions (the filter without the capture's traps).
+    fn journal_eval(nr: u32, args: [u64; 6]) -> Action {
+        evaluate(&build(false), AUDIT_ARCH_X86_64, nr, args)
+    }
+
     #[test]
     fn always_trapped_calls_trap_whatever_their_arguments() {
         for &n in ALWAYS {
@@ -552,6 +672,7 @@ mod tests {
         for n in 0..600u32 {
             if ALWAYS.contains(&n)
                 || conditional.contains(&n)
+                || FDS.contains(&n)
                 || STATE.contains(&n)
                 || n == nr::PRLIMIT64
             {
@@ -565,54 +686,78 @@ mod tests {
     #[test]
     fn conditions() {
         use Action::*;
-        assert_eq!(eval(nr::WRITE, [1, 0, 5, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::WRITE, [3, 0, 5, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::WRITEV, [2, 0, 1, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::WRITEV, [7, 0, 1, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::WRITE, [1, 0, 5, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::WRITE, [3, 0, 5, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::WRITEV, [2, 0, 1, 0, 0, 0]), Allow);
+        assert_eq!(journal_eval(nr::WRITEV, [7, 0, 1, 0, 0, 0]), Trace);
         let (c, t) = (libc::O_CREAT as u64, libc::O_TRUNC as u64);
-        assert_eq!(eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::OPEN, [0, c, 0, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::OPEN, [0, t, 0, 0, 0, 0]), Trace);
         assert_eq!(
-            eval(nr::OPENAT, [0, c | t, libc::O_RDONLY as u64, 0, 0, 0]),
+            journal_eval(nr::OPEN, [0, libc::O_RDWR as u64, 0, 0, 0, 0]),
             Allow
         );
-        assert_eq!(eval(nr::OPENAT, [0, 0, c, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::OPEN, [0, c, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::OPEN, [0, t, 0, 0, 0, 0]), Trace);
         assert_eq!(
-            eval(nr::OPENAT, [0, 0, t | libc::O_WRONLY as u64, 0, 0, 0]),
+            journal_eval(nr::OPENAT, [0, c | t, libc::O_RDONLY as u64, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(journal_eval(nr::OPENAT, [0, 0, c, 0, 0, 0]), Trace);
+        assert_eq!(
+            journal_eval(nr::OPENAT, [0, 0, t | libc::O_WRONLY as u64, 0, 0, 0]),
             Trace
         );
-        assert_eq!(eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]), Allow);
+        assert_eq!(
+            journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, t, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            journal_eval(nr::OPEN_BY_HANDLE_AT, [0, 0, 0, 0, 0, 0]),
+            Allow
+        );
         for n in [nr::LSEEK, nr::CLOSE, nr::CLOSE_RANGE, nr::DUP] {
-            assert_eq!(eval(n, [2, 0, 0, 0, 0, 0]), Trace, "nr {n}");
-            assert_eq!(eval(n, [3, 0, 0, 0, 0, 0]), Allow, "nr {n}");
+            assert_eq!(journal_eval(n, [2, 0, 0, 0, 0, 0]), Trace, "nr {n}");
+            assert_eq!(journal_eval(n, [3, 0, 0, 0, 0, 0]), Allow, "nr {n}");
         }
         for n in [nr::DUP2, nr::DUP3] {
-            assert_eq!(eval(n, [5, 1, 0, 0, 0, 0]), Trace);
-            assert_eq!(eval(n, [1, 5, 0, 0, 0, 0]), Trace);
-            assert_eq!(eval(n, [5, 6, 0, 0, 0, 0]), Allow);
+            assert_eq!(journal_eval(n, [5, 1, 0, 0, 0, 0]), Trace);
+            assert_eq!(journal_eval(n, [1, 5, 0, 0, 0, 0]), Trace);
+            assert_eq!(journal_eval(n, [5, 6, 0, 0, 0, 0]), Allow);
         }
         let dupfd = libc::F_DUPFD as u64;
-        assert_eq!(eval(nr::FCNTL, [1, dupfd, 0, 0, 0, 0]), Trace);
+        assert_eq!(journal_eval(nr::FCNTL, [1, dupfd, 0, 0, 0, 0]), Trace);
         assert_eq!(
-            eval(nr::FCNTL, [1, libc::F_DUPFD_CLOEXEC as u64, 0, 0, 0, 0]),
+            journal_eval(nr::FCNTL, [1, libc::F_DUPFD_CLOEXEC as u64, 0, 0, 0, 0]),
             Trace
         );
         assert_eq!(
-            eval(nr::FCNTL, [1, libc::F_GETFL as u64, 0, 0, 0, 0]),
+            journal_eval(nr::FCNTL, [1, libc::F_GETFL as u64, 0, 0, 0, 0]),
             Allow
         );
-        assert_eq!(eval(nr::FCNTL, [4, dupfd, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]), Trace);
-        assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
-        assert_eq!(eval(nr::IO_URING_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
-        assert_eq!(eval(nr::IO_SETUP, [0; 6]), Errno(libc::ENOSYS as u32));
-        // x32: every call traps; another architecture: refused.
-        assert_eq!(eval(X32_BIT | 39, [0; 6]), Trace);
+        assert_eq!(journal_eval(nr::FCNTL, [4, dupfd, 0, 0, 0, 0]), Allow);
         assert_eq!(
-            evaluate(&filter(), 0x4000_0003, nr::WRITE, [1, 0, 0, 0, 0, 0]),
+            journal_eval(nr::IOCTL, [4, FICLONE as u64, 0, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            journal_eval(nr::IOCTL, [4, FICLONERANGE as u64, 0, 0, 0, 0]),
+            Trace
+        );
+        assert_eq!(
+            journal_eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(
+            journal_eval(nr::IO_URING_SETUP, [0; 6]),
+            Errno(libc::ENOSYS as u32)
+        );
+        assert_eq!(
+            journal_eval(nr::IO_SETUP, [0; 6]),
+            Errno(libc::ENOSYS as u32)
+        );
+        // x32: every call traps; another architecture: refused.
+        assert_eq!(journal_eval(X32_BIT | 39, [0; 6]), Trace);
+        assert_eq!(
+            evaluate(&build(false), 0x4000_0003, nr::WRITE, [1, 0, 0, 0, 0, 0]),
             Errno(libc::ENOSYS as u32)
         );
     }
@@ -655,6 +800,76 @@ mod tests {
         assert!(!state_call(nr::PWRITE64 as u64, [3, 0, 0, 0, 0, 0]));
         // A read-only call of the same family passes.
         assert_eq!(eval(39 /* getpid */, [0; 6]), Allow);
+    }
+
+    #[test]
+    fn descriptor_changes_trap_and_reads_do_not() {
+        use Action::*;
+        for &n in FDS {
+            assert_eq!(eval(n, [7, 0, 0, 0, 0, 0]), Trace, "nr {n}");
+            assert!(fd_call(n as u64, [7, 0, 0, 0, 0, 0]), "nr {n}");
+        }
+        for &c in FCNTL_FDS {
+            assert_eq!(
+                eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]),
+                Trace,
+                "fcntl {c}"
+            );
+            assert!(fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
+        }
+        for &c in IOCTL_FDS {
+            assert_eq!(
+                eval(nr::IOCTL, [7, c as u64, 0, 0, 0, 0]),
+                Trace,
+                "ioctl {c:#x}"
+            );
+            assert!(fd_call(nr::IOCTL as u64, [7, c as u64, 0, 0, 0, 0]));
+        }
+        for c in [libc::F_GETFL, libc::F_GETFD, libc::F_GETLK] {
+            assert_eq!(
+                eval(nr::FCNTL, [7, c as u64, 0, 0, 0, 0]),
+                Allow,
+                "fcntl {c}"
+            );
+            assert!(!fd_call(nr::FCNTL as u64, [7, c as u64, 0, 0, 0, 0]));
+        }
+        assert_eq!(eval(nr::IOCTL, [1, libc::TCGETS, 0, 0, 0, 0]), Allow);
+        assert_eq!(
+            eval(nr::IOCTL, [7, 0x5421 /* FIONBIO */, 0, 0, 0, 0]),
+            Allow
+        );
+        assert_eq!(
+            eval(nr::FCNTL, [7, libc::F_SETFL as u64, 0, 0, 0, 0]),
+            Allow
+        );
+        // Calls a stop sees from outside (offsets, status flags, a number opened or closed, a
+        // new description at a number): not trapped.
+        for n in [
+            0, /* read */
+            nr::LSEEK,
+            45, /* recvfrom */
+            47, /* recvmsg */
+            nr::OPENAT,
+            nr::CLOSE,
+            22,  /* pipe */
+            319, /* memfd_create */
+        ] {
+            assert_eq!(eval(n, [7, 0, 0, 0, 0, 0]), Allow, "nr {n}");
+            assert!(!fd_call(n as u64, [7, 0, 0, 0, 0, 0]), "nr {n}");
+        }
+        // The journal still sees only its own calls: a plain open or close is not one.
+        assert!(!journal_call(nr::OPENAT as u64, [0, 0, 0, 0, 0, 0]));
+        assert!(!journal_call(nr::CLOSE as u64, [7, 0, 0, 0, 0, 0]));
+        assert!(journal_call(nr::CLOSE as u64, [1, 0, 0, 0, 0, 0]));
+        assert_eq!(eval(nr::CLOSE, [1, 0, 0, 0, 0, 0]), Trace);
+        assert!(journal_call(
+            nr::OPENAT as u64,
+            [0, 0, libc::O_TRUNC as u64, 0, 0, 0]
+        ));
+        assert!(!journal_call(nr::SETITIMER as u64, [0; 6]));
+        // Standard-stream writes stop only an escalated process, for the journal.
+        assert!(journal_call(nr::WRITE as u64, [1, 0, 5, 0, 0, 0]));
+        assert!(journal_call(nr::WRITEV as u64, [7, 0, 1, 0, 0, 0]));
     }
 
     #[test]

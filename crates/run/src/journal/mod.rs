@@ -41,8 +41,8 @@ pub use decode::{decode, Change, Target, WriteAt};
 pub use error::{JournalError, Result};
 pub use filter::nr::PRLIMIT64;
 pub use filter::{
-    evaluate as evaluate_filter, install as install_filter, state_call, to_bytes as filter_bytes,
-    Action,
+    evaluate as evaluate_filter, fd_call, install as install_filter, journal_call, state_call,
+    to_bytes as filter_bytes, Action,
 };
 pub use format::FileKey;
 
@@ -257,8 +257,9 @@ impl Journal {
         regs: &kioku_proc::Regs,
     ) -> Result<Verdict> {
         let args = [regs.rdi, regs.rsi, regs.rdx, regs.r10, regs.r8, regs.r9];
-        if filter::state_call(regs.orig_rax, args) {
-            // Trapped for the capture's kernel state, not a file change: nothing to undo.
+        if !filter::journal_call(regs.orig_rax, args) {
+            // Trapped for the capture (kernel state, descriptors), not a file change: nothing
+            // to undo.
             return Ok(Verdict::Run);
         }
         let change = decode::decode(pid, tid, regs);
