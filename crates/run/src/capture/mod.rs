@@ -135,7 +135,7 @@ struct FdContext<'a> {
 
 impl crate::fds::CaptureCtx for FdContext<'_> {
     fn stash_path_of(&mut self, dev: u64, ino: u64) -> Option<PathBuf> {
-        self.journal.as_ref()?.stash_path_of(dev, ino)
+        self.journal.as_mut()?.stash_path_for_checkpoint(dev, ino)
     }
 
     fn adopt_deleted(&mut self, pid: i32, fd: i32) -> Result<Option<PathBuf>> {

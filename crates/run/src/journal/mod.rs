@@ -385,11 +385,37 @@ impl Journal {
             .cloned()
     }
 
+    /// [`Journal::stash_path_of`] for the descriptor capture of the checkpoint being taken:
+    /// the stash keeps the file while that checkpoint may be restored, even once the program
+    /// closes it after the stop.
+    pub fn stash_path_for_checkpoint(&mut self, dev: u64, ino: u64) -> Option<PathBuf> {
+        let p = self.stash_path_of(dev, ino)?;
+        if let Some(epoch) = self.tag {
+            self.stash.named.insert(p.clone(), epoch);
+        }
+        Some(p)
+    }
+
     /// A deleted file descriptor `fd` of process `pid` holds, which the stash does not have
     /// (deleted before kioku saw it, or made with O_TMPFILE): linked into the stash when the
     /// file system allows (then journaled like any file), otherwise copied into a new stash
     /// file that holds its bytes as of this capture. Returns the path to reopen at a restore.
+    /// The stash keeps it while this checkpoint may be restored, as
+    /// [`Journal::stash_path_for_checkpoint`].
     pub fn adopt_deleted(
+        &mut self,
+        store: &mut dyn SectionStore,
+        pid: i32,
+        fd: i32,
+    ) -> Result<PathBuf> {
+        let p = self.adopt_deleted_unnamed(store, pid, fd)?;
+        if let Some(epoch) = self.tag {
+            self.stash.named.insert(p.clone(), epoch);
+        }
+        Ok(p)
+    }
+
+    fn adopt_deleted_unnamed(
         &mut self,
         store: &mut dyn SectionStore,
         pid: i32,

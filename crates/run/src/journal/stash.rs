@@ -86,6 +86,10 @@ pub struct Stash {
     pub entries: HashMap<FileKey, PathBuf>,
     /// Copies of deleted files made at a capture: original -> (copy, epoch of the capture).
     pub copies: HashMap<FileKey, (PathBuf, u64)>,
+    /// Stash files a checkpoint's descriptors name -> the last such checkpoint's epoch. The
+    /// program may close such a file after the capture's stop and before the commit: no
+    /// process holds it then and no record may name it any more, yet a restore reopens it.
+    pub named: HashMap<PathBuf, u64>,
     counter: u64,
 }
 
@@ -103,6 +107,7 @@ impl Stash {
             dirs: HashMap::new(),
             entries: HashMap::new(),
             copies: HashMap::new(),
+            named: HashMap::new(),
             counter: 0,
         }
     }
@@ -360,14 +365,17 @@ impl Stash {
         self.dirs.values().flatten()
     }
 
-    /// Removes stash entries no live record names, no copy of epoch `keep_copies_from` or later
-    /// needs, and no process holds open. Returns how many were removed.
-    pub fn sweep(&mut self, referenced: &HashSet<PathBuf>, keep_copies_from: u64) -> usize {
-        self.copies.retain(|_, (_, e)| *e >= keep_copies_from);
+    /// Removes stash entries no live record names, no copy or descriptor of a checkpoint of
+    /// epoch `keep_from` or later needs, and no process holds open. Returns how many were
+    /// removed.
+    pub fn sweep(&mut self, referenced: &HashSet<PathBuf>, keep_from: u64) -> usize {
+        self.copies.retain(|_, (_, e)| *e >= keep_from);
+        self.named.retain(|_, e| *e >= keep_from);
         let keep: HashSet<PathBuf> = self
             .copies
             .values()
             .map(|(p, _)| p.clone())
+            .chain(self.named.keys().cloned())
             .chain(referenced.iter().cloned())
             .collect();
         let mut removed = 0;
@@ -474,6 +482,32 @@ mod tests {
             "linking again reuses the entry"
         );
         assert_eq!(s.sweep(&HashSet::new(), 0), 1);
+        assert!(!at.exists());
+    }
+
+    #[test]
+    fn a_file_the_committed_checkpoints_descriptors_name_outlives_its_last_holder() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Stash::new(Some(d.path().join("p.stash")), "x".into());
+        let f = d.path().join("f");
+        std::fs::write(&f, b"data").unwrap();
+        let m = std::fs::metadata(&f).unwrap();
+        let key = FileKey {
+            dev: m.dev(),
+            ino: m.ino(),
+        };
+        let Err(nd) = s.dir_for(&f, false).unwrap() else {
+            panic!("no dir yet")
+        };
+        s.make_dir(nd, true).unwrap();
+        let at = s.link(&f, key, true).unwrap();
+        std::fs::remove_file(&f).unwrap();
+        // Checkpoint 3's descriptors name it; nobody holds it when 3 commits.
+        s.named.insert(at.clone(), 3);
+        assert_eq!(s.sweep(&HashSet::new(), 3), 0, "checkpoint 3 reopens it");
+        assert_eq!(std::fs::read(&at).unwrap(), b"data");
+        // Checkpoint 4 no longer names it.
+        assert_eq!(s.sweep(&HashSet::new(), 4), 1);
         assert!(!at.exists());
     }
 }
