@@ -291,8 +291,7 @@ impl Monitor {
             Err(e @ RunError::Unsettled { .. }) => return Err(e),
             Err(RunError::Unsupported { what }) if self.tentative => {
                 // The early first checkpoint met something it cannot take (a program setting
-                // itself up: a memfd made and not mapped yet): not a verdict yet, the regular
-                // first checkpoint decides.
+                // itself up): not a verdict yet, the regular first checkpoint decides.
                 tracing::debug!("early first checkpoint not taken: {what}");
                 return Ok(Outcome::None);
             }

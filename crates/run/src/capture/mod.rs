@@ -126,7 +126,7 @@ pub struct Capturer {
 struct FdContext<'a> {
     journal: Option<&'a mut Journal>,
     engine: &'a mut Engine<ShadowSpace>,
-    shared: &'a SharedObjects,
+    shared: &'a mut SharedObjects,
 }
 
 impl crate::fds::CaptureCtx for FdContext<'_> {
@@ -143,6 +143,26 @@ impl crate::fds::CaptureCtx for FdContext<'_> {
 
     fn shared_object_of(&mut self, dev: u64, ino: u64) -> Option<u32> {
         self.shared.id_of((libc::major(dev), libc::minor(dev), ino))
+    }
+
+    fn memfd_by_descriptor(
+        &mut self,
+        dev: u64,
+        ino: u64,
+        name: &str,
+        size: u64,
+        dup: &std::os::fd::OwnedFd,
+    ) -> Result<Option<u32>> {
+        let dup = dup
+            .try_clone()
+            .map_err(|e| RunError::io("duplicating a memfd's descriptor", e))?;
+        let kind = crate::image::SharedKind::Memfd {
+            name: name.to_string(),
+        };
+        let key = (libc::major(dev), libc::minor(dev), ino);
+        Ok(Some(
+            self.shared.object_for_descriptor(key, kind, size, dup),
+        ))
     }
 }
 
@@ -444,7 +464,6 @@ impl Capturer {
             let t = tree.process(*pid).expect("synced with the tree");
             pc.survey(t, &mut st)?;
         }
-        self.shared.reconcile(&mut self.engine)?;
         let t_maps = t0.elapsed();
         let refs: Vec<ProcRef> = self
             .procs
@@ -455,12 +474,15 @@ impl Capturer {
                 own_fds: vec![],
             })
             .collect();
+        // Descriptors before the regions of shared objects: a memfd held through a descriptor
+        // only becomes an object here.
         let mut ctx = FdContext {
             journal: self.journal.as_mut(),
             engine: &mut self.engine,
-            shared: &self.shared,
+            shared: &mut self.shared,
         };
         let table = crate::fds::capture(&refs, &mut ctx)?;
+        self.shared.reconcile(&mut self.engine)?;
         for o in &table.objects {
             if let crate::fds::ObjectImage::SharedMemory { id, flags, .. } = o {
                 if flags & libc::O_ACCMODE != libc::O_RDONLY {
@@ -583,6 +605,10 @@ impl Capturer {
                 pc.verify_shared(&st);
             }
         }
+        let held = self
+            .shared
+            .copy_descriptor_held(&self.engine, &self.marks)?;
+        stats.pages += held / kioku_track::page_size() as u64;
         stats.copy = t_copy.elapsed();
         stats.retaken = stats.pages.saturating_sub(stats.written);
         processes.extend(self.zombies(tree, &processes)?);
