@@ -108,6 +108,8 @@ pub struct Capturer {
     journal: Option<Journal>,
     /// Processes (monitor's pids) whose filters include the journal's escalation.
     escalated: std::collections::HashSet<i32>,
+    /// [`Tree::ended_count`] at the last completed capture.
+    ended_seen: u64,
     /// The tree runs the journal's filter, which also traps the calls that change the kernel
     /// state a capture reads by injected calls: a process's state is read again only after
     /// one of them (or when it changes by itself).
@@ -199,6 +201,7 @@ impl Capturer {
             state_watched: journal.is_some(),
             journal,
             escalated: Default::default(),
+            ended_seen: 0,
             last: None,
             recent: vec![],
             lazy: None,
@@ -234,6 +237,7 @@ impl Capturer {
             state_watched: journal.is_some(),
             journal,
             escalated,
+            ended_seen: 0,
             last: Some(image.clone()),
             recent: image.recent.clone(),
             lazy,
@@ -453,6 +457,9 @@ impl Capturer {
         let t0 = Instant::now();
         self.sync_processes(tree)?;
         self.shared.begin();
+        if tree.ended_count() != self.ended_seen {
+            self.shared.writers_gone();
+        }
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
@@ -646,6 +653,8 @@ impl Capturer {
             self.recent.remove(0);
         }
         image.recent = self.recent.clone();
+        self.shared.captured();
+        self.ended_seen = tree.ended_count();
         // Captured: from here (the tree still stopped), what it changes in files undoes back
         // to this checkpoint.
         if let Some(j) = self.journal.as_mut() {

@@ -49,6 +49,10 @@ struct Object {
 pub(crate) struct SharedObjects {
     objs: Vec<Object>,
     next: u32,
+    /// Every object is taken whole until a capture completes ([`SharedObjects::captured`]):
+    /// a process that wrote shared memory went away, with the only record of its writes (its
+    /// own page tables' write-protect state).
+    all_whole: bool,
 }
 
 impl SharedObjects {
@@ -74,6 +78,7 @@ impl SharedObjects {
         SharedObjects {
             objs,
             next: shared.iter().map(|s| s.id + 1).max().unwrap_or(0),
+            all_whole: false,
         }
     }
 
@@ -90,9 +95,26 @@ impl SharedObjects {
     pub fn begin(&mut self) {
         for o in &mut self.objs {
             o.used = None;
-            o.whole = false;
+            o.whole = self.all_whole;
             o.held = None;
         }
+    }
+
+    /// Takes every object whole from now until a capture completes: a process of the tree
+    /// ended or replaced itself (execve) since the last capture. Writes to shared memory are
+    /// found in the page tables of the process that made them, so the writes of a process that
+    /// is gone — a child that wrote its results and exited, possibly never seen by a capture —
+    /// are in no other process's record.
+    pub fn writers_gone(&mut self) {
+        self.all_whole = true;
+        for o in &mut self.objs {
+            o.whole = true;
+        }
+    }
+
+    /// A capture completed: objects are taken by their written pages again.
+    pub fn captured(&mut self) {
+        self.all_whole = false;
     }
 
     /// The object mapping `m` shows (registering it, and the offsets `m` maps).
