@@ -235,3 +235,119 @@ fn kernel_state_changed_between_checkpoints_is_restored_exactly() {
         "the restored program made no round:\n{log}"
     );
 }
+
+/// A memfd the program holds through a descriptor and never maps (an in-memory file written
+/// with write(2), read with pread(2), cut with ftruncate(2); also what any program holds between
+/// memfd_create and mmap) is checkpointed through the descriptor: checkpoints go on (they used
+/// to stop: "a memfd whose contents the checkpoint does not hold"), and the restored program
+/// finds its exact length, bytes and file offset (it checks them every round).
+#[test]
+fn a_memfd_held_only_through_a_descriptor_is_checkpointed_and_restored() {
+    let p = program("memfdfile", false);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let oks = || {
+        String::from_utf8_lossy(&dir.read("stdout.txt"))
+            .lines()
+            .filter(|l| l.starts_with("ok "))
+            .count()
+    };
+    let wait_oks = |n: usize| {
+        let t0 = std::time::Instant::now();
+        while oks() < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no {n} rounds after 30 s:\n{}",
+                stderr_of(&dir)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let mut child = spawn_kioku(&run_args(pool, "0", &[p.to_str().unwrap(), "100000"]), &dir);
+    let prog = program_of(child.id()).expect("the program starts");
+    wait_for_control_socket(prog);
+    for n in [10, 25] {
+        wait_oks(n);
+        let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
+        assert!(
+            o.status.success(),
+            "kioku checkpoint: {}{}",
+            stderr(&o),
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+    sigkill(child.id() as i32);
+    child.wait().unwrap();
+    let before = oks();
+    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", "20ms"], &dir);
+    let t0 = std::time::Instant::now();
+    while oks() < before + 30 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let outcome = kill_after(r, Duration::ZERO, false);
+    let log = stderr_of(&dir);
+    assert!(
+        !log.contains("memfdfile:") && !log.contains("ERROR") && !log.contains("checkpoints"),
+        "the restored program lost its memfd's contents, or checkpoints stopped:\n{log}"
+    );
+    assert_eq!(outcome, Outcome::Killed, "{log}");
+    assert!(
+        oks() >= before + 30,
+        "the restored program made no round:\n{log}"
+    );
+}
+
+/// Shared memory written by a process that then ends — a child storing its result and
+/// exiting, never seen by a capture — is in the checkpoint: each write is recorded only in the
+/// page tables of the process that made it, so once a process of the tree has ended, every
+/// shared object is taken whole at the next checkpoint. Captures are verified (a lost write is
+/// logged as an ERROR), and the restored program checks the shared word every round.
+#[test]
+fn shared_memory_written_by_children_that_exit_is_checkpointed() {
+    let p = program("sharedexit", false);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let oks = || {
+        String::from_utf8_lossy(&dir.read("stdout.txt"))
+            .lines()
+            .filter(|l| l.starts_with("ok "))
+            .count()
+    };
+    let wait_oks = |n: usize| {
+        let t0 = std::time::Instant::now();
+        while oks() < n {
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "no {n} rounds after 30 s:\n{}",
+                stderr_of(&dir)
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let mut child = spawn_kioku(
+        &run_args(pool, "10ms", &[p.to_str().unwrap(), "100000"]),
+        &dir,
+    );
+    wait_oks(60);
+    sigkill(child.id() as i32);
+    child.wait().unwrap();
+    let before = oks();
+    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", "10ms"], &dir);
+    let t0 = std::time::Instant::now();
+    while oks() < before + 60 && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let outcome = kill_after(r, Duration::ZERO, false);
+    let log = stderr_of(&dir);
+    assert!(
+        !log.contains("sharedexit:") && !log.contains("ERROR"),
+        "a child's write to shared memory was lost:\n{log}"
+    );
+    assert_eq!(outcome, Outcome::Killed, "{log}");
+    assert!(
+        oks() >= before + 60,
+        "the restored program made no round:\n{log}"
+    );
+}

@@ -102,6 +102,18 @@ pub enum ProcError {
         source: io::Error,
     },
 
+    /// A process sent SIGKILL did not end within the bound: stuck in the kernel (an
+    /// uninterruptible sleep, e.g. on a hung network or FUSE file system).
+    #[error("process {pid} ({what}) did not end within {secs} s of SIGKILL and is left behind; look at /proc/{pid}/stack and /proc/{pid}/wchan for what it waits on")]
+    NotEnding {
+        /// The process (as the monitor sees it).
+        pid: i32,
+        /// What it is, e.g. `a traced process`.
+        what: &'static str,
+        /// How long it was waited for.
+        secs: u64,
+    },
+
     /// The tracee stopped in a way injection cannot continue from.
     #[error("thread {tid} stopped unexpectedly during {what} (wait status {status:#x}); report this as a bug")]
     Unexpected {

@@ -372,18 +372,94 @@ impl Namespace {
         Ok(i64::from_le_bytes(got))
     }
 
-    /// Ends the init (and so every process of the namespace) and reaps it.
+    /// Ends the init (and so every process of the namespace) and reaps it, waiting at most
+    /// [`END_BOUND`] (then the init is left behind, said in the log).
     fn kill(&mut self) {
         if self.init <= 0 {
             return;
         }
-        // SAFETY: signalling and reaping our own child.
-        unsafe {
-            libc::kill(self.init, libc::SIGKILL);
-            let mut st = 0;
-            libc::waitpid(self.init, &mut st, libc::__WALL);
+        if let Err(e) = end_init(self.init, END_BOUND) {
+            tracing::warn!("kioku: {e}");
         }
         self.init = 0;
+    }
+}
+
+/// How long the init may take to end, with every process of its namespace, after SIGKILL.
+const END_BOUND: Duration = Duration::from_secs(10);
+
+/// SIGKILLs init `init` (the monitor's child) and reaps it.
+///
+/// The kernel then kills every process of the namespace, and the dying init waits, in the
+/// kernel, until each of its children is reaped (and every task of the namespace is gone). A
+/// task the monitor traces is reaped by the monitor alone — a zombie tracee is visible to its
+/// tracer only — so a blocking wait for the init would wait for itself whenever such a task
+/// has no live `Tracee` to reap it: a process forked (or a thread created) as its parent was
+/// being killed is attached by `PTRACE_O_TRACEFORK`/`TRACECLONE` though its event never came.
+/// So while the init is not reaped, every ended task of the namespace is reaped here if it is
+/// ours (`waitpid` answers `ECHILD` for the others).
+fn end_init(init: i32, bound: Duration) -> Result<()> {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(init, libc::SIGKILL) };
+    let deadline = Instant::now() + bound;
+    let mut nap = Duration::from_micros(100);
+    loop {
+        let mut st = 0;
+        // SAFETY: reaping our own child into a local, without blocking.
+        let r = unsafe { libc::waitpid(init, &mut st, libc::WNOHANG | libc::__WALL) };
+        if r == init {
+            return Ok(());
+        }
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            // ECHILD: reaped already (nothing else can fail here).
+            return Ok(());
+        }
+        reap_traced_zombies(init);
+        if Instant::now() >= deadline {
+            return Err(ProcError::NotEnding {
+                pid: init,
+                what: "the pid namespace's init",
+                secs: bound.as_secs(),
+            });
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(10));
+    }
+}
+
+/// Reaps, without blocking, every ended task under `init` (its descendants by the kernel's
+/// `children` lists, each task of each) that this process traces.
+fn reap_traced_zombies(init: i32) {
+    let mut todo = vec![init];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(pid) = todo.pop() {
+        if !seen.insert(pid) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for tid in tasks.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+            if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
+                todo.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<i32>().ok()),
+                );
+            }
+            if pid == init {
+                continue;
+            }
+            let ended = crate::sys::read_small(&format!("/proc/{pid}/task/{tid}/stat"))
+                .is_ok_and(|s| kioku_pool::procstat::ProcStat::parse(&s).has_exited());
+            if ended {
+                // Not ours (a child of a process of the namespace, untraced): ECHILD at once.
+                let _ = crate::sys::wait(tid, true);
+            }
+        }
     }
 }
 

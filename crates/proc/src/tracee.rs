@@ -24,6 +24,10 @@ use crate::mem;
 use crate::regs::{self, FpState, Regs, ThreadState};
 use crate::sys::{self, Req, Status};
 
+/// How long a process sent SIGKILL may take to end before [`Tracee::kill`] gives up on it
+/// (`ProcError::NotEnding`): a SIGKILL ends any sleep but an uninterruptible one.
+pub(crate) const KILL_BOUND: Duration = Duration::from_secs(10);
+
 /// How a traced process ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -839,7 +843,8 @@ impl Tracee {
         }
     }
 
-    /// Sends SIGKILL and reaps every thread; returns how it ended.
+    /// Sends SIGKILL and reaps every thread (also threads whose creation was never reported);
+    /// returns how it ended, or `ProcError::NotEnding` when it has not ended within 10 s.
     pub fn kill(&self) -> Result<Exit> {
         self.inner.borrow_mut().kill()
     }
@@ -992,12 +997,17 @@ impl Inner {
     /// every other thread's exit was collected, so while waiting, exited (zombie) threads are
     /// reaped.
     pub(crate) fn wait_one(&mut self, tid: i32) -> Result<(Status, i32)> {
-        self.wait_reaping(tid)
+        self.wait_reaping(tid, None)
             .map_err(|source| ProcError::Wait { tid, source })
     }
 
-    /// `wait_one` with the OS error (ECHILD: gone without a status for us).
-    fn wait_reaping(&mut self, tid: i32) -> std::io::Result<(Status, i32)> {
+    /// `wait_one` with the OS error (ECHILD: gone without a status for us; `TimedOut` once
+    /// `deadline` passed).
+    fn wait_reaping(
+        &mut self,
+        tid: i32,
+        deadline: Option<Instant>,
+    ) -> std::io::Result<(Status, i32)> {
         // Most statuses come within a few yields. Past them, sleep until a SIGCHLD (blocked
         // meanwhile, so that one sent between a look and the sleep is not lost; the timeout
         // covers a signal another thread of the monitor took), looking for a dead leader
@@ -1034,6 +1044,9 @@ impl Inner {
                         self.threads.retain(|x| x.tid != t);
                     }
                 }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(std::io::ErrorKind::TimedOut.into());
             }
             sys::wait_sigchld(nap);
             nap = (nap * 2).min(NAP_MAX);
@@ -1295,7 +1308,7 @@ impl Inner {
             // The leader of a killed process reports only once its other threads are reaped,
             // even those we had seen stopped: wait for it reaping them.
             let got = if tid == pid {
-                self.wait_reaping(tid).map(Some)
+                self.wait_reaping(tid, None).map(Some)
             } else {
                 sys::wait(tid, false)
             };
@@ -1438,6 +1451,10 @@ impl Inner {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
             Err(e) => return Err(ProcError::ptrace("kill(SIGKILL)", self.pid, e)),
         }
+        // Bounded, and never blocked on the leader: a thread the process created as it was
+        // killed is traced (PTRACE_O_TRACECLONE) though its clone event never came, and its
+        // zombie, which only we may reap, holds back the leader's exit status.
+        let deadline = Instant::now() + KILL_BOUND;
         while self.exit.is_none() {
             let pid = self.pid;
             let Some(tid) = self
@@ -1448,11 +1465,19 @@ impl Inner {
             else {
                 break;
             };
-            match sys::wait(tid, false) {
-                Ok(Some((st @ (Status::Exited(_) | Status::Killed { .. }), _))) => {
+            match self.wait_reaping(tid, Some(deadline)) {
+                Ok((st @ (Status::Exited(_) | Status::Killed { .. }), _)) => {
                     self.thread_gone(tid, st)
                 }
+                // A stop reported before the SIGKILL took effect: its exit follows.
                 Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                    return Err(ProcError::NotEnding {
+                        pid,
+                        what: "a traced process",
+                        secs: KILL_BOUND.as_secs(),
+                    });
+                }
                 Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
                     self.thread_gone(
                         tid,

@@ -31,6 +31,8 @@ pub struct Tree {
     /// memory, so no checkpoint may be taken meanwhile.
     vforked: HashSet<i32>,
     ns: Option<Namespace>,
+    /// Processes that ended, in all.
+    ended_total: u64,
 }
 
 /// Longest sleep between looks at the tree when SIGCHLD may not reach this thread (another
@@ -47,6 +49,7 @@ impl Tree {
             ended: HashMap::new(),
             vforked: HashSet::new(),
             ns,
+            ended_total: 0,
         }
     }
 
@@ -102,6 +105,12 @@ impl Tree {
     /// The ended processes that may still be zombies.
     pub fn ended_pids(&self) -> Vec<i32> {
         self.ended.keys().copied().collect()
+    }
+
+    /// How many processes of the tree have ended so far (a count that only grows: a caller
+    /// comparing it with an earlier value learns that some process ended meanwhile).
+    pub fn ended_count(&self) -> u64 {
+        self.ended_total
     }
 
     /// Forgets ended processes whose parents reaped them.
@@ -269,6 +278,7 @@ impl Tree {
                 self.root_exit = Some(e);
             }
             self.ended.insert(pid, e);
+            self.ended_total += 1;
         }
     }
 

@@ -670,3 +670,44 @@ fn many_injections_in_a_row() {
     c.send("after\n");
     assert_eq!(c.line(), "ECHO after");
 }
+
+#[test]
+fn kill_reaps_threads_whose_creation_was_never_seen() {
+    // A thread created as its process is killed is traced (PTRACE_O_TRACECLONE) though its
+    // clone event never reaches the monitor, and its zombie, which only the tracer can reap,
+    // holds back the leader's exit: kill must reap it rather than wait for the leader forever.
+    // Here the clone events are left unread on purpose.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let t =
+            Tracee::spawn(TraceeCommand::new(CHILD).args(["threads", "4", "100000000"])).unwrap();
+        t.resume_all().unwrap();
+        // The first thread's clone event stops the main thread; the new thread is attached.
+        let t0 = Instant::now();
+        while list_threads(t.pid()).unwrap_or_default().len() < 2
+            && t0.elapsed() < Duration::from_secs(20)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let listed = list_threads(t.pid()).unwrap_or_default().len();
+        let known = t.threads().len();
+        let t0 = Instant::now();
+        let exit = t.kill();
+        let _ = tx.send((listed, known, exit.map_err(|e| e.to_string()), t0.elapsed()));
+    });
+    let (listed, known, exit, took) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("kill did not return within 30 s: hung");
+    assert!(
+        listed >= 2 && known == 1,
+        "{listed} threads listed, {known} known"
+    );
+    assert_eq!(
+        exit,
+        Ok(Exit::Signal {
+            sig: libc::SIGKILL,
+            core: false
+        })
+    );
+    assert!(took < Duration::from_secs(10), "kill took {took:?}");
+}

@@ -200,3 +200,59 @@ fn seccomp_traps_reach_the_monitor_before_the_call_runs() {
     assert!(stops > 0);
     assert!(Path::new(&out).exists());
 }
+
+/// Runs `f` on a thread of its own (ptrace binds tracees to it) and waits for it at most
+/// `bound`: a hang fails the test instead of hanging it.
+fn within<T: Send + 'static>(
+    bound: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    match rx.recv_timeout(bound) {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not return within {} s: hung", bound.as_secs()),
+    }
+}
+
+#[test]
+fn ending_a_namespace_reaps_traced_children_nobody_adopted() {
+    // Children forked while their parent is being killed are attached by the kernel
+    // (PTRACE_O_TRACEFORK) though the monitor never sees the fork: no Tracee reaps them. When
+    // the init is killed, the kernel kills them and the dying init waits until they are
+    // reaped, which only their tracer (the monitor) can do: dropping the namespace must do
+    // it, not wait for the init forever. Here the children are left unadopted on purpose.
+    if Namespace::create().is_err() {
+        eprintln!("SKIPPED: no pid namespace here");
+        return;
+    }
+    let (children, took) = within(Duration::from_secs(30), "ending the namespace", || {
+        let ns = Namespace::create().unwrap();
+        let root = Tracee::spawn_in(&ns, sh("sleep 30 & sleep 30 & wait"), None).unwrap();
+        let mut children = Vec::new();
+        let t0 = Instant::now();
+        while children.len() < 2 && t0.elapsed() < Duration::from_secs(20) {
+            assert!(root.run_for(Duration::from_millis(20)).unwrap().is_none());
+            for n in root.take_notices() {
+                if let kioku_proc::Notice::Child { pid, .. } = n {
+                    children.push(pid);
+                }
+            }
+        }
+        assert_eq!(children.len(), 2, "the shell forked its two sleeps");
+        let t0 = Instant::now();
+        drop(root);
+        drop(ns);
+        (children, t0.elapsed())
+    });
+    assert!(took < Duration::from_secs(10), "ending took {took:?}");
+    for pid in children {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "child {pid} of the namespace is left behind"
+        );
+    }
+}

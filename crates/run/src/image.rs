@@ -124,6 +124,10 @@ pub struct SharedImage {
     pub hi: u64,
     /// The object's size (a memfd's or file's length; at least `hi`).
     pub size: u64,
+    /// The exact length of a memfd the tree held through a descriptor only (its region covers
+    /// whole pages): the restore cuts the object to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<u64>,
     /// The engine region holding those bytes.
     pub region: String,
 }

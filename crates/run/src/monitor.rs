@@ -286,13 +286,23 @@ impl Monitor {
             Ok(()) | Err(ProcError::Exited { .. }) => {}
             Err(e) => return Err(e.into()),
         }
+        // A SIGKILL does not wait for the stop: a process killed while the tree was stopped
+        // ends during the capture, and what the capture read after that — its zombie
+        // children reaped by the namespace's init, its pipes closed — no longer goes with the
+        // state it read of it before. Such a capture is not committed (issue 18: a restored
+        // tree whose parent had not reaped its zombie yet, while the zombie was gone).
+        if captured.is_ok() {
+            if let Some(pid) = pids.iter().copied().find(|&p| dying(p)) {
+                tracing::debug!(pid, "a process was killed during the checkpoint: not taken");
+                return Ok(Outcome::None);
+            }
+        }
         let captured = match captured {
             Ok(c) => c,
             Err(e @ RunError::Unsettled { .. }) => return Err(e),
             Err(RunError::Unsupported { what }) if self.tentative => {
                 // The early first checkpoint met something it cannot take (a program setting
-                // itself up: a memfd made and not mapped yet): not a verdict yet, the regular
-                // first checkpoint decides.
+                // itself up): not a verdict yet, the regular first checkpoint decides.
                 tracing::debug!("early first checkpoint not taken: {what}");
                 return Ok(Outcome::None);
             }
@@ -572,6 +582,29 @@ fn medium_failure(e: &RunError) -> bool {
         e,
         RunError::Pool(_) | RunError::Ckpt(_) | RunError::Journal(_)
     )
+}
+
+/// Whether process `pid` is dead or on its way there, without waiting: gone, a zombie, exiting
+/// (`PF_EXITING`), or with a SIGKILL pending (sent, not yet acted on).
+fn dying(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return true;
+    };
+    let st = kioku_pool::procstat::ProcStat::parse(&stat);
+    if st.has_exited() || st.number::<u64>(9).is_some_and(|f| f & PF_EXITING != 0) {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return true;
+    };
+    status.lines().any(|l| {
+        l.strip_prefix("ShdPnd:")
+            .or_else(|| l.strip_prefix("SigPnd:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .is_some_and(|m| m & SIGKILL_BIT != 0)
+    })
 }
 
 /// Whether process `pid` is dead or dying (gone, or a zombie waiting to be reaped). Asked

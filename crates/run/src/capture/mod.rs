@@ -112,6 +112,8 @@ pub struct Capturer {
     journal: Option<Journal>,
     /// Processes (monitor's pids) whose filters include the journal's escalation.
     escalated: std::collections::HashSet<i32>,
+    /// [`Tree::ended_count`] at the last completed capture.
+    ended_seen: u64,
     /// The tree runs the journal's filter, which also traps the calls that change the kernel
     /// state a capture reads by injected calls: a process's state is read again only after
     /// one of them (or when it changes by itself).
@@ -130,7 +132,7 @@ pub struct Capturer {
 struct FdContext<'a> {
     journal: Option<&'a mut Journal>,
     engine: &'a mut Engine<ShadowSpace>,
-    shared: &'a SharedObjects,
+    shared: &'a mut SharedObjects,
 }
 
 impl crate::fds::CaptureCtx for FdContext<'_> {
@@ -147,6 +149,26 @@ impl crate::fds::CaptureCtx for FdContext<'_> {
 
     fn shared_object_of(&mut self, dev: u64, ino: u64) -> Option<u32> {
         self.shared.id_of((libc::major(dev), libc::minor(dev), ino))
+    }
+
+    fn memfd_by_descriptor(
+        &mut self,
+        dev: u64,
+        ino: u64,
+        name: &str,
+        size: u64,
+        dup: &std::os::fd::OwnedFd,
+    ) -> Result<Option<u32>> {
+        let dup = dup
+            .try_clone()
+            .map_err(|e| RunError::io("duplicating a memfd's descriptor", e))?;
+        let kind = crate::image::SharedKind::Memfd {
+            name: name.to_string(),
+        };
+        let key = (libc::major(dev), libc::minor(dev), ino);
+        Ok(Some(
+            self.shared.object_for_descriptor(key, kind, size, dup),
+        ))
     }
 }
 
@@ -184,6 +206,7 @@ impl Capturer {
             state_watched: journal.is_some(),
             journal,
             escalated: Default::default(),
+            ended_seen: 0,
             last: None,
             recent: vec![],
             lazy: None,
@@ -220,6 +243,7 @@ impl Capturer {
             state_watched: journal.is_some(),
             journal,
             escalated,
+            ended_seen: 0,
             last: Some(image.clone()),
             recent: image.recent.clone(),
             lazy,
@@ -447,6 +471,9 @@ impl Capturer {
         let t0 = Instant::now();
         self.sync_processes(tree)?;
         self.shared.begin();
+        if tree.ended_count() != self.ended_seen {
+            self.shared.writers_gone();
+        }
         let mut st = Store {
             engine: &mut self.engine,
             marks: &self.marks,
@@ -458,7 +485,6 @@ impl Capturer {
             let t = tree.process(*pid).expect("synced with the tree");
             pc.survey(t, &mut st)?;
         }
-        self.shared.reconcile(&mut self.engine)?;
         let t_maps = t0.elapsed();
         let refs: Vec<ProcRef> = self
             .procs
@@ -469,10 +495,12 @@ impl Capturer {
                 own_fds: vec![],
             })
             .collect();
+        // Descriptors before the regions of shared objects: a memfd held through a descriptor
+        // only becomes an object here.
         let mut ctx = FdContext {
             journal: self.journal.as_mut(),
             engine: &mut self.engine,
-            shared: &self.shared,
+            shared: &mut self.shared,
         };
         let key: Vec<(i32, u64)> = self
             .procs
@@ -501,6 +529,7 @@ impl Capturer {
             }
             None => crate::fds::capture(&refs, &mut ctx)?,
         };
+        self.shared.reconcile(&mut self.engine)?;
         for o in &table.objects {
             if let crate::fds::ObjectImage::SharedMemory { id, flags, .. } = o {
                 if flags & libc::O_ACCMODE != libc::O_RDONLY {
@@ -632,6 +661,10 @@ impl Capturer {
                 pc.verify_shared(&st);
             }
         }
+        let held = self
+            .shared
+            .copy_descriptor_held(&self.engine, &self.marks)?;
+        stats.pages += held / kioku_track::page_size() as u64;
         stats.copy = t_copy.elapsed();
         stats.retaken = stats.pages.saturating_sub(stats.written);
         processes.extend(self.zombies(tree, &processes)?);
@@ -669,6 +702,8 @@ impl Capturer {
             self.recent.remove(0);
         }
         image.recent = self.recent.clone();
+        self.shared.captured();
+        self.ended_seen = tree.ended_count();
         // Captured: from here (the tree still stopped), what it changes in files undoes back
         // to this checkpoint.
         if let Some(j) = self.journal.as_mut() {

@@ -927,6 +927,8 @@ impl ProcessCapture {
             pid = self.pid,
             "process called execve: capturing the new image"
         );
+        // The old image's writes to shared memory were recorded in its page tables alone.
+        st.shared.writers_gone();
         self.tracker = kioku_proc::tracker_for(tracee)?;
         self.query = PagemapQuery::open(self.pid)?;
         for a in std::mem::take(&mut self.areas) {

@@ -3,9 +3,19 @@
 //! (`s<id>`) covering the object offsets the tree maps. Every process mapping an object writes
 //! into the same region: pages it wrote (its own write-tracking) are copied from its mapping.
 //! A region that is new, grown or moved is taken whole from every mapping of the object.
+//!
+//! A memfd that no process maps but one holds through a descriptor (made and not mapped yet,
+//! or used as an in-memory file with `write(2)`/`read(2)`) is an object too: its region covers
+//! the whole file, which is read through the monitor's duplicate of the descriptor, whole, at
+//! each checkpoint ([`SharedObjects::copy_descriptor_held`]), and the image keeps its exact
+//! length.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 
 use kioku_ckpt::{Engine, RegionOptions};
 use kioku_proc::MapEntry;
+use kioku_track::PageRange;
 
 use crate::error::{Result, RunError};
 use crate::image::{SharedImage, SharedKind};
@@ -29,6 +39,9 @@ struct Object {
     size: u64,
     /// Copy every mapping of it whole in this capture (its region is new).
     whole: bool,
+    /// Held through a descriptor and mapped by no process in this capture: the monitor's
+    /// duplicate of the descriptor, its contents read whole at the capture.
+    held: Option<Arc<OwnedFd>>,
 }
 
 /// The tree's shared-memory objects.
@@ -36,6 +49,10 @@ struct Object {
 pub(crate) struct SharedObjects {
     objs: Vec<Object>,
     next: u32,
+    /// Every object is taken whole until a capture completes ([`SharedObjects::captured`]):
+    /// a process that wrote shared memory went away, with the only record of its writes (its
+    /// own page tables' write-protect state).
+    all_whole: bool,
 }
 
 impl SharedObjects {
@@ -55,25 +72,49 @@ impl SharedObjects {
                 used: None,
                 size: *size,
                 whole: false,
+                held: None,
             })
             .collect();
         SharedObjects {
             objs,
             next: shared.iter().map(|s| s.id + 1).max().unwrap_or(0),
+            all_whole: false,
         }
     }
 
-    /// The object with kernel identity `key`, if the tree maps it.
+    /// The object with kernel identity `key`, if the tree maps it (a mapping of this capture's
+    /// surveys shows it) or holds it through a descriptor already seen in this capture.
     pub fn id_of(&self, key: ObjectKey) -> Option<u32> {
-        self.objs.iter().find(|o| o.key == key).map(|o| o.id)
+        self.objs
+            .iter()
+            .find(|o| o.key == key && o.used.is_some())
+            .map(|o| o.id)
     }
 
     /// Before the surveys of a capture.
     pub fn begin(&mut self) {
         for o in &mut self.objs {
             o.used = None;
-            o.whole = false;
+            o.whole = self.all_whole;
+            o.held = None;
         }
+    }
+
+    /// Takes every object whole from now until a capture completes: a process of the tree
+    /// ended or replaced itself (execve) since the last capture. Writes to shared memory are
+    /// found in the page tables of the process that made them, so the writes of a process that
+    /// is gone — a child that wrote its results and exited, possibly never seen by a capture —
+    /// are in no other process's record.
+    pub fn writers_gone(&mut self) {
+        self.all_whole = true;
+        for o in &mut self.objs {
+            o.whole = true;
+        }
+    }
+
+    /// A capture completed: objects are taken by their written pages again.
+    pub fn captured(&mut self) {
+        self.all_whole = false;
     }
 
     /// The object mapping `m` shows (registering it, and the offsets `m` maps).
@@ -94,12 +135,84 @@ impl SharedObjects {
                     used: None,
                     size: 0,
                     whole: true,
+                    held: None,
                 });
                 id
             }
         };
         self.note_use(id, m.offset, m.len() as u64);
         Ok(id)
+    }
+
+    /// Memfd `key` of `size` bytes, held through a descriptor (`dup`, the monitor's duplicate)
+    /// and mapped by no process: after the surveys of the mappings, so an object any process
+    /// maps is known already and taken through its mappings. Its region covers the whole file
+    /// (at least a page), taken whole.
+    pub fn object_for_descriptor(
+        &mut self,
+        key: ObjectKey,
+        kind: SharedKind,
+        size: u64,
+        dup: OwnedFd,
+    ) -> u32 {
+        let id = match self.objs.iter().find(|o| o.key == key) {
+            Some(o) => o.id,
+            None => {
+                let id = self.next;
+                self.next += 1;
+                self.objs.push(Object {
+                    id,
+                    kind,
+                    key,
+                    lo: 0,
+                    hi: 0,
+                    region: None,
+                    used: None,
+                    size,
+                    whole: true,
+                    held: None,
+                });
+                id
+            }
+        };
+        let page = kioku_track::page_size() as u64;
+        if let Some(o) = self.objs.iter_mut().find(|o| o.id == id) {
+            o.size = size;
+            o.whole = true;
+            o.held = Some(Arc::new(dup));
+        }
+        self.note_use(id, 0, size.div_ceil(page).max(1) * page);
+        id
+    }
+
+    /// Copies every object held through a descriptor only into its region (the bytes past the
+    /// file's end zero), marking the pages written; returns the bytes copied. Call in the stop,
+    /// after [`SharedObjects::reconcile`].
+    pub fn copy_descriptor_held(
+        &self,
+        engine: &Engine<ShadowSpace>,
+        marks: &crate::shadow::Marks,
+    ) -> Result<u64> {
+        let mut copied = 0;
+        for o in &self.objs {
+            let (Some(fd), Some(name)) = (&o.held, &o.region) else {
+                continue;
+            };
+            let Some(region) = engine.region(name) else {
+                continue;
+            };
+            let len = (o.hi - o.lo) as usize;
+            engine.allocate_running(&[(region.addr, len)])?;
+            // SAFETY: `[addr, addr + len)` lies in the region's mapping (the region covers the
+            // object offsets [lo, hi)), which the engine keeps mapped read-write in the
+            // monitor; nothing else uses it during the stop.
+            let buf = unsafe { std::slice::from_raw_parts_mut(region.addr as *mut u8, len) };
+            read_whole(fd, o.lo, buf)
+                .map_err(|e| RunError::io("reading a memfd the tree holds", e))?;
+            marks.add(PageRange::new(region.addr, region.addr + len));
+            copied += len as u64;
+        }
+        Ok(copied)
     }
 
     /// Records that a mapping shows offsets `[offset, offset+len)` of object `id`.
@@ -271,9 +384,29 @@ impl SharedObjects {
                     lo: o.lo,
                     hi: o.hi,
                     size: o.size.max(o.hi),
+                    length: o.held.as_ref().map(|_| o.size),
                     region: o.region.clone()?,
                 })
             })
             .collect()
     }
+}
+
+/// Fills `buf` with the file `fd` holds from offset `at`, zeros past its end. Reads through a
+/// descriptor of its own (opened read-only through /proc/self/fd: the program's may be
+/// write-only, and its file offset is the program's).
+fn read_whole(fd: &OwnedFd, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;
+    let mut off = 0;
+    while off < buf.len() {
+        match file.read_at(&mut buf[off..], at + off as u64) {
+            Ok(0) => break,
+            Ok(n) => off += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf[off..].fill(0);
+    Ok(())
 }

@@ -46,17 +46,27 @@ pub enum FileSource {
 /// A regular file or directory (or a memfd / shared-memory file).
 pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
     let flags = d.flags();
-    if let Some(id) = c.ctx.shared_object_of(d.dev, d.ino) {
+    let shared = |id: u32| {
         // SAFETY: fcntl(F_GET_SEALS) on our duplicate; files without seal support say EINVAL.
         let seals = unsafe { libc::fcntl(d.dup.as_raw_fd(), libc::F_GET_SEALS) }.max(0);
-        return Ok(ObjectImage::SharedMemory {
+        ObjectImage::SharedMemory {
             id,
             flags,
             pos: d.info.pos(),
             seals,
-        });
+        }
+    };
+    if let Some(id) = c.ctx.shared_object_of(d.dev, d.ino) {
+        return Ok(shared(id));
     }
-    if d.link.starts_with("/memfd:") {
+    if let Some(name) = memfd_name(&d.link) {
+        // Held through a descriptor only (made and not mapped yet, or an in-memory file).
+        if let Some(id) = c
+            .ctx
+            .memfd_by_descriptor(d.dev, d.ino, name, d.size, &d.dup)?
+        {
+            return Ok(shared(id));
+        }
         return Err(c.unsupported(
             d,
             "a memfd whose contents the checkpoint does not hold (it is not mapped shared by the tree)",
@@ -102,6 +112,12 @@ pub fn capture(c: &mut Capture<'_>, d: &Desc) -> Result<ObjectImage> {
         directory,
         source,
     }))
+}
+
+/// The name a memfd was made with, from its descriptor's link (`/memfd:NAME (deleted)`).
+fn memfd_name(link: &str) -> Option<&str> {
+    let rest = link.strip_prefix("/memfd:")?;
+    Some(rest.strip_suffix(" (deleted)").unwrap_or(rest))
 }
 
 /// `/proc/<pid>/…` (or `/proc/<pid>` itself).

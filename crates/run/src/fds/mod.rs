@@ -93,6 +93,21 @@ pub trait CaptureCtx {
     fn shared_object_of(&mut self, _dev: u64, _ino: u64) -> Option<u32> {
         None
     }
+
+    /// Takes memfd `(dev, ino)` named `name`, of `size` bytes, which the tree holds through a
+    /// descriptor (`dup` is the monitor's duplicate) but no process maps, as a shared-memory
+    /// object whose contents the checkpoint reads through the descriptor; its id, or `None`
+    /// when the checkpoint cannot hold it.
+    fn memfd_by_descriptor(
+        &mut self,
+        _dev: u64,
+        _ino: u64,
+        _name: &str,
+        _size: u64,
+        _dup: &OwnedFd,
+    ) -> Result<Option<u32>> {
+        Ok(None)
+    }
 }
 
 /// What the restore asks of the rest of kioku.

@@ -642,6 +642,11 @@ fn shared_objects(image: &TreeImage, engine: &Engine<ShadowSpace>) -> Result<Sha
         if let Some(r) = run {
             write(r, &pages.valid()[r..len])?;
         }
+        if let Some(exact) = s.length {
+            // Held through a descriptor only: its region covers whole pages of it.
+            file.set_len(exact)
+                .map_err(|e| RunError::io("sizing a shared-memory object", e))?;
+        }
         let md = file
             .metadata()
             .map_err(|e| RunError::io("stat of a shared-memory object", e))?;
