@@ -71,14 +71,13 @@ soak-dsm: deps
 
 # The Java tests at length: 30,000 SIGKILLs of the thesis's programs, 4,000 of the bank (2 and
 # 4 tellers), 60 power cuts of whole programs, 16 random images per power cut, every bit of the
-# heap flipped, jcstress's default preset, and all four transparency runs with every library test
-# (make test leaves out the five that only sleep).
+# heap flipped, jcstress's default preset, and all four transparency runs.
 soak-java: deps
 	$(CARGO) build --release -p kioku-cli
 	cd java && mvn -B -q -ntp verify -Dkioku.kills=15000 -Dkioku.bankKills=2000 \
 	  -Dkioku.programCuts=30 -Dkioku.powerCutSeeds=16 -Dkioku.flips=all \
 	  -Djcstress.mode=default -Djcstress.args="-sc false" -Djcstress.budget=0 \
-	  -Dkioku.transparency.runs=plain,agent,agent-pool,persistent -Dkioku.transparency.skip=none
+	  -Dkioku.transparency.runs=plain,agent,agent-pool,persistent
 
 # The accessed-page tracker's accuracy at 256 MiB with five hot sets per pattern and backend,
 # and the huge-page placement tests (Rust and C) ten times over (about 15 minutes).
