@@ -52,9 +52,8 @@ import org.junit.jupiter.api.Test;
  * <p>System properties (set by the pom): kioku.agent.jar, kioku.transparency.classpath (a
  * file holding the library's class path), .launcher (the console launcher jar), .classes (this
  * module's classes), .tests.jar (the file name of the jar to scan), .work. Optional: kioku.transparency.include (a
- * class-name regex, to run a subset), .skip (test methods left out, {@code Class#method,...};
- * default {@link #SLEEPING}, {@code none} for none, as make soak runs), .parallel (JVMs at
- * once, default 2), .timeout (seconds per run, default 900).
+ * class-name regex, to run a subset), .parallel (JVMs at once, default 2), .timeout (seconds
+ * per run, default 900).
  */
 class TransparencyIT {
   /** As the library's own build selects its test classes (its surefire includes/excludes). */
@@ -70,20 +69,6 @@ class TransparencyIT {
    */
   private static final String EXCLUDE_SLOW =
       "^org\\.apache\\.commons\\.collections4\\.bloomfilter\\..*";
-
-  /**
-   * Left out in make test (kioku.transparency.skip; make soak runs them): the library's tests
-   * that wait on the clock, 10 of the 28 seconds of a run, the same with and without the agent:
-   * PassiveExpiringMap's expiry sleeps 6 s, and LRUMap's four synchronized-removal tests sleep
-   * about a second each while another thread works. Their maps' other tests (expiry on reads,
-   * eviction order, views, serialization) still run in every run.
-   */
-  static final String SLEEPING =
-      "org.apache.commons.collections4.map.PassiveExpiringMapTest#testExpiration,"
-          + "org.apache.commons.collections4.map.LRUMapTest#testSynchronizedRemoveFromEntrySet,"
-          + "org.apache.commons.collections4.map.LRUMapTest#testSynchronizedRemoveFromKeySet,"
-          + "org.apache.commons.collections4.map.LRUMapTest#testSynchronizedRemoveFromMapIterator,"
-          + "org.apache.commons.collections4.map.LRUMapTest#testSynchronizedRemoveFromValues";
 
   /** Fewer than this in the full reference run means the set-up is broken, not the agent. */
   private static final int MIN_TESTS = 1000;
@@ -161,9 +146,7 @@ class TransparencyIT {
     summary.append("Apache Commons Collections' own tests (")
         .append(System.getProperty("kioku.transparency.tests.jar"))
         .append("), classes matching ").append(include())
-        .append(", except ").append(EXCLUDE).append(" and ").append(EXCLUDE_SLOW)
-        .append(skipped().isEmpty() ? "" : ", and the methods " + skipped())
-        .append('\n');
+        .append(", except ").append(EXCLUDE).append(" and ").append(EXCLUDE_SLOW).append('\n');
     Result plain = results.get("plain");
     for (String name : List.of("plain", "agent", "agent-pool", "persistent")) {
       Result r = results.get(name);
@@ -243,12 +226,6 @@ class TransparencyIT {
     return "; stderr ends:\n    " + String.join("\n    ", e.subList(Math.max(0, e.size() - 15), e.size()));
   }
 
-  /** The test methods every run leaves out (SkipTests): SLEEPING unless told, "none" for none. */
-  private static String skipped() {
-    String v = System.getProperty(SkipTests.PROPERTY, SLEEPING).strip();
-    return v.equals("none") ? "" : v;
-  }
-
   private static String include() {
     return System.getProperty("kioku.transparency.include", INCLUDE);
   }
@@ -268,7 +245,6 @@ class TransparencyIT {
     List<String> cmd = new ArrayList<>();
     cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
     cmd.addAll(run.jvmArgs());
-    cmd.add("-D" + SkipTests.PROPERTY + "=" + skipped());
     cmd.add("-cp");
     cmd.add(String.join(java.io.File.pathSeparator, classPath));
     cmd.add(run.main());
