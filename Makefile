@@ -42,12 +42,14 @@ soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capt
 # sh, make -j2, Python, node.js, an event loop, a TCP server, a process tree) and the examples of
 # proc_restore.rs, SIGKILLed and restored SOAK_KILLS times each, every reference run three times
 # over to show it is deterministic; power cuts of tree checkpoints with random crash images too.
-# A failure prints KIOKU_SEED, which replays its kill moments.
+# A failure prints KIOKU_SEED, which replays its kill moments. Then 20 s of seeded mutations
+# of each fuzz corpus (make test: 1 s; `make fuzz` is the coverage-guided search).
 SOAK_KILLS ?= 50
 soak-rust: deps
 	KIOKU_PROC_KILLS=$(SOAK_KILLS) KIOKU_PROC_REFERENCES=3 \
 	  $(CARGO) test -p kioku-cli --test proc_programs --test proc_restore -- --nocapture
 	KIOKU_POWER_CUT_IMAGES=4 $(CARGO) test -p kioku-run --test power_cut -- --nocapture
+	KIOKU_FUZZ_SECS=20 $(CARGO) test -p kioku-fuzz --test corpus -- --nocapture
 
 # Group checkpoints at length: the property test over 24 random sequences of levels, sizes
 # and group shapes (KIOKU_SEED replays one), a rank killed at every step of a background

@@ -23,14 +23,14 @@ import json
 import os
 import random
 import re
-import resource
 import shutil
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
+
+from runlib import log, remove_present, timed_cpu, write_xz_text
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KIOKU = os.path.join(ROOT, "target/release/kioku")
@@ -47,10 +47,6 @@ SORT_REPS = int(os.environ.get("SORT_REPS", "3"))
 CRIU = os.environ.get("CRIU") or None
 DMTCP_LAUNCH = os.environ.get("DMTCP_LAUNCH") or None
 BEFORE = {"KIOKU_NO_ADAPTIVE": "1", "KIOKU_NO_STAGING": "1"}
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
 
 
 def parse_stall(out):
@@ -277,39 +273,20 @@ def first_durable_sort(inp):
     return first, total
 
 
-def timed_cpu(cmd, env=None):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True, env=env)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu
-
-
 def xz_overhead():
     inp = os.path.join(SHM, "xz.in")
-    rnd = random.Random(1)
-    words = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 9))) for _ in range(5000)]
-    with open(inp, "w") as f:
-        n = 0
-        while n < 50 << 20:
-            line = " ".join(rnd.choice(words) for _ in range(12)) + "\n"
-            f.write(line)
-            n += len(line)
+    write_xz_text(inp)
     xz = ["xz", "-T2", "-6", "-c", "-k", inp]
     plain, runs = [], {"1s": [], "100ms": []}
     pool = os.path.join(SHM, "xz.pool")
     for r in range(REPS):
         plain.append(timed_cpu(xz))
         for i in runs:
-            if os.path.exists(pool):
-                os.remove(pool)
+            remove_present(pool)
             runs[i].append(timed_cpu([KIOKU, "run", "--pool", pool, "--interval", i, "--"] + xz))
         log(f"xz rep {r + 1}: plain {plain[-1][0]:.2f} s, " + ", ".join(f"{i} {runs[i][-1][0]:.2f} s" for i in runs))
     os.remove(inp)
-    if os.path.exists(pool):
-        os.remove(pool)
+    remove_present(pool)
     pw = statistics.median(w for w, _ in plain)
     pc = statistics.median(c for _, c in plain)
     rows = ["| interval | plain wall s | kioku wall s | wall overhead | plain CPU s | kioku CPU s | CPU overhead |", "|---|---|---|---|---|---|---|"]

@@ -8,22 +8,14 @@
 # Env: CRIU=path/to/criu, DMTCP_LAUNCH=path/to/dmtcp_launch or PEERS=dir (peers; each skipped,
 #      saying so, when not found), STALL_MIB (512), STALL_SECS (6), STALL_INTERVAL (0.5 s),
 #      STALL_PCTS (1,10,50,100), XZ_REPS (3), SORT_REPS (3), NO_WRITE=1 (print the section only).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-. bench/provenance.sh
-provenance crates examples bench
+BENCH_DISK_DIR=capture . "$(dirname "$0")/common.sh" crates examples bench
 
 # PEERS=dir: where bench/run/peers.sh installed CRIU ($PEERS/criu) and DMTCP ($PEERS/dmtcp).
 if [ -z "${CRIU:-}" ] && [ -n "${PEERS:-}" ] && [ -x "$PEERS/criu/sbin/criu" ]; then CRIU="$PEERS/criu/sbin/criu"; fi
 # DMTCP only when given (DMTCP_LAUNCH): here `dmtcp_command --bcheckpoint` returned without writing an image.
 export CRIU="${CRIU:-}" DMTCP_LAUNCH="${DMTCP_LAUNCH:-}"
 
-work=$(mktemp -d)
-shm=$(mktemp -d /dev/shm/kioku-bench.XXXXXX)
-mkdir -p .kioku/bench docs/perf
-disk=$(mktemp -d "$root/.kioku/bench/capture.XXXXXX")
-trap 'rm -rf "$work" "$shm" "$disk"' EXIT
+mkdir -p docs/perf
 
 echo "== build" >&2
 cargo build --release -q -p kioku-cli
@@ -43,9 +35,4 @@ start, $(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end - start) / 60 )) mi
 $body
 MD
 )
-if [ -n "${NO_WRITE:-}" ]; then
-  echo "$section"
-else
-  echo "$section" | python3 bench/perf_section.py run-capture
-  echo "docs/perf.md: section run-capture updated" >&2
-fi
+echo "$section" | write_section run-capture

@@ -11,7 +11,6 @@ Usage: BENCH_BIN=<dir holding stall> KIOKUS="base=/path/kioku this=/path/kioku"
        [SIZES="48 160"] [REPS=2] [INTERVAL=500ms] [SECONDS=8] python3 bench/run/monitor_cpu.py
 Prints a Markdown table.
 """
-import json
 import shutil
 import os
 import statistics
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from runlib import read_summary, remove_present
 
 BIN = os.environ["BENCH_BIN"]
 KIOKUS = [kv.split("=", 1) for kv in os.environ["KIOKUS"].split()]
@@ -38,9 +39,7 @@ def cpu_of(pid):
 def one(kioku, mib, shm):
     pool = os.path.join(shm, "m.pool")
     summary = os.path.join(shm, "m.json")
-    for f in (pool, summary):
-        if os.path.exists(f):
-            os.remove(f)
+    remove_present(pool, summary)
     p = subprocess.Popen([kioku, "run", "--pool", pool, "--medium", "shm", "--interval", INTERVAL,
                           "--summary-json", summary, "--", os.path.join(BIN, "stall"), str(mib), "100",
                           SECONDS], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -51,8 +50,7 @@ def one(kioku, mib, shm):
         except (OSError, IndexError, ValueError):
             pass
         time.sleep(0.05)
-    with open(summary) as f:
-        s = json.load(f)["summary"]
+    s = read_summary(summary)
     os.remove(pool)
     return cpu, s
 

@@ -9,15 +9,7 @@
 #      CRIU=…/criu, DMTCP_LAUNCH=…/dmtcp_launch (built by bench/run/peers.sh; a missing peer is
 #      skipped, saying so), KIOKU_BIN (a kioku binary to use instead of building one). Needs
 #      root (CRIU).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-. bench/provenance.sh
-provenance crates bench
-
-work=$(mktemp -d)
-shm=$(mktemp -d /dev/shm/kioku-restore-bench.XXXXXX)
-trap 'rm -rf "$work" "$shm"' EXIT
+. "$(dirname "$0")/common.sh" crates bench
 
 echo "== build" >&2
 # KIOKU_BIN: a kioku built already (else target/release/kioku, built here).
@@ -47,9 +39,4 @@ then. *kioku eager* is the earlier restore (every page written in before the pro
 $body
 MD
 )
-if [ -n "${NO_WRITE:-}" ]; then
-  echo "$section"
-else
-  echo "$section" | python3 bench/perf_section.py run-restore
-  echo "docs/perf.md: section run-restore updated" >&2
-fi
+echo "$section" | write_section run-restore

@@ -7,17 +7,7 @@
 # Usage: bench/run/run.sh      (about 12 minutes on a 2-core machine)
 # Env: PI_REPS (default 3), XZ_REPS (default 3), XZ_MIB (xz input, default 24),
 #      NO_WRITE=1 (print the section only).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-. bench/provenance.sh
-provenance crates examples bench
-
-work=$(mktemp -d)
-shm=$(mktemp -d /dev/shm/kioku-bench.XXXXXX)
-mkdir -p .kioku/bench
-disk=$(mktemp -d "$root/.kioku/bench/run.XXXXXX")
-trap 'rm -rf "$work" "$shm" "$disk"' EXIT
+BENCH_DISK_DIR=run . "$(dirname "$0")/common.sh" crates examples bench
 
 echo "== build" >&2
 cargo build --release -q -p kioku-cli
@@ -39,9 +29,4 @@ the other context happen afterwards on the monitor's core while the program runs
 $body
 MD
 )
-if [ -n "${NO_WRITE:-}" ]; then
-  echo "$section"
-else
-  echo "$section" | python3 bench/perf_section.py run
-  echo "docs/perf.md: section run updated" >&2
-fi
+echo "$section" | write_section run

@@ -9,17 +9,10 @@
 # Env: SPACE_PROGRAMS (subset, e.g. "xz,JVM"), NO_WRITE=1 (print the section only),
 #      SPACE_REUSE=FILE (rows of an earlier run, its stderr, for kiokus not measured again).
 # Needs xz, sort, python3, java + javac (openjdk-17-jdk-headless), /usr/bin/time (time).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-. bench/provenance.sh
-provenance crates bench
+. "$(dirname "$0")/common.sh" crates bench
 for t in xz sort java javac /usr/bin/time; do
   command -v "$t" >/dev/null || { echo "$t is missing (see the header of $0)" >&2; exit 1; }
 done
-work=$(mktemp -d)
-shm=$(mktemp -d /dev/shm/kioku-space.XXXXXX)
-trap 'rm -rf "$work" "$shm"' EXIT
 
 echo "== build" >&2
 cargo build --release -q -p kioku-cli
@@ -61,9 +54,4 @@ monitor's VmHWM counts the pool pages it maps while copying a checkpoint's pages
 must buffer); it lets go of them after each checkpoint past 32 MiB.
 MD
 )
-if [ -n "${NO_WRITE:-}" ]; then
-  echo "$section"
-else
-  echo "$section" | python3 bench/perf_section.py run-space
-  echo "docs/perf.md: section run-space updated" >&2
-fi
+echo "$section" | write_section run-space

@@ -7,14 +7,10 @@
 Each kioku (BASE_KIOKU, this tree's) is run interleaved with the plain run, repetition by
 repetition; medians are shown. Prints Markdown.
 """
-import json
 import os
-import random
-import resource
 import statistics
-import subprocess
-import sys
-import time
+
+from runlib import log, read_summary, remove_present, timed_cpu as timed, write_xz_text
 
 BIN = os.environ["BENCH_BIN"]
 SHM = os.environ["BENCH_SHM"]
@@ -27,30 +23,13 @@ XZ_REPS = int(os.environ.get("XZ_REPS", "1"))
 RT = ["chrt", "-f", "5"] if os.environ.get("RT") == "1" else []
 
 
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def timed(cmd):
-    """(wall s, CPU s of the command and everything it waited for)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.monotonic()
-    subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
-    wall = time.monotonic() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
 def under_kioku(kioku, interval, prog):
     pool = os.path.join(SHM, "stop.pool")
     summary = os.path.join(SHM, "summary.json")
-    for f in (pool, summary):
-        if os.path.exists(f):
-            os.remove(f)
+    remove_present(pool, summary)
     wall, cpu = timed(RT + [kioku, "run", "--pool", pool, "--medium", "shm", "--interval", interval,
                             "--summary-json", summary, "--"] + prog)
-    with open(summary) as f:
-        s = json.load(f)["summary"]
+    s = read_summary(summary)
     os.remove(pool)
     return wall, cpu, s
 
@@ -109,14 +88,7 @@ def pi_rows():
 
 def xz_rows():
     inp = os.path.join(SHM, "xz.in")
-    rnd = random.Random(1)
-    words = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 9))) for _ in range(5000)]
-    with open(inp, "w") as f:
-        n = 0
-        while n < 50 << 20:
-            line = " ".join(rnd.choice(words) for _ in range(12)) + "\n"
-            f.write(line)
-            n += len(line)
+    write_xz_text(inp)
     xz = ["xz", "-T2", "-6", "-c", "-k", inp]
     plain, runs = [], {(name, i): [] for name, _ in KIOKUS for i in ("1s", "100ms")}
     for r in range(XZ_REPS):

@@ -9,15 +9,7 @@
 # Env: PI_DIGITS (20000), PI_REPS (3; 0 skips pi), XZ_REPS (1; 0 skips xz), RT=1 (run pi and its monitor
 #      under SCHED_FIFO priority 5 — needs root; takes most of the scheduler's noise out of the
 #      pi rows on a loaded machine; xz always runs at normal priority), NO_WRITE=1 (print only).
-set -euo pipefail
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cd "$root"
-. bench/provenance.sh
-provenance crates examples bench
-
-work=$(mktemp -d)
-shm=$(mktemp -d /dev/shm/kioku-bench.XXXXXX)
-trap 'rm -rf "$work" "$shm"' EXIT
+. "$(dirname "$0")/common.sh" crates examples bench
 
 echo "== build" >&2
 cargo build --release -q -p kioku-cli
@@ -35,9 +27,4 @@ $load_start at the start, $(cut -d" " -f1-3 /proc/loadavg) at the end; $(( (end 
 $body
 MD
 )
-if [ -n "${NO_WRITE:-}" ]; then
-  echo "$section"
-else
-  echo "$section" | python3 bench/perf_section.py run-stop
-  echo "wrote the run-stop section of docs/perf.md" >&2
-fi
+echo "$section" | write_section run-stop

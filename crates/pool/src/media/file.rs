@@ -67,16 +67,8 @@ impl Medium for FileMedium {
         self.mem.file().as_raw_fd()
     }
 
-    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
-        super::read_at_fd(self, off, buf)
-    }
-
-    fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
-        super::write_at_fd(self, off, src)
-    }
-
-    fn copy_range(&self, src: u64, dst: u64, len: u64) -> Result<()> {
-        super::copy_range_fd(self, src, dst, len)
+    fn page_cache_file(&self) -> Option<&File> {
+        Some(self.mem.file())
     }
 
     fn flush(&self, off: u64, len: u64) -> Result<()> {

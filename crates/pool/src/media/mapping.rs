@@ -7,6 +7,7 @@ use std::fs::File;
 use std::io;
 use std::ops::Range;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
@@ -365,66 +366,13 @@ pub fn punch_hole(fd: std::os::fd::RawFd, off: u64, len: u64) -> io::Result<bool
     }
 }
 
-/// Reads `buf.len()` bytes at `off` of the file behind `fd` (`pread`): the file's pages are
-/// copied, not mapped into this process (no page fault, nothing to unmap afterwards; a hole
-/// of tmpfs reads as zeros without being filled). Fails with `UnexpectedEof` past the end.
-pub fn read_at(fd: std::os::fd::RawFd, mut off: u64, mut buf: &mut [u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        let at =
-            libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        // SAFETY: `buf` is writable memory of `buf.len()` bytes that we borrow mutably.
-        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), at) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        off += n as u64;
-        buf = &mut buf[n as usize..];
-    }
-    Ok(())
-}
-
-/// Writes `buf` at `off` of the file behind `fd` (`pwrite`; a hole is allocated by the write,
-/// a full file system fails with `ENOSPC`).
-pub fn write_at(fd: std::os::fd::RawFd, mut off: u64, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        let at =
-            libc::off_t::try_from(off).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-        // SAFETY: `buf` is readable memory of `buf.len()` bytes.
-        let n = unsafe { libc::pwrite(fd, buf.as_ptr().cast(), buf.len(), at) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            if err.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(err);
-        }
-        if n == 0 {
-            return Err(io::ErrorKind::WriteZero.into());
-        }
-        off += n as u64;
-        buf = &buf[n as usize..];
-    }
-    Ok(())
-}
-
-/// Copies `[src, src+len)` of the file behind `fd` to `[dst, dst+len)` (ranges that do not
+/// Copies `[src, src+len)` of `file` to `[dst, dst+len)` (ranges that do not
 /// overlap) inside the kernel (`copy_file_range`), through the page cache: neither range is
 /// mapped into this process. A hole at `dst` is allocated by the copy (a full file system
 /// fails with `ENOSPC`). Where the kernel cannot copy in place it goes through a buffer
 /// (`pread`/`pwrite`).
-pub fn copy_range(
-    fd: std::os::fd::RawFd,
-    mut src: u64,
-    mut dst: u64,
-    mut len: u64,
-) -> io::Result<()> {
+pub fn copy_range(file: &File, mut src: u64, mut dst: u64, mut len: u64) -> io::Result<()> {
+    let fd = file.as_raw_fd();
     while len > 0 {
         let mut from =
             libc::loff_t::try_from(src).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
@@ -438,7 +386,7 @@ pub fn copy_range(
             match err.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => {
-                    return copy_through_buffer(fd, src, dst, len);
+                    return copy_through_buffer(file, src, dst, len);
                 }
                 _ => return Err(err),
             }
@@ -453,13 +401,13 @@ pub fn copy_range(
     Ok(())
 }
 
-fn copy_through_buffer(fd: std::os::fd::RawFd, src: u64, dst: u64, len: u64) -> io::Result<()> {
+fn copy_through_buffer(file: &File, src: u64, dst: u64, len: u64) -> io::Result<()> {
     let mut buf = vec![0u8; len.min(1 << 20) as usize];
     let mut done = 0u64;
     while done < len {
         let n = (len - done).min(buf.len() as u64) as usize;
-        read_at(fd, src + done, &mut buf[..n])?;
-        write_at(fd, dst + done, &buf[..n])?;
+        file.read_exact_at(&mut buf[..n], src + done)?;
+        file.write_all_at(&buf[..n], dst + done)?;
         done += n as u64;
     }
     Ok(())

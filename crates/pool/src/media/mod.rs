@@ -12,6 +12,7 @@
 use std::fmt;
 use std::fs::File;
 use std::os::fd::RawFd;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 pub mod dax;
@@ -224,11 +225,7 @@ pub trait Medium: Send + Sync + fmt::Debug {
     /// stores there cannot fail for want of it: a full medium fails here, with `ENOSPC`.
     fn allocate(&self, off: u64, len: u64) -> Result<()> {
         check_range(off, len, self.len())?;
-        mapping::allocate(self.fd(), off, len).map_err(|e| MediumError::Io {
-            op: "fallocate",
-            path: "the pool file".into(),
-            source: e,
-        })
+        mapping::allocate(self.fd(), off, len).map_err(|e| pool_file_error("fallocate", e))
     }
     /// Makes `[off, off+len)` read as zeros, as a hole where the file system keeps holes (it
     /// then takes no memory or disk). Ordered like a store and `flush`: durable after the next
@@ -239,11 +236,24 @@ pub trait Medium: Send + Sync + fmt::Debug {
         }
         Ok(())
     }
-    /// Reads `[off, off+buf.len())` into `buf`. A medium whose bytes are a file's page cache
-    /// (`shm`, `file`) reads with `pread`: the pages are not mapped into this process (no page
-    /// fault, nothing to unmap afterwards). The default reads through the mapping.
+    /// The file whose page cache *is* this medium's bytes (`shm`, `file`: a store through the
+    /// shared mapping is the file's content at once), or `None` (the default: `dax` and `sim`,
+    /// whose bytes are reached through the mapping). With a file, `read_at`, `write_at` and
+    /// `copy_range` go through it (`pread`, `pwrite`, `copy_file_range`): the pages are not
+    /// mapped into this process (no page fault, nothing to unmap afterwards), and a hole a
+    /// write lands in gets its space from the write itself.
+    fn page_cache_file(&self) -> Option<&File> {
+        None
+    }
+    /// Reads `[off, off+buf.len())` into `buf`: through the page-cache file where there is one
+    /// (see [`Medium::page_cache_file`]), else through the mapping.
     fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
         check_range(off, buf.len() as u64, self.len())?;
+        if let Some(file) = self.page_cache_file() {
+            return file
+                .read_exact_at(buf, off)
+                .map_err(|e| pool_file_error("pread", e));
+        }
         // SAFETY: the range was checked against the mapping length above; `buf` is our own
         // memory, outside the mapping.
         unsafe {
@@ -256,12 +266,16 @@ pub trait Medium: Send + Sync + fmt::Debug {
         Ok(())
     }
     /// Stores `src` at `off`, ordered like stores (durable after `flush` and `drain`). A hole
-    /// there gets its space first (a full medium fails with `ENOSPC`, never as SIGBUS). A
-    /// medium whose bytes are a file's page cache (`shm`, `file`) writes with `pwrite`: the
-    /// pages are not mapped into this process. The default allocates, then copies through the
-    /// mapping.
+    /// there gets its space first (a full medium fails with `ENOSPC`, never as SIGBUS).
+    /// Through the page-cache file where there is one (`pwrite`, see
+    /// [`Medium::page_cache_file`]), else allocated, then copied through the mapping.
     fn write_at(&self, off: u64, src: &[u8]) -> Result<()> {
         check_range(off, src.len() as u64, self.len())?;
+        if let Some(file) = self.page_cache_file() {
+            return file
+                .write_all_at(src, off)
+                .map_err(|e| pool_file_error("pwrite", e));
+        }
         self.allocate(off, src.len() as u64)?;
         // SAFETY: the range was checked against the mapping length above; `src` is borrowed
         // elsewhere, so it does not overlap the range stored into.
@@ -272,13 +286,21 @@ pub trait Medium: Send + Sync + fmt::Debug {
     }
     /// Copies `[src, src+len)` to `[dst, dst+len)` (ranges that do not overlap), ordered like
     /// stores to `dst`: durable after `flush(dst, len)` and `drain`. A hole at `dst` gets its
-    /// space first (a full medium fails with `ENOSPC`, never as SIGBUS). A medium whose bytes
-    /// are a file's page cache (`shm`, `file`) copies inside the kernel (`copy_file_range`):
-    /// neither range is mapped into this process. The default allocates, then copies through
-    /// the mapping.
+    /// space first (a full medium fails with `ENOSPC`, never as SIGBUS). Inside the kernel
+    /// where there is a page-cache file (`copy_file_range`, see [`Medium::page_cache_file`]):
+    /// neither range is mapped into this process; else allocated, then copied through the
+    /// mapping.
     fn copy_range(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         check_range(src, len, self.len())?;
         check_range(dst, len, self.len())?;
+        if let Some(file) = self.page_cache_file() {
+            if src < dst + len && dst < src + len {
+                let overlap = std::io::Error::from_raw_os_error(libc::EINVAL);
+                return Err(pool_file_error("copy_file_range", overlap));
+            }
+            return mapping::copy_range(file, src, dst, len)
+                .map_err(|e| pool_file_error("copy_file_range", e));
+        }
         self.allocate(dst, len)?;
         // SAFETY: both ranges were checked against the mapping length; the caller guarantees
         // they do not overlap and that no slice of either is alive.
@@ -295,11 +317,8 @@ pub trait Medium: Send + Sync + fmt::Debug {
     /// holes, which read as zeros (reading them through the mapping would fill them).
     fn data_extents(&self, off: u64, len: u64) -> Result<Vec<(u64, u64)>> {
         check_range(off, len, self.len())?;
-        mapping::data_extents(self.fd(), off, len).map_err(|e| MediumError::Io {
-            op: "lseek(SEEK_DATA)",
-            path: "the pool file".into(),
-            source: e,
-        })
+        mapping::data_extents(self.fd(), off, len)
+            .map_err(|e| pool_file_error("lseek(SEEK_DATA)", e))
     }
     /// Drops this process's page mappings of `[off, off+len)` of the main mapping
     /// (`MADV_DONTNEED`; the bytes stay in the file): pages read or written through it stop
@@ -319,11 +338,10 @@ pub trait Medium: Send + Sync + fmt::Debug {
             )
         };
         if rc != 0 {
-            return Err(MediumError::Io {
-                op: "madvise(MADV_DONTNEED)",
-                path: "the pool file".into(),
-                source: std::io::Error::last_os_error(),
-            });
+            return Err(pool_file_error(
+                "madvise(MADV_DONTNEED)",
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(())
     }
@@ -345,11 +363,8 @@ pub trait Medium: Send + Sync + fmt::Debug {
 fn hole_or_zeros<M: Medium + ?Sized>(m: &M, off: u64, len: u64) -> Result<bool> {
     check_range(off, len, m.len())?;
     if len == 0
-        || mapping::punch_hole(m.fd(), off, len).map_err(|e| MediumError::Io {
-            op: "fallocate(PUNCH_HOLE)",
-            path: "the pool file".into(),
-            source: e,
-        })?
+        || mapping::punch_hole(m.fd(), off, len)
+            .map_err(|e| pool_file_error("fallocate(PUNCH_HOLE)", e))?
     {
         return Ok(false);
     }
@@ -360,42 +375,13 @@ fn hole_or_zeros<M: Medium + ?Sized>(m: &M, off: u64, len: u64) -> Result<bool> 
     Ok(true)
 }
 
-/// [`Medium::read_at`] of a medium whose bytes are the page cache of the file behind `fd`.
-fn read_at_fd<M: Medium + ?Sized>(m: &M, off: u64, buf: &mut [u8]) -> Result<()> {
-    check_range(off, buf.len() as u64, m.len())?;
-    mapping::read_at(m.fd(), off, buf).map_err(|e| MediumError::Io {
-        op: "pread",
+/// An I/O error of the pool file behind a medium.
+fn pool_file_error(op: &'static str, source: std::io::Error) -> MediumError {
+    MediumError::Io {
+        op,
         path: "the pool file".into(),
-        source: e,
-    })
-}
-
-/// [`Medium::write_at`] of a medium whose bytes are the page cache of the file behind `fd`.
-fn write_at_fd<M: Medium + ?Sized>(m: &M, off: u64, src: &[u8]) -> Result<()> {
-    check_range(off, src.len() as u64, m.len())?;
-    mapping::write_at(m.fd(), off, src).map_err(|e| MediumError::Io {
-        op: "pwrite",
-        path: "the pool file".into(),
-        source: e,
-    })
-}
-
-/// [`Medium::copy_range`] of a medium whose bytes are the page cache of the file behind `fd`.
-fn copy_range_fd<M: Medium + ?Sized>(m: &M, src: u64, dst: u64, len: u64) -> Result<()> {
-    check_range(src, len, m.len())?;
-    check_range(dst, len, m.len())?;
-    if src < dst + len && dst < src + len {
-        return Err(MediumError::Io {
-            op: "copy_file_range",
-            path: "the pool file".into(),
-            source: std::io::Error::from_raw_os_error(libc::EINVAL),
-        });
+        source,
     }
-    mapping::copy_range(m.fd(), src, dst, len).map_err(|e| MediumError::Io {
-        op: "copy_file_range",
-        path: "the pool file".into(),
-        source: e,
-    })
 }
 
 /// Fails unless `[off, off+len)` lies inside a medium of `size` bytes.

@@ -64,6 +64,11 @@ class JcstressIT {
           "-fsm", "0",
           // one compilation mode per fork instead of every split of actors over C1/C2
           "-sc", "false",
+          // No pre-touch of each fork's 256 MB heap: it steadies jcstress's timing, not the
+          // interleavings these tests look for, and cost a fork 0.5-1 s of system time (32
+          // forks: 16 tests in the two biased-locking modes jcstress adds); make soak's preset
+          // pre-touches.
+          "-pth", "false",
           // Small epochs, so that an iteration ends near its 200 ms: every state costs a
           // persistent-heap registration, and jcstress's default 40 x 256 states overrun it.
           "-strideSize", "64",
