@@ -460,6 +460,48 @@ fn unix_socket_pairs_come_back_with_their_queues() {
 }
 
 #[test]
+fn an_unconnected_unix_stream_socket_comes_back() {
+    // What the C library's name-service lookup holds for a moment when no daemon listens:
+    // reading the queue of such a socket fails with EINVAL, yet nothing can be queued on it.
+    let a = Child::spawn();
+    let s = socket2_like(libc::AF_UNIX, libc::SOCK_STREAM);
+    let missing = std::ffi::CString::new("/nonexistent/kioku-no-daemon").unwrap();
+    // SAFETY: a zeroed sockaddr_un is valid; the path fits (checked by the copy's bound).
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in addr.sun_path.iter_mut().zip(missing.as_bytes()) {
+        *d = *b as libc::c_char;
+    }
+    // SAFETY: connect with a valid address of the given length.
+    let r = unsafe {
+        libc::connect(
+            s.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(r, -1, "nothing listens there");
+    a.give(s, 3);
+    let t = capture(&[&a]);
+    drop(a);
+    let k = restore(&t, 1);
+    let s = k[0].take(3);
+    let mut ty = 0i32;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: getsockopt writes an int into `ty`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut i32).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!((r, ty), (0, libc::SOCK_STREAM));
+}
+
+#[test]
 fn unix_listeners_come_back_on_their_names() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sock");

@@ -324,6 +324,15 @@ fn peek_all(fd: BorrowedFd<'_>, kind: i32) -> std::result::Result<UnixQueue, Pee
             if e.raw_os_error() == Some(libc::EAGAIN) {
                 break;
             }
+            // A stream socket never connected (the C library's name-service lookup leaves one
+            // when no daemon listens) cannot be read: EINVAL. Empty if nothing is queued.
+            if e.raw_os_error() == Some(libc::EINVAL)
+                && kind == libc::SOCK_STREAM
+                && stream.is_empty()
+                && queued_bytes(fd) == Some(0)
+            {
+                break;
+            }
             return Err(Peeked::Io(e));
         }
         if rights(&msg) {
@@ -353,6 +362,14 @@ fn peek_all(fd: BorrowedFd<'_>, kind: i32) -> std::result::Result<UnixQueue, Pee
     } else {
         UnixQueue::Messages(messages)
     })
+}
+
+/// Bytes waiting to be read on `fd` (`FIONREAD`); `None` if the kernel will not say.
+fn queued_bytes(fd: BorrowedFd<'_>) -> Option<i32> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int into `n`.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+    (r == 0).then_some(n)
 }
 
 /// Whether a peeked message carried descriptors (closed here: peeking installs copies).
