@@ -119,29 +119,31 @@ impl SharedObjects {
 
     /// The object mapping `m` shows (registering it, and the offsets `m` maps).
     pub fn object_for(&mut self, m: &MapEntry, kind: SharedKind) -> Result<u32> {
-        let key = (m.dev.0, m.dev.1, m.inode);
-        let id = match self.objs.iter().find(|o| o.key == key) {
-            Some(o) => o.id,
-            None => {
-                let id = self.next;
-                self.next += 1;
-                self.objs.push(Object {
-                    id,
-                    kind,
-                    key,
-                    lo: 0,
-                    hi: 0,
-                    region: None,
-                    used: None,
-                    size: 0,
-                    whole: true,
-                    held: None,
-                });
-                id
-            }
-        };
+        let id = self.known_or_new((m.dev.0, m.dev.1, m.inode), kind, 0);
         self.note_use(id, m.offset, m.len() as u64);
         Ok(id)
+    }
+
+    /// The id of object `key`, registered (taken whole at first) if it is new.
+    fn known_or_new(&mut self, key: ObjectKey, kind: SharedKind, size: u64) -> u32 {
+        if let Some(o) = self.objs.iter().find(|o| o.key == key) {
+            return o.id;
+        }
+        let id = self.next;
+        self.next += 1;
+        self.objs.push(Object {
+            id,
+            kind,
+            key,
+            lo: 0,
+            hi: 0,
+            region: None,
+            used: None,
+            size,
+            whole: true,
+            held: None,
+        });
+        id
     }
 
     /// Memfd `key` of `size` bytes, held through a descriptor (`dup`, the monitor's duplicate)
@@ -155,26 +157,7 @@ impl SharedObjects {
         size: u64,
         dup: OwnedFd,
     ) -> u32 {
-        let id = match self.objs.iter().find(|o| o.key == key) {
-            Some(o) => o.id,
-            None => {
-                let id = self.next;
-                self.next += 1;
-                self.objs.push(Object {
-                    id,
-                    kind,
-                    key,
-                    lo: 0,
-                    hi: 0,
-                    region: None,
-                    used: None,
-                    size,
-                    whole: true,
-                    held: None,
-                });
-                id
-            }
-        };
+        let id = self.known_or_new(key, kind, size);
         let page = kioku_track::page_size() as u64;
         if let Some(o) = self.objs.iter_mut().find(|o| o.id == id) {
             o.size = size;

@@ -456,11 +456,10 @@ mod tests {
         assert!(!held_open(&p));
     }
 
-    #[test]
-    fn links_into_a_stash_next_to_the_pool() {
-        let d = tempfile::tempdir().unwrap();
-        let mut s = Stash::new(Some(d.path().join("p.stash")), "x".into());
-        let f = d.path().join("f");
+    /// Links a new file "f" of `dir` into `s` (whose directory is `dir`/p.stash) and removes
+    /// it; returns the stash path and the key.
+    fn stash_a_removed_file(s: &mut Stash, dir: &Path) -> (PathBuf, FileKey) {
+        let f = dir.join("f");
         std::fs::write(&f, b"data").unwrap();
         let m = std::fs::metadata(&f).unwrap();
         let key = FileKey {
@@ -471,10 +470,18 @@ mod tests {
             Err(nd) => nd,
             Ok(_) => panic!("no dir yet"),
         };
-        assert_eq!(nd.path, d.path().join("p.stash"));
+        assert_eq!(nd.path, dir.join("p.stash"));
         s.make_dir(nd, true).unwrap();
         let at = s.link(&f, key, true).unwrap();
         std::fs::remove_file(&f).unwrap();
+        (at, key)
+    }
+
+    #[test]
+    fn links_into_a_stash_next_to_the_pool() {
+        let d = tempfile::tempdir().unwrap();
+        let mut s = Stash::new(Some(d.path().join("p.stash")), "x".into());
+        let (at, key) = stash_a_removed_file(&mut s, d.path());
         assert_eq!(std::fs::read(&at).unwrap(), b"data");
         assert_eq!(
             s.link(&at, key, false).unwrap(),
@@ -489,19 +496,7 @@ mod tests {
     fn a_file_the_committed_checkpoints_descriptors_name_outlives_its_last_holder() {
         let d = tempfile::tempdir().unwrap();
         let mut s = Stash::new(Some(d.path().join("p.stash")), "x".into());
-        let f = d.path().join("f");
-        std::fs::write(&f, b"data").unwrap();
-        let m = std::fs::metadata(&f).unwrap();
-        let key = FileKey {
-            dev: m.dev(),
-            ino: m.ino(),
-        };
-        let Err(nd) = s.dir_for(&f, false).unwrap() else {
-            panic!("no dir yet")
-        };
-        s.make_dir(nd, true).unwrap();
-        let at = s.link(&f, key, true).unwrap();
-        std::fs::remove_file(&f).unwrap();
+        let (at, _) = stash_a_removed_file(&mut s, d.path());
         // Checkpoint 3's descriptors name it; nobody holds it when 3 commits.
         s.named.insert(at.clone(), 3);
         assert_eq!(s.sweep(&HashSet::new(), 3), 0, "checkpoint 3 reopens it");
