@@ -754,9 +754,15 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   /** Gives white v the grey word of its new replica; 0 (replica given back) if v has a word. */
   private long setGrey(Object v, long addr, long size, boolean isCanonical, Shading s) {
-    boolean set = v instanceof Persistent
-        ? casWord(v, 0, addr | GREY)
-        : SideTable.cas(side.entry(v), 0, addr | GREY);
+    boolean set;
+    if (v instanceof Persistent) {
+      // JDK code writing into an application subclass decides by identity hash: hash it
+      // before its word is set, as setWord does.
+      SideTable.hashIfJdkWritten(v);
+      set = casWord(v, 0, addr | GREY);
+    } else {
+      set = SideTable.cas(side.entry(v), 0, addr | GREY);
+    }
     if (!set) {
       s.space.unallocate(addr, size);
       return 0;
