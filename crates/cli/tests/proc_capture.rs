@@ -177,23 +177,8 @@ fn kernel_state_changed_between_checkpoints_is_restored_exactly() {
     let dir = RunDir::new();
     let pool = dir.pool();
     let pool = pool.to_str().unwrap();
-    let count = |s: &str| {
-        String::from_utf8_lossy(&dir.read("stdout.txt"))
-            .lines()
-            .filter(|l| *l == s)
-            .count()
-    };
-    let wait_for = |s: &str, n: usize| {
-        let t0 = std::time::Instant::now();
-        while count(s) < n {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "no {n} lines '{s}' after 30 s:\n{}",
-                stderr_of(&dir)
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    };
+    let count = |s: &str| count_lines(&dir, |l| l == s);
+    let wait_for = |s: &str, n: usize| wait_until(&dir, &format!("lines '{s}'"), n, || count(s));
     let checkpoint = |epoch: u64| {
         let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
         assert!(o.status.success(), "kioku checkpoint: {}", stderr(&o));
@@ -218,13 +203,7 @@ fn kernel_state_changed_between_checkpoints_is_restored_exactly() {
     child.wait().unwrap();
     let before = count("ok 4");
     // The restored program checks its state every round: a few rounds in phase 4, then killed.
-    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", "0"], &dir);
-    let t0 = std::time::Instant::now();
-    while count("ok 4") < before + 3 && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let outcome = kill_after(r, Duration::ZERO, false);
-    let log = stderr_of(&dir);
+    let (outcome, log) = restore_until(&dir, pool, "0", before + 3, || count("ok 4"));
     assert!(
         !log.contains("statechange:") && !log.contains("ERROR"),
         "the restored program lost state:\n{log}"
@@ -247,23 +226,8 @@ fn a_memfd_held_only_through_a_descriptor_is_checkpointed_and_restored() {
     let dir = RunDir::new();
     let pool = dir.pool();
     let pool = pool.to_str().unwrap();
-    let oks = || {
-        String::from_utf8_lossy(&dir.read("stdout.txt"))
-            .lines()
-            .filter(|l| l.starts_with("ok "))
-            .count()
-    };
-    let wait_oks = |n: usize| {
-        let t0 = std::time::Instant::now();
-        while oks() < n {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "no {n} rounds after 30 s:\n{}",
-                stderr_of(&dir)
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
+    let oks = || count_lines(&dir, |l| l.starts_with("ok "));
+    let wait_oks = |n: usize| wait_until(&dir, "rounds", n, oks);
     let mut child = spawn_kioku(&run_args(pool, "0", &[p.to_str().unwrap(), "100000"]), &dir);
     let prog = program_of(child.id()).expect("the program starts");
     wait_for_control_socket(prog);
@@ -280,13 +244,7 @@ fn a_memfd_held_only_through_a_descriptor_is_checkpointed_and_restored() {
     sigkill(child.id() as i32);
     child.wait().unwrap();
     let before = oks();
-    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", "20ms"], &dir);
-    let t0 = std::time::Instant::now();
-    while oks() < before + 30 && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let outcome = kill_after(r, Duration::ZERO, false);
-    let log = stderr_of(&dir);
+    let (outcome, log) = restore_until(&dir, pool, "20ms", before + 30, oks);
     assert!(
         !log.contains("memfdfile:") && !log.contains("ERROR") && !log.contains("checkpoints"),
         "the restored program lost its memfd's contents, or checkpoints stopped:\n{log}"
@@ -309,23 +267,8 @@ fn shared_memory_written_by_children_that_exit_is_checkpointed() {
     let dir = RunDir::new();
     let pool = dir.pool();
     let pool = pool.to_str().unwrap();
-    let oks = || {
-        String::from_utf8_lossy(&dir.read("stdout.txt"))
-            .lines()
-            .filter(|l| l.starts_with("ok "))
-            .count()
-    };
-    let wait_oks = |n: usize| {
-        let t0 = std::time::Instant::now();
-        while oks() < n {
-            assert!(
-                t0.elapsed() < Duration::from_secs(30),
-                "no {n} rounds after 30 s:\n{}",
-                stderr_of(&dir)
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    };
+    let oks = || count_lines(&dir, |l| l.starts_with("ok "));
+    let wait_oks = |n: usize| wait_until(&dir, "rounds", n, oks);
     let mut child = spawn_kioku(
         &run_args(pool, "10ms", &[p.to_str().unwrap(), "100000"]),
         &dir,
@@ -334,13 +277,7 @@ fn shared_memory_written_by_children_that_exit_is_checkpointed() {
     sigkill(child.id() as i32);
     child.wait().unwrap();
     let before = oks();
-    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", "10ms"], &dir);
-    let t0 = std::time::Instant::now();
-    while oks() < before + 60 && t0.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let outcome = kill_after(r, Duration::ZERO, false);
-    let log = stderr_of(&dir);
+    let (outcome, log) = restore_until(&dir, pool, "10ms", before + 60, oks);
     assert!(
         !log.contains("sharedexit:") && !log.contains("ERROR"),
         "a child's write to shared memory was lost:\n{log}"
@@ -350,4 +287,43 @@ fn shared_memory_written_by_children_that_exit_is_checkpointed() {
         oks() >= before + 60,
         "the restored program made no round:\n{log}"
     );
+}
+
+/// Lines of the program's standard output (stdout.txt) for which `want` holds.
+fn count_lines(dir: &RunDir, want: impl Fn(&str) -> bool) -> usize {
+    String::from_utf8_lossy(&dir.read("stdout.txt"))
+        .lines()
+        .filter(|l| want(l))
+        .count()
+}
+
+/// Waits until `count()` reaches `n`; fails after 30 s naming `what`, with the log.
+fn wait_until(dir: &RunDir, what: &str, n: usize, count: impl Fn() -> usize) {
+    let t0 = std::time::Instant::now();
+    while count() < n {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no {n} {what} after 30 s:\n{}",
+            stderr_of(dir)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Restores the tree of `pool` checkpointing every `interval`, lets it run until `count()`
+/// reaches `n` (at most 30 s) and kills it: how it ended, and the log.
+fn restore_until(
+    dir: &RunDir,
+    pool: &str,
+    interval: &str,
+    n: usize,
+    count: impl Fn() -> usize,
+) -> (Outcome, String) {
+    let r = spawn_kioku(&["restore", "--pool", pool, "--interval", interval], dir);
+    let t0 = std::time::Instant::now();
+    while count() < n && t0.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let outcome = kill_after(r, Duration::ZERO, false);
+    (outcome, stderr_of(dir))
 }
