@@ -166,54 +166,18 @@ class ConcurrentPersistTest {
     Node shared = chain(1000, 20, null);
     Node ga = chain(0, 10, shared);
     Node gb = chain(100, 10, shared);
-    AtomicBoolean bReturned = new AtomicBoolean();
-    AtomicBoolean bReturnedEarly = new AtomicBoolean();
-    CountDownLatch aStarted = new CountDownLatch(1);
-    PersistentHeap.probe = new PersistentHeap.PersistProbe() {
-      @Override
-      public void shaded(Object o) {
-        if (o == shared && thread("mp-a") != null) {
-          aStarted.countDown(); // A owns the shared node: B starts, meets it grey and joins
-          awaitJoins(h, 1);
-        }
-      }
-
-      @Override
-      public void waiting() {
-        if (thread("mp-a") != null) {
-          // B has copied its part and waits for A's: it must not have returned.
-          sleepBriefly();
-          bReturnedEarly.set(bReturned.get());
-        }
-      }
-    };
-    both(
-        () -> store(h, slots, 0, ga),
-        () -> {
-          // B starts once A has shaded the shared node (A stops there until B joins).
-          await(aStarted);
-          store(h, slots, 1, gb);
-          bReturned.set(true);
-        });
-    assertFalse(bReturnedEarly.get(), "B returned before A's part of the group was durable");
+    assertFalse(
+        bReturnsEarlyJoiningAt(h, slots, shared, ga, gb),
+        "B returned before A's part of the group was durable");
     assertEquals(1, h.groupJoins());
     assertDurable(h, slots, ga, 0, 10);
     assertDurable(h, slots, gb, 100, 10);
-    Node a9 = ga;
-    for (int i = 0; i < 9; i++) a9 = a9.next;
-    Node b9 = gb;
-    for (int i = 0; i < 9; i++) b9 = b9.next;
-    assertSame(a9.next, b9.next);
+    assertSame(after(ga, 10), after(gb, 10));
     Object[] back = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
     assertChain((Node) back[0], 0, 10);
     assertChain((Node) back[1], 100, 10);
-    Node ra = (Node) back[0];
-    Node rb = (Node) back[1];
-    for (int i = 0; i < 10; i++) {
-      ra = ra.next;
-      rb = rb.next;
-    }
-    assertSame(ra, rb, "the shared node has one replica: recovered once");
+    Node ra = after((Node) back[0], 10);
+    assertSame(ra, after((Node) back[1], 10), "the shared node has one replica: recovered once");
     assertChain(ra, 1000, 20);
   }
 
@@ -228,22 +192,9 @@ class ConcurrentPersistTest {
     PersistentHeap h = heapWithSlots(m, slots);
     Node ga = chain(0, 10, null);
     Node gb = chain(100, 10, null);
-    Node aTail = ga;
-    while (aTail.next != null) aTail = aTail.next;
-    Node bTail = gb;
-    while (bTail.next != null) bTail = bTail.next;
-    aTail.next = gb; // A's graph reaches B's head
-    bTail.next = ga; // and B's reaches A's
-    CyclicBarrier headsShaded = new CyclicBarrier(2);
-    PersistentHeap.probe = new PersistentHeap.PersistProbe() {
-      @Override
-      public void shaded(Object o) {
-        if (o == ga || o == gb) await(headsShaded);
-      }
-
-      @Override
-      public void waiting() {}
-    };
+    last(ga).next = gb; // A's graph reaches B's head
+    last(gb).next = ga; // and B's reaches A's
+    shadeHeadsTogether(ga, gb);
     both(() -> store(h, slots, 0, ga), () -> store(h, slots, 1, gb));
     assertTrue(h.groupJoins() >= 1, "joins " + h.groupJoins());
     assertDurable(h, slots, ga, 0, 10);
@@ -253,12 +204,8 @@ class ConcurrentPersistTest {
     Node rb = (Node) back[1];
     assertChain(ra, 0, 10);
     assertChain(rb, 100, 10);
-    Node x = ra;
-    for (int i = 0; i < 10; i++) x = x.next;
-    assertSame(rb, x, "A's tail leads to B's head: one replica of it");
-    x = rb;
-    for (int i = 0; i < 10; i++) x = x.next;
-    assertSame(ra, x);
+    assertSame(rb, after(ra, 10), "A's tail leads to B's head: one replica of it");
+    assertSame(ra, after(rb, 10));
   }
 
   /**
@@ -272,42 +219,15 @@ class ConcurrentPersistTest {
     PersistentHeap h = heapWithSlots(m, slots);
     Node sub = chain(500, 10, null);
     Node big = chain(0, 30, sub);
-    AtomicBoolean bReturned = new AtomicBoolean();
-    AtomicBoolean bReturnedEarly = new AtomicBoolean();
-    CountDownLatch subShaded = new CountDownLatch(1);
-    PersistentHeap.probe = new PersistentHeap.PersistProbe() {
-      @Override
-      public void shaded(Object o) {
-        if (o == sub && thread("mp-a") != null) {
-          subShaded.countDown();
-          awaitJoins(h, 1);
-        }
-      }
-
-      @Override
-      public void waiting() {
-        if (thread("mp-a") != null) {
-          sleepBriefly();
-          bReturnedEarly.set(bReturned.get());
-        }
-      }
-    };
-    both(
-        () -> store(h, slots, 0, big),
-        () -> {
-          await(subShaded);
-          store(h, slots, 1, sub);
-          bReturned.set(true);
-        });
-    assertFalse(bReturnedEarly.get(), "B returned before A's group was durable");
+    assertFalse(
+        bReturnsEarlyJoiningAt(h, slots, sub, big, sub),
+        "B returned before A's group was durable");
     assertEquals(1, h.groupJoins());
     assertDurable(h, slots, big, 0, 30);
     assertDurable(h, slots, sub, 500, 10);
     Object[] back = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
-    Node x = (Node) back[0];
-    assertChain(x, 0, 30);
-    for (int i = 0; i < 30; i++) x = x.next;
-    assertSame(back[1], x, "the subgraph has one replica");
+    assertChain((Node) back[0], 0, 30);
+    assertSame(back[1], after((Node) back[0], 30), "the subgraph has one replica");
     assertChain((Node) back[1], 500, 10);
   }
 
@@ -324,9 +244,7 @@ class ConcurrentPersistTest {
     Node ga = chain(0, 5, shared);
     // Refused (not persistable), far enough down A's graph that A shades the shared node first.
     Node deep = chain(200, 20, null);
-    Node last = deep;
-    while (last.next != null) last = last.next;
-    last.things = new Object[] {new Thread()};
+    last(deep).things = new Object[] {new Thread()};
     ga.things = new Object[] {deep};
     Node gb = chain(100, 5, shared);
     AtomicReference<Throwable> aFailure = new AtomicReference<>();
@@ -395,8 +313,8 @@ class ConcurrentPersistTest {
           int other = i == 0 ? 100 : 0;
           try {
             assertChain(x, first, 6);
-            for (int k = 0; k < 6; k++) x = x.next;
-            assertChain(x, other, 6); // the other thread's graph, reached through this one
+            // The other thread's graph, reached through this one.
+            assertChain(after(x, 6), other, 6);
           } catch (AssertionError e) {
             throw new AssertionError(where + ": slot " + i + ": " + e.getMessage(), e);
           }
@@ -413,8 +331,54 @@ class ConcurrentPersistTest {
     if (cut >= 0) m.cutPowerAt(start + cut);
     Node ga = chain(0, 6, null);
     Node gb = chain(100, 6, null);
-    ga.next.next.next.next.next.next = gb;
-    gb.next.next.next.next.next.next = ga;
+    last(ga).next = gb;
+    last(gb).next = ga;
+    shadeHeadsTogether(ga, gb);
+    both(() -> store(h, slots, 0, ga), () -> store(h, slots, 1, gb));
+    PersistentHeap.probe = null;
+    return m.orderingPoints() - start;
+  }
+
+  /**
+   * Thread A stores {@code aRoot} into slot 0 and B {@code bRoot} into slot 1; B starts once A
+   * has shaded {@code meet} (A stops there until B, meeting it grey, joins A's group). Returns
+   * whether B returned while A's part of the group was not yet durable.
+   */
+  private static boolean bReturnsEarlyJoiningAt(
+      PersistentHeap h, Object[] slots, Node meet, Node aRoot, Node bRoot) throws Exception {
+    AtomicBoolean bReturned = new AtomicBoolean();
+    AtomicBoolean bReturnedEarly = new AtomicBoolean();
+    CountDownLatch aShaded = new CountDownLatch(1);
+    PersistentHeap.probe = new PersistentHeap.PersistProbe() {
+      @Override
+      public void shaded(Object o) {
+        if (o == meet && thread("mp-a") != null) {
+          aShaded.countDown();
+          awaitJoins(h, 1);
+        }
+      }
+
+      @Override
+      public void waiting() {
+        if (thread("mp-a") != null) {
+          // B has copied its part and waits for A's: it must not have returned.
+          sleepBriefly();
+          bReturnedEarly.set(bReturned.get());
+        }
+      }
+    };
+    both(
+        () -> store(h, slots, 0, aRoot),
+        () -> {
+          await(aShaded);
+          store(h, slots, 1, bRoot);
+          bReturned.set(true);
+        });
+    return bReturnedEarly.get();
+  }
+
+  /** Each thread, once it has shaded its own head ({@code ga} or {@code gb}), waits for the other. */
+  private static void shadeHeadsTogether(Node ga, Node gb) {
     CyclicBarrier headsShaded = new CyclicBarrier(2);
     PersistentHeap.probe = new PersistentHeap.PersistProbe() {
       @Override
@@ -425,9 +389,18 @@ class ConcurrentPersistTest {
       @Override
       public void waiting() {}
     };
-    both(() -> store(h, slots, 0, ga), () -> store(h, slots, 1, gb));
-    PersistentHeap.probe = null;
-    return m.orderingPoints() - start;
+  }
+
+  /** The node {@code k} links after {@code n}. */
+  private static Node after(Node n, int k) {
+    for (int i = 0; i < k; i++) n = n.next;
+    return n;
+  }
+
+  /** The last node of the chain from {@code n}. */
+  private static Node last(Node n) {
+    while (n.next != null) n = n.next;
+    return n;
   }
 
   private static void assertChain(Node head, int first, int n) {
