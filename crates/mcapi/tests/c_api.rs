@@ -29,15 +29,7 @@ fn fts_over_shared_memory() {
 
 #[test]
 fn fts_over_tcp() {
-    let ports: Vec<u16> = (0..2)
-        .map(|_| {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-        })
-        .collect();
+    let ports = kioku_testkit::ports::free_ports(2);
     run_fts_pair(
         &[],
         &[

@@ -52,15 +52,11 @@ pub fn job_env(via: Via, nodes: u32) -> Vec<Vec<(String, String)>> {
     match via {
         Via::Shm => common.push(("KIOKU_MCAPI_TRANSPORT".into(), "shm".into())),
         Via::Tcp => {
-            let listeners: Vec<std::net::TcpListener> = (0..nodes)
-                .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-                .collect();
-            let addrs: Vec<String> = listeners
+            let addrs: Vec<String> = kioku_testkit::ports::free_ports(nodes as usize)
                 .iter()
                 .enumerate()
-                .map(|(i, l)| format!("{i}={}", l.local_addr().unwrap()))
+                .map(|(i, p)| format!("{i}=127.0.0.1:{p}"))
                 .collect();
-            drop(listeners);
             common.push(("KIOKU_MCAPI_TRANSPORT".into(), "tcp".into()));
             common.push(("KIOKU_MCAPI_ADDRESSES".into(), addrs.join(",")));
             let secret: String = (0..32)

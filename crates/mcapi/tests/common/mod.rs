@@ -27,11 +27,10 @@ pub fn topology(via: Via, nodes: u32) -> Topology {
     match via {
         Via::Shm => Topology::shm(&job, nodes),
         Via::Tcp => {
-            let listeners: Vec<std::net::TcpListener> = (0..nodes)
-                .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            let addrs = kioku_testkit::ports::free_ports(nodes as usize)
+                .into_iter()
+                .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], p)))
                 .collect();
-            let addrs = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-            drop(listeners);
             let secret: Vec<u8> = (0..32).map(|i| i as u8 ^ 0x5a).collect();
             Topology::tcp(&job, addrs, &secret)
         }
