@@ -253,6 +253,10 @@ class PersistentHeapTest {
       x.things = new Object[] {nodes[random.nextInt(n)], nodes[(i * 7919) % n].name, i};
     }
     HeapHarness.setRoot(h, nodes);
+    // make_persistent wrote each object's check words from the words it copied: they match
+    // the replica as the medium holds it.
+    java.util.List<String> diffs = h.verify(nodes);
+    assertTrue(diffs.isEmpty(), diffs.toString());
     int min = HeapRecovery.parallelMin;
     HeapRecovery.parallelMin = 1;
     Node[] back;
