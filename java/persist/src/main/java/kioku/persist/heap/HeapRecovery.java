@@ -55,6 +55,9 @@ final class HeapRecovery {
    */
   static int parallelMin = 1 << 16;
 
+  /** System property: {@code 1} keeps recovery on the recovering thread alone. */
+  static final String THREADS_PROPERTY = "kioku.persist.recoveryThreads";
+
   /** Threads the last recovery in this JVM used (for tests). */
   static volatile int lastThreads;
 
@@ -96,7 +99,8 @@ final class HeapRecovery {
     this.objects = objects;
     heap.beginAdoption();
     boolean parallel = total >= parallelMin && live.maxClass() >= 0
-        && Runtime.getRuntime().availableProcessors() > 1 && live.chunks() > 1;
+        && Runtime.getRuntime().availableProcessors() > 1 && live.chunks() > 1
+        && Integer.getInteger(THREADS_PROPERTY, 2) > 1;
     if (parallel) {
       // Every class a replica names, loaded and initialized on this thread (see run).
       for (int cid = 1; cid <= live.maxClass(); cid++) {
