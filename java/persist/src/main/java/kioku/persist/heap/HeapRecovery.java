@@ -136,7 +136,9 @@ final class HeapRecovery {
       Later later = new Later();
       listedBits = workers[0].listed;
       for (Worker w : workers) {
-        for (int j = 0; j < w.later.count; j++) later.add(w.later.indexes[j], w.later.addrs[j]);
+        for (int j = 0; j < w.later.count; j++) {
+          later.add(w.later.indexes[j], w.later.addrs[j], w.later.classIds[j]);
+        }
         tables.addAll(w.tables);
         if (w.listed != listedBits) {
           for (int k = 0; k < listedBits.length; k++) listedBits[k] |= w.listed[k];
@@ -146,7 +148,7 @@ final class HeapRecovery {
       for (int j = 0; j < later.count; j++) {
         long addr = later.addrs[j];
         Object o = objects[later.indexes[j]];
-        Resolved r = resolved[(int) space.getLong(addr)];
+        Resolved r = resolved[later.classIds[j]];
         if (r.stale) {
           stale.put(o, Boolean.TRUE);
           // An enum constant is the running one: its added fields are initialized already.
@@ -227,15 +229,19 @@ final class HeapRecovery {
   private static final class Later {
     int[] indexes = new int[16];
     long[] addrs = new long[16];
+    /** Their class ids (not read again from the pool: its pages would stay resident). */
+    int[] classIds = new int[16];
     int count;
 
-    void add(int index, long addr) {
+    void add(int index, long addr, int classId) {
       if (count == indexes.length) {
         indexes = java.util.Arrays.copyOf(indexes, count * 2);
         addrs = java.util.Arrays.copyOf(addrs, count * 2);
+        classIds = java.util.Arrays.copyOf(classIds, count * 2);
       }
       indexes[count] = index;
-      addrs[count++] = addr;
+      addrs[count] = addr;
+      classIds[count++] = classId;
     }
   }
 
@@ -448,7 +454,7 @@ final class HeapRecovery {
       if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
       Layout.Kind k = r.d.kind();
       if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
-        later.add(i, addr);
+        later.add(i, addr, (int) header);
       } else if (o instanceof Persistent) {
         // A new object: nothing else can see it yet.
         if (heap.adopt(o, addr)) listed[i >>> 6] |= 1L << i;
