@@ -288,6 +288,46 @@ class PersistentHeapTest {
   }
 
   @Test
+  void aFailureOfEitherRecoveryThreadRefusesTheWholeHeap() throws Exception {
+    // Damage the check words cannot see (an enum replica's ordinal out of range, its checks
+    // recomputed): the marking at open passes it, the fill refuses it, on whichever thread
+    // holds its chunk, and the refusal reaches the caller with no thread left behind.
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m);
+    int n = 6000;
+    Node[] nodes = new Node[n];
+    for (int i = 0; i < n; i++) {
+      nodes[i] = new Node();
+      nodes[i].color = Node.Color.GREEN;
+      if (i % 500 == 0) nodes[i].numbers = new int[60_000]; // several chunks
+    }
+    HeapHarness.setRoot(h, nodes);
+    long enumReplica = PersistentHeap.addressOf(h.word(Node.Color.GREEN));
+    long size = HeapFormat.HEADER + 8L * (1 + Layout.of(Node.Color.GREEN).slots.length);
+    h.space().putLong(enumReplica + HeapFormat.HEADER, 7); // ordinal 7 of a 2-constant enum
+    ReplicaCheck.recompute(h.space(), enumReplica, size);
+    h.space().flush(enumReplica, size);
+    h.space().drain();
+    int min = HeapRecovery.parallelMin;
+    HeapRecovery.parallelMin = 1;
+    try {
+      PersistentHeap again = HeapHarness.open(reopen(m));
+      HeapException e = assertThrows(HeapException.class, () -> HeapHarness.recoveredRoot(again));
+      assertEquals(HeapException.Reason.DAMAGED, e.reason());
+      assertTrue(e.getMessage().contains("ordinal 7"), e.getMessage());
+      if (Runtime.getRuntime().availableProcessors() > 1) {
+        assertEquals(2, HeapRecovery.lastThreads, "recovery used two threads");
+      }
+    } finally {
+      HeapRecovery.parallelMin = min;
+    }
+    for (Thread t : Thread.getAllStackTraces().keySet()) {
+      if (t.getName().equals("kioku-persist recovery")) t.join(10_000);
+      assertTrue(!t.getName().equals("kioku-persist recovery") || !t.isAlive(), "helper ended");
+    }
+  }
+
+  @Test
   void theHeapGrowsPastOneChunk() throws Exception {
     SimMedium m = SimMedium.create(0);
     PersistentHeap h = HeapHarness.create(m);
