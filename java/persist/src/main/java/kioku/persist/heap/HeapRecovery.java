@@ -402,7 +402,7 @@ final class HeapRecovery {
             (i, addr) -> {
               long header = head(addr);
               Resolved r = resolved((int) header);
-              Object o = (Object) SLOT.getAcquire(objects, i);
+              Object o = readers == 1 ? objects[i] : (Object) SLOT.getAcquire(objects, i);
               if (o == null) o = make(i, addr, header, r);
               fill(addr, o, r);
             };
@@ -449,8 +449,12 @@ final class HeapRecovery {
      */
     private Object make(int i, long addr, long header, Resolved r) throws HeapException {
       Object o = create(addr, header, r);
-      Object other = SLOT.compareAndExchange(objects, i, null, o);
-      if (other != null) return other; // the other thread's: ours is garbage, never adopted
+      if (readers == 1) {
+        objects[i] = o; // alone: nothing else makes objects
+      } else {
+        Object other = SLOT.compareAndExchange(objects, i, null, o);
+        if (other != null) return other; // the other thread's: ours is garbage, never adopted
+      }
       if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
       Layout.Kind k = r.d.kind();
       if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
@@ -483,7 +487,7 @@ final class HeapRecovery {
     /** The object of the replica at {@code v} (non-zero), made now if not yet. */
     private Object object(long v) throws HeapException {
       int j = live.index(v);
-      Object o = (Object) SLOT.getAcquire(objects, j);
+      Object o = readers == 1 ? objects[j] : (Object) SLOT.getAcquire(objects, j);
       if (o != null) return o;
       long header = header(v);
       return make(j, v, header, resolved((int) header));
