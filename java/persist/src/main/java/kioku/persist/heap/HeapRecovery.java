@@ -132,6 +132,7 @@ final class HeapRecovery {
       if (f instanceof HeapException he) throw he;
       if (f instanceof RuntimeException re) throw re;
       if (f instanceof Error er) throw er;
+      if (f != null) throw new IllegalStateException("recovery failed", f); // no other kind
       // The workers' lists, in the order of their threads; the bits of listed objects merged.
       Later later = new Later();
       listedBits = workers[0].listed;
