@@ -90,6 +90,7 @@ final class HeapMarking {
       stack[sp++] = v;
     }
     boolean[][] refWords = new boolean[classes.size() + 1][];
+    boolean[] used = new boolean[classes.size() + 1];
     while (sp > 0) {
       long addr = stack[--sp];
       if (!space.valid(addr, HeapFormat.HEADER)) throw PersistentHeap.damagedAt(addr, "points outside the heap");
@@ -102,6 +103,7 @@ final class HeapMarking {
       long count = header >>> 32;
       ClassTable.Descriptor d = descriptor(cid);
       live.mark(addr);
+      used[cid] = true; // d is not null: checkedSize refused the replica otherwise
       if (rebuild != null && !rebuild.markUsed(addr, size)) {
         throw PersistentHeap.damagedAt(addr, "overlaps another replica");
       }
@@ -127,6 +129,7 @@ final class HeapMarking {
         }
       }
     }
+    live.classes(used);
     live.rank();
     return live;
   }

@@ -6,6 +6,7 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import kioku.persist.pool.ScanReads;
+import kioku.persist.rt.Persistent;
 
 /**
  * Rebuilds the DRAM objects of every replica reachable from the roots (the thesis's recovery):
@@ -18,8 +19,6 @@ final class HeapRecovery {
   private final PersistentHeap heap;
   private final ClassLoader first;
   private final HeapSpace space;
-  /** Reads the replicas: its own mappings, unmapped as it moves on (see {@link ScanReads}). */
-  private ScanReads medium;
   private final Marks live;
   private Resolved[] resolved = new Resolved[16]; // by class id
   private final Progress progress;
@@ -47,93 +46,125 @@ final class HeapRecovery {
     this.progress = new Progress("recovering");
   }
 
+  /** Words of a replica read with its header (a small object's: all of them). */
+  private static final int HEAD = 8;
+
+  /**
+   * Replicas below which one thread rebuilds everything (a second is not worth starting);
+   * tests lower it to run the two-thread pass on small heaps.
+   */
+  static int parallelMin = 1 << 16;
+
+  /** System property: {@code 1} keeps recovery on the recovering thread alone. */
+  static final String THREADS_PROPERTY = "kioku.persist.recoveryThreads";
+
+  /** Threads the last recovery in this JVM used (for tests). */
+  static volatile int lastThreads;
+
   /**
    * Rebuilds every replica the marks found, in address order; returns each root's graph. One
    * pass over the replicas: each object is created (and adopted: a fresh object takes its
    * replica word as it is made) when first needed, and filled in address order; shared
    * instances and objects of changed classes are adopted or moved after the fill.
+   *
+   * <p>On a machine with more than one processor, two threads share the pass: they take the
+   * heap's 4 MiB chunks in turn ({@link Marks#forEachIn}), each filling the replicas of its
+   * chunks. An object is made by whichever thread first needs it (a compare-and-set of its
+   * slot in the array of objects by replica number decides), and filled by the thread whose
+   * chunk holds its replica. Every replica was checked at open already, and nothing is handed
+   * to the program before both threads are done: the graph is published by the caller, after
+   * this returns. Every class the replicas name is loaded and initialized here first, on this
+   * thread (a class's initializer may use the heap, whose lock this thread holds).
    */
   Map<String, Object> run() throws HeapException {
-    medium = space.medium.scanReads();
-    try {
-      return rebuild();
-    } finally {
-      medium.close();
-    }
+    return rebuild();
   }
 
-  private long header(long addr) {
-    return medium.getLong(space.off(addr));
-  }
+  /** The objects made so far, by replica number ({@link Marks#index}); slots set by CAS. */
+  private Object[] objects;
 
-  /** Words of the replica being filled read with its header (a small object's: all of them). */
-  private static final int HEAD = 8;
+  private static final java.lang.invoke.VarHandle SLOT =
+      java.lang.invoke.MethodHandles.arrayElementVarHandle(Object[].class);
 
-  /** How many of the replica's first words {@link #head} left in {@link #words}. */
-  private int ahead;
+  /** Chunks of {@link Marks#forEachIn} handed out so far. */
+  private final java.util.concurrent.atomic.AtomicInteger nextChunk =
+      new java.util.concurrent.atomic.AtomicInteger();
 
-  /**
-   * The header of the replica at {@code addr}, read with the words after it (up to {@link
-   * #HEAD}) into {@link #words} for {@link #fill}: one read per small replica, not two.
-   */
-  private long head(long addr) {
-    if (!space.valid(addr, 8L * HEAD)) {
-      ahead = 0;
-      return header(addr);
-    }
-    medium.getLongs(space.off(addr), words, 0, HEAD);
-    ahead = HEAD;
-    return words[0];
-  }
+  /** The first failure of any thread of the pass; the others stop at their next chunk. */
+  private volatile Throwable failure;
 
   private Map<String, Object> rebuild() throws HeapException {
     int total = live.count();
     Object[] objects = new Object[total];
-    // Hash tables, whose buckets may need rebuilding (identity hashes differ in this JVM):
-    // listed as they are created instead of a pass over every object afterwards.
-    List<Object> tables = new java.util.ArrayList<>();
+    this.objects = objects;
     heap.beginAdoption();
+    boolean parallel = total >= parallelMin && live.maxClass() >= 0
+        && Runtime.getRuntime().availableProcessors() > 1 && live.chunks() > 1
+        && Integer.getInteger(THREADS_PROPERTY, 2) > 1;
+    if (parallel) {
+      // Every class a replica names, loaded and initialized on this thread (see run).
+      for (int cid = 1; cid <= live.maxClass(); cid++) {
+        if (!live.usesClass(cid)) continue;
+        Resolved r = resolve(cid);
+        if (r.type != null && r.d.kind() == Layout.Kind.OBJECT) initialize(r.type);
+      }
+    }
+    Worker[] workers = parallel ? new Worker[] {new Worker(2), new Worker(2)} : new Worker[] {new Worker(1)};
     java.util.IdentityHashMap<Object, Boolean> stale;
+    long[] listedBits;
+    List<Object> tables = new java.util.ArrayList<>();
     try {
-      later = new Later();
-      this.tables = tables;
-      this.objects = objects;
-      this.listed = new long[(total + 63) >>> 6];
-      // One pass in address order: each replica's object is made when the pass or a reference
-      // to it first needs it, then filled (a reference to a replica further on makes its object
-      // early; one already passed was made).
-      live.forEach(
-          (i, addr) -> {
-            long header = head(addr);
-            Resolved r = resolve((int) header);
-            Object o = objects[i];
-            if (o == null) o = make(i, addr, header, r);
-            fill(addr, o, r);
-            progress.tick(i, total);
-          });
+      Thread helper = null;
+      if (parallel) {
+        helper = new Thread(workers[1]::runGuarded, "kioku-persist recovery");
+        helper.setDaemon(true);
+        helper.setContextClassLoader(Thread.currentThread().getContextClassLoader());
+        try {
+          helper.start();
+        } catch (OutOfMemoryError e) {
+          helper = null; // no thread to be had: this one takes every chunk
+        }
+      }
+      workers[0].runGuarded();
+      if (helper != null) joinUninterruptibly(helper);
+      lastThreads = helper != null ? 2 : 1;
+      Throwable f = failure;
+      if (f instanceof HeapException he) throw he;
+      if (f instanceof RuntimeException re) throw re;
+      if (f instanceof Error er) throw er;
+      if (f != null) throw new IllegalStateException("recovery failed", f); // no other kind
+      // The workers' lists, in the order of their threads; the bits of listed objects merged.
+      Later later = new Later();
+      listedBits = workers[0].listed;
+      for (Worker w : workers) {
+        for (int j = 0; j < w.later.count; j++) {
+          later.add(w.later.indexes[j], w.later.addrs[j], w.later.classIds[j]);
+        }
+        tables.addAll(w.tables);
+        if (w.listed != listedBits) {
+          for (int k = 0; k < listedBits.length; k++) listedBits[k] |= w.listed[k];
+        }
+      }
       stale = new java.util.IdentityHashMap<>();
       for (int j = 0; j < later.count; j++) {
         long addr = later.addrs[j];
         Object o = objects[later.indexes[j]];
-        Resolved r = resolved[(int) header(addr)];
+        Resolved r = resolved[later.classIds[j]];
         if (r.stale) {
           stale.put(o, Boolean.TRUE);
           // An enum constant is the running one: its added fields are initialized already.
           if (!r.type.isEnum()) FieldInitializers.run(o, r.type, r.added);
         } else if (heap.adopt(o, addr)) {
-          list(later.indexes[j]);
+          int i = later.indexes[j];
+          listedBits[i >>> 6] |= 1L << i;
         }
       }
     } catch (HeapException | RuntimeException e) {
       // A class that cannot be recovered: the objects made so far are garbage, never listed.
       this.objects = null;
-      this.listed = null;
       throw e;
     }
-    long[] listedBits = listed;
     this.objects = null;
-    this.tables = null;
-    this.listed = null;
     progress.finish(total);
     Map<String, Object> roots = new LinkedHashMap<>();
     for (Map.Entry<String, Long> r : heap.roots().entrySet()) {
@@ -157,20 +188,25 @@ final class HeapRecovery {
     return roots;
   }
 
-  /** Replicas adopted after the fill: see {@link #run}. */
-  private Later later;
+  private static void initialize(Class<?> c) throws HeapException {
+    try {
+      Class.forName(c.getName(), true, c.getClassLoader());
+    } catch (ClassNotFoundException e) {
+      throw new IllegalStateException(c.getName() + " was loaded and is no longer found", e);
+    }
+  }
 
-  /** Hash tables, whose buckets may need rebuilding: listed as they are made. */
-  private List<Object> tables;
-
-  /** The objects made so far, by replica number ({@link Marks#index}). */
-  private Object[] objects;
-
-  /** Replica numbers whose objects {@link PersistentHeap#adopt} said to list, one bit each. */
-  private long[] listed;
-
-  private void list(int i) {
-    listed[i >>> 6] |= 1L << i;
+  private static void joinUninterruptibly(Thread t) {
+    boolean interrupted = false;
+    while (true) {
+      try {
+        t.join();
+        break;
+      } catch (InterruptedException e) {
+        interrupted = true;
+      }
+    }
+    if (interrupted) Thread.currentThread().interrupt();
   }
 
   /**
@@ -190,42 +226,36 @@ final class HeapRecovery {
     return n;
   }
 
-  /** Makes (and adopts, or lists for later) the object of replica number {@code i}. */
-  private Object make(int i, long addr, long header, Resolved r) throws HeapException {
-    Object o = create(addr, header, r);
-    objects[i] = o;
-    if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
-    Layout.Kind k = r.d.kind();
-    if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
-      later.add(i, addr);
-    } else if (heap.adopt(o, addr)) { // a new object: nothing else can see it yet
-      list(i);
-    }
-    return o;
-  }
-
-  /** The object of the replica at {@code v} (non-zero), made now if not yet. */
-  private Object object(long v) throws HeapException {
-    int j = live.index(v);
-    Object o = objects[j];
-    if (o != null) return o;
-    long header = header(v);
-    return make(j, v, header, resolve((int) header));
-  }
-
   /** Replicas adopted after the fill: shared instances, objects of changed classes. */
   private static final class Later {
     int[] indexes = new int[16];
     long[] addrs = new long[16];
+    /** Their class ids (not read again from the pool: its pages would stay resident). */
+    int[] classIds = new int[16];
     int count;
 
-    void add(int index, long addr) {
+    void add(int index, long addr, int classId) {
       if (count == indexes.length) {
         indexes = java.util.Arrays.copyOf(indexes, count * 2);
         addrs = java.util.Arrays.copyOf(addrs, count * 2);
+        classIds = java.util.Arrays.copyOf(classIds, count * 2);
       }
       indexes[count] = index;
-      addrs[count++] = addr;
+      addrs[count] = addr;
+      classIds[count++] = classId;
+    }
+  }
+
+  /** Lock of {@link #resolve} and of the side table's adoptions by several threads. */
+  private final Object resolveLock = new Object();
+
+  /** The resolved descriptor of a class id (resolved now, under the lock, if not yet). */
+  private Resolved resolved(int classId) throws HeapException {
+    Resolved[] rs = resolved;
+    Resolved r = classId >= 0 && classId < rs.length ? rs[classId] : null;
+    if (r != null) return r; // a record of final fields: safe to read from another thread
+    synchronized (resolveLock) {
+      return resolve(classId);
     }
   }
 
@@ -330,154 +360,289 @@ final class HeapRecovery {
     }
   }
 
-  private Object create(long addr, long header, Resolved r) throws HeapException {
-    int count = (int) (header >>> 32);
-    long body = addr + HeapFormat.HEADER;
-    switch (r.d.kind()) {
-      case OBJECT:
-        try {
-          return Unsafes.U.allocateInstance(r.type);
-        } catch (InstantiationException e) {
-          throw incompatible(r.type.getName() + " cannot be instantiated: " + e.getMessage());
+  /**
+   * One thread's share of the pass: its own reader of the pool, buffer and lists. The
+   * shared state is the array of objects (slots set by CAS) and the resolved classes.
+   */
+  private final class Worker {
+    /** Reads the replicas: its own mappings, unmapped as it moves on ({@link ScanReads}). */
+    private ScanReads medium;
+
+    private final int readers;
+
+    /** Replicas adopted after the fill: see {@link #run}. */
+    final Later later = new Later();
+
+    /** Hash tables, whose buckets may need rebuilding (identity hashes differ in this JVM). */
+    final List<Object> tables = new java.util.ArrayList<>();
+
+    /** Replica numbers whose objects {@link PersistentHeap#adopt} said to list, one bit each. */
+    final long[] listed = new long[(live.count() + 63) >>> 6];
+
+    /**
+     * Objects of this thread's chunk to adopt through the side table (not {@code Persistent}:
+     * their word lives there), by replica number: adopted together under one lock per chunk
+     * instead of a contended lock per object.
+     */
+    private int[] toAdopt = new int[64];
+
+    private long[] toAdoptAddrs = new long[64];
+    private int toAdoptCount;
+
+    Worker(int readers) {
+      this.readers = readers;
+    }
+
+    /** Takes chunks until none is left or a thread failed; records a failure for the caller. */
+    void runGuarded() {
+      try {
+        medium = space.medium.scanReads(readers);
+        int chunks = live.chunks();
+        int total = live.count();
+        Marks.Visitor pass =
+            (i, addr) -> {
+              long header = head(addr);
+              Resolved r = resolved((int) header);
+              Object o = readers == 1 ? objects[i] : (Object) SLOT.getAcquire(objects, i);
+              if (o == null) o = make(i, addr, header, r);
+              fill(addr, o, r);
+            };
+        for (int c; failure == null && (c = nextChunk.getAndIncrement()) < chunks; ) {
+          live.forEachIn(c, pass);
+          adoptPending();
+          synchronized (progress) {
+            progress.show((long) total * (c + 1) / chunks, total);
+          }
         }
-      case ARRAY:
-        return Array.newInstance(r.type.getComponentType(), count);
-      case STRING:
-        {
+      } catch (Throwable t) {
+        synchronized (resolveLock) {
+          if (failure == null) failure = t;
+        }
+      } finally {
+        if (medium != null) medium.close();
+      }
+    }
+
+    private long header(long addr) {
+      return medium.getLong(space.off(addr));
+    }
+
+    /** How many of the replica's first words {@link #head} left in {@link #words}. */
+    private int ahead;
+
+    /**
+     * The header of the replica at {@code addr}, read with the words after it (up to {@link
+     * #HEAD}) into {@link #words} for {@link #fill}: one read per small replica, not two.
+     */
+    private long head(long addr) {
+      if (!space.valid(addr, 8L * HEAD)) {
+        ahead = 0;
+        return header(addr);
+      }
+      medium.getLongs(space.off(addr), words, 0, HEAD);
+      ahead = HEAD;
+      return words[0];
+    }
+
+    /**
+     * Makes (and adopts, or lists for later) the object of replica number {@code i}, unless
+     * another thread made it first: returns the one in the array.
+     */
+    private Object make(int i, long addr, long header, Resolved r) throws HeapException {
+      Object o = create(addr, header, r);
+      if (readers == 1) {
+        objects[i] = o; // alone: nothing else makes objects
+      } else {
+        Object other = SLOT.compareAndExchange(objects, i, null, o);
+        if (other != null) return other; // the other thread's: ours is garbage, never adopted
+      }
+      if (r.table || (r.type == null && Rehash.mayNeed(o.getClass()))) tables.add(o);
+      Layout.Kind k = r.d.kind();
+      if (r.stale || k == Layout.Kind.ENUM || k == Layout.Kind.CANONICAL) {
+        later.add(i, addr, (int) header);
+      } else if (o instanceof Persistent) {
+        // A new object: nothing else can see it yet.
+        if (heap.adopt(o, addr)) listed[i >>> 6] |= 1L << i;
+      } else {
+        if (toAdoptCount == toAdopt.length) {
+          toAdopt = java.util.Arrays.copyOf(toAdopt, 2 * toAdoptCount);
+          toAdoptAddrs = java.util.Arrays.copyOf(toAdoptAddrs, 2 * toAdoptCount);
+        }
+        toAdopt[toAdoptCount] = i;
+        toAdoptAddrs[toAdoptCount++] = addr;
+      }
+      return o;
+    }
+
+    private void adoptPending() {
+      if (toAdoptCount == 0) return;
+      synchronized (resolveLock) {
+        for (int j = 0; j < toAdoptCount; j++) {
+          int i = toAdopt[j];
+          if (heap.adopt(objects[i], toAdoptAddrs[j])) listed[i >>> 6] |= 1L << i;
+        }
+      }
+      toAdoptCount = 0;
+    }
+
+    /** The object of the replica at {@code v} (non-zero), made now if not yet. */
+    private Object object(long v) throws HeapException {
+      int j = live.index(v);
+      Object o = readers == 1 ? objects[j] : (Object) SLOT.getAcquire(objects, j);
+      if (o != null) return o;
+      long header = header(v);
+      return make(j, v, header, resolved((int) header));
+    }
+
+    private Object create(long addr, long header, Resolved r) throws HeapException {
+      int count = (int) (header >>> 32);
+      long body = addr + HeapFormat.HEADER;
+      switch (r.d.kind()) {
+        case OBJECT:
+          try {
+            return Unsafes.U.allocateInstance(r.type);
+          } catch (InstantiationException e) {
+            throw incompatible(r.type.getName() + " cannot be instantiated: " + e.getMessage());
+          }
+        case ARRAY:
+          return Array.newInstance(r.type.getComponentType(), count);
+        case STRING:
+          {
+            long at = space.off(body);
+            byte coder = medium.getByte(at);
+            byte[] bytes = new byte[count];
+            medium.get(at + 1, bytes, 0, count);
+            return Strings.of(bytes, coder);
+          }
+        case ENUM:
+          {
+            long ordinal = medium.getLong(space.off(body));
+            if (ordinal < 0 || ordinal >= r.constants.length) {
+              throw new HeapException(
+                  HeapException.Reason.DAMAGED,
+                  "persistent heap damaged: enum " + r.type.getName() + " ordinal " + ordinal);
+            }
+            Object c = r.constants[(int) ordinal];
+            if (c == null) {
+              throw incompatible(
+                  "enum constant " + r.type.getName() + "." + r.d.constants().get((int) ordinal)
+                      + " no longer exists");
+            }
+            return c;
+          }
+        case CANONICAL:
+          {
+            long value = count > 0 ? medium.getLong(space.off(body)) : 0;
+            Object c = Canonicals.resolve(r.d.name(), value, HeapRecovery.this::loadOrNull);
+            if (c == null) {
+              throw incompatible("this JVM has no shared instance " + r.d.name());
+            }
+            return c;
+          }
+        default:
+          throw new IllegalStateException();
+      }
+    }
+
+    private static final int BATCH = 8192;
+
+    /** The fields' words of the object {@link #fill} is filling. */
+    private long[] words = new long[64];
+
+    /** Arrays up to this many bytes are read element by element (no temporary buffer). */
+    private static final int SMALL_ARRAY = 256;
+
+    private void fill(long addr, Object o, Resolved r) throws HeapException {
+      long body = addr + HeapFormat.HEADER;
+      switch (r.d.kind()) {
+        case OBJECT, ENUM -> {
+          Layout.Slot[] slots = r.layout.slots;
+          int[] map = r.slotMap;
+          int first = 3 + (r.d.kind() == Layout.Kind.ENUM ? 1 : 0); // word of the first field
+          long[] w = words;
+          int base = first;
+          if (first + map.length > ahead) { // not all read with the header: one bulk read
+            if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
+            medium.getLongs(space.off(addr) + 8L * first, w, 0, map.length);
+            base = 0;
+          }
+          ahead = 0; // the words are this replica's only until the next read
+          for (int j = 0; j < map.length; j++) {
+            Layout.Slot s = slots[map[j]];
+            long v = w[base + j];
+            if (s.code() == 'L') {
+              Unsafes.U.putObject(o, s.offset(), v == 0 ? null : object(v));
+            } else {
+              Layout.writeBits(o, s, v);
+            }
+          }
+        }
+        case ARRAY -> {
+          int n = Array.getLength(o);
+          char code = r.layout.elementCode;
           long at = space.off(body);
-          byte coder = medium.getByte(at);
-          byte[] bytes = new byte[count];
-          medium.get(at + 1, bytes, 0, count);
-          return Strings.of(bytes, coder);
-        }
-      case ENUM:
-        {
-          long ordinal = medium.getLong(space.off(body));
-          if (ordinal < 0 || ordinal >= r.constants.length) {
-            throw new HeapException(
-                HeapException.Reason.DAMAGED,
-                "persistent heap damaged: enum " + r.type.getName() + " ordinal " + ordinal);
+          if (code == 'L') {
+            Object[] a = (Object[]) o;
+            for (int i = 0; i < n; i++) {
+              long v = medium.getLong(at + 8L * i);
+              a[i] = v == 0 ? null : object(v);
+            }
+            return;
           }
-          Object c = r.constants[(int) ordinal];
-          if (c == null) {
-            throw incompatible(
-                "enum constant " + r.type.getName() + "." + r.d.constants().get((int) ordinal)
-                    + " no longer exists");
+          int es = r.layout.elementSize;
+          if ((long) n * es <= SMALL_ARRAY) {
+            fillSmall(o, code, n, at);
+            return;
           }
-          return c;
-        }
-      case CANONICAL:
-        {
-          long value = count > 0 ? medium.getLong(space.off(body)) : 0;
-          Object c = Canonicals.resolve(r.d.name(), value, this::loadOrNull);
-          if (c == null) {
-            throw incompatible("this JVM has no shared instance " + r.d.name());
-          }
-          return c;
-        }
-      default:
-        throw new IllegalStateException();
-    }
-  }
-
-  private static final int BATCH = 8192;
-
-  /** The fields' words of the object {@link #fill} is filling. */
-  private long[] words = new long[64];
-
-  /** Arrays up to this many bytes are read element by element (no temporary buffer). */
-  private static final int SMALL_ARRAY = 256;
-
-  private void fill(long addr, Object o, Resolved r) throws HeapException {
-    long body = addr + HeapFormat.HEADER;
-    switch (r.d.kind()) {
-      case OBJECT, ENUM -> {
-        Layout.Slot[] slots = r.layout.slots;
-        int[] map = r.slotMap;
-        int first = 3 + (r.d.kind() == Layout.Kind.ENUM ? 1 : 0); // word of the first field
-        long[] w = words;
-        int base = first;
-        if (first + map.length > ahead) { // not all read with the header: one bulk read
-          if (w.length < map.length) w = words = new long[Math.max(map.length, 2 * w.length)];
-          medium.getLongs(space.off(addr) + 8L * first, w, 0, map.length);
-          base = 0;
-        }
-        ahead = 0; // the words are this replica's only until the next read
-        for (int j = 0; j < map.length; j++) {
-          Layout.Slot s = slots[map[j]];
-          long v = w[base + j];
-          if (s.code() == 'L') {
-            Unsafes.U.putObject(o, s.offset(), v == 0 ? null : object(v));
-          } else {
-            Layout.writeBits(o, s, v);
+          for (int from = 0; from < n; from += BATCH) {
+            int len = Math.min(BATCH, n - from);
+            byte[] bytes = new byte[len * es];
+            medium.get(at + (long) from * es, bytes, 0, bytes.length);
+            ArrayBytes.fromBytes(bytes, o, code, from, len);
           }
         }
-      }
-      case ARRAY -> {
-        int n = Array.getLength(o);
-        char code = r.layout.elementCode;
-        long at = space.off(body);
-        if (code == 'L') {
-          Object[] a = (Object[]) o;
-          for (int i = 0; i < n; i++) {
-            long v = medium.getLong(at + 8L * i);
-            a[i] = v == 0 ? null : object(v);
-          }
-          return;
+        default -> {
+          // strings and canonical instances are complete when created
         }
-        int es = r.layout.elementSize;
-        if ((long) n * es <= SMALL_ARRAY) {
-          fillSmall(o, code, n, at);
-          return;
-        }
-        for (int from = 0; from < n; from += BATCH) {
-          int len = Math.min(BATCH, n - from);
-          byte[] bytes = new byte[len * es];
-          medium.get(at + (long) from * es, bytes, 0, bytes.length);
-          ArrayBytes.fromBytes(bytes, o, code, from, len);
-        }
-      }
-      default -> {
-        // strings and canonical instances are complete when created
       }
     }
-  }
 
-  private void fillSmall(Object o, char code, int n, long at) {
-    switch (code) {
-      case 'Z' -> {
-        boolean[] a = (boolean[]) o;
-        for (int i = 0; i < n; i++) a[i] = medium.getByte(at + i) != 0;
+    private void fillSmall(Object o, char code, int n, long at) {
+      switch (code) {
+        case 'Z' -> {
+          boolean[] a = (boolean[]) o;
+          for (int i = 0; i < n; i++) a[i] = medium.getByte(at + i) != 0;
+        }
+        case 'B' -> {
+          byte[] a = (byte[]) o;
+          for (int i = 0; i < n; i++) a[i] = medium.getByte(at + i);
+        }
+        case 'C' -> {
+          char[] a = (char[]) o;
+          for (int i = 0; i < n; i++) a[i] = (char) medium.getShort(at + 2L * i);
+        }
+        case 'S' -> {
+          short[] a = (short[]) o;
+          for (int i = 0; i < n; i++) a[i] = medium.getShort(at + 2L * i);
+        }
+        case 'I' -> {
+          int[] a = (int[]) o;
+          for (int i = 0; i < n; i++) a[i] = medium.getInt(at + 4L * i);
+        }
+        case 'F' -> {
+          float[] a = (float[]) o;
+          for (int i = 0; i < n; i++) a[i] = Float.intBitsToFloat(medium.getInt(at + 4L * i));
+        }
+        case 'J' -> {
+          long[] a = (long[]) o;
+          for (int i = 0; i < n; i++) a[i] = medium.getLong(at + 8L * i);
+        }
+        case 'D' -> {
+          double[] a = (double[]) o;
+          for (int i = 0; i < n; i++) a[i] = Double.longBitsToDouble(medium.getLong(at + 8L * i));
+        }
+        default -> throw new IllegalArgumentException("not a primitive array: " + code);
       }
-      case 'B' -> {
-        byte[] a = (byte[]) o;
-        for (int i = 0; i < n; i++) a[i] = medium.getByte(at + i);
-      }
-      case 'C' -> {
-        char[] a = (char[]) o;
-        for (int i = 0; i < n; i++) a[i] = (char) medium.getShort(at + 2L * i);
-      }
-      case 'S' -> {
-        short[] a = (short[]) o;
-        for (int i = 0; i < n; i++) a[i] = medium.getShort(at + 2L * i);
-      }
-      case 'I' -> {
-        int[] a = (int[]) o;
-        for (int i = 0; i < n; i++) a[i] = medium.getInt(at + 4L * i);
-      }
-      case 'F' -> {
-        float[] a = (float[]) o;
-        for (int i = 0; i < n; i++) a[i] = Float.intBitsToFloat(medium.getInt(at + 4L * i));
-      }
-      case 'J' -> {
-        long[] a = (long[]) o;
-        for (int i = 0; i < n; i++) a[i] = medium.getLong(at + 8L * i);
-      }
-      case 'D' -> {
-        double[] a = (double[]) o;
-        for (int i = 0; i < n; i++) a[i] = Double.longBitsToDouble(medium.getLong(at + 8L * i));
-      }
-      default -> throw new IllegalArgumentException("not a primitive array: " + code);
     }
   }
 }

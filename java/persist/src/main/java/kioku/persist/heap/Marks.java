@@ -11,6 +11,11 @@ final class Marks {
   private int[][] rankBase; // per space: live replicas before each 64-bit word
   private int[] spaceBase; // live replicas before each space
   private int count;
+  /** Class ids of the marked replicas (set by the marking), or null if not recorded. */
+  private boolean[] classes;
+  /** Per chunk of {@link #forEachIn}: its space (chunks of a space are consecutive). */
+  private int[] chunkSpace;
+  private int[] chunkFirstWord;
 
   Marks(HeapSpace space) {
     bits = new long[space.spaces()][];
@@ -41,6 +46,21 @@ final class Marks {
     return count;
   }
 
+  /** Records the class ids the marked replicas name (indexed by id). */
+  void classes(boolean[] used) {
+    this.classes = used;
+  }
+
+  /** Whether a marked replica names class {@code cid}; true for all if none were recorded. */
+  boolean usesClass(int cid) {
+    return classes == null || (cid < classes.length && classes[cid]);
+  }
+
+  /** The highest class id a marked replica may name (recorded), or -1 if none recorded. */
+  int maxClass() {
+    return classes == null ? -1 : classes.length - 1;
+  }
+
   /** Builds the rank directory; call once marking is done. */
   void rank() {
     rankBase = new int[bits.length][];
@@ -57,6 +77,45 @@ final class Marks {
       }
       rankBase[s] = r;
       total += n;
+    }
+    int chunks = 0;
+    for (int s = 1; s < bits.length; s++) chunks += (bits[s].length + CHUNK_WORDS - 1) / CHUNK_WORDS;
+    chunkSpace = new int[chunks];
+    chunkFirstWord = new int[chunks];
+    int c = 0;
+    for (int s = 1; s < bits.length; s++) {
+      for (int w = 0; w < bits[s].length; w += CHUNK_WORDS) {
+        chunkSpace[c] = s;
+        chunkFirstWord[c++] = w;
+      }
+    }
+  }
+
+  /** Words of the bitmap per chunk: 4 MiB of heap space. */
+  static final int CHUNK_WORDS = 8192;
+
+  /** How many chunks {@link #forEachIn} takes (after {@link #rank}). */
+  int chunks() {
+    return chunkSpace.length;
+  }
+
+  /**
+   * The marked replicas of one chunk of the heap's address range (after {@link #rank}), in
+   * address order, with their numbers: the chunks in order visit what {@link #forEach} does.
+   */
+  void forEachIn(int chunk, Visitor v) throws HeapException {
+    int s = chunkSpace[chunk];
+    long[] b = bits[s];
+    int from = chunkFirstWord[chunk];
+    int to = Math.min(b.length, from + CHUNK_WORDS);
+    int i = spaceBase[s] + rankBase[s][from];
+    for (int w = from; w < to; w++) {
+      long x = b[w];
+      while (x != 0) {
+        int bit = Long.numberOfTrailingZeros(x);
+        x &= x - 1;
+        v.visit(i++, HeapFormat.address(s, (((long) w << 6) + bit) << 3));
+      }
     }
   }
 

@@ -16,7 +16,12 @@ final class Progress {
   }
 
   void tick(long done, long total) {
-    if (!show || total < LARGE || (done & 0xffff) != 0) return;
+    if ((done & 0xffff) == 0) show(done, total);
+  }
+
+  /** As {@link #tick}, for a caller that reports now and then (not every step). */
+  void show(long done, long total) {
+    if (!show || total < LARGE) return;
     long now = System.nanoTime();
     if (now - lastNanos < 1_000_000_000L) return;
     lastNanos = now;

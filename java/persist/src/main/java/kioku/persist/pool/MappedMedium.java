@@ -198,7 +198,12 @@ abstract class MappedMedium implements Medium {
   /** Its own read-only mappings of small windows, unmapped as it moves on. */
   @Override
   public final ScanReads scanReads() {
-    return new WindowedScan(this, channel, length);
+    return scanReads(1);
+  }
+
+  @Override
+  public final ScanReads scanReads(int readers) {
+    return new WindowedScan(this, channel, length, WindowedScan.KEPT / Math.max(1, readers));
   }
 
   @Override

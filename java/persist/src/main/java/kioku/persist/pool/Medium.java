@@ -50,6 +50,15 @@ public interface Medium extends AutoCloseable {
     return ScanReads.through(this);
   }
 
+  /**
+   * A reader for one of {@code readers} threads passing over parts of the pool at once: a
+   * mapped medium's readers then keep fewer windows each, so that together they keep no more
+   * mapped than one reader alone.
+   */
+  default ScanReads scanReads(int readers) {
+    return scanReads();
+  }
+
   void put(long off, byte[] src, int srcOff, int len);
 
   /** Start writing back {@code [off, off+len)}; unordered until {@link #drain}. */

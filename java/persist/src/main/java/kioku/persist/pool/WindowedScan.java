@@ -12,7 +12,8 @@ import sun.misc.Unsafe;
 
 /**
  * {@link ScanReads} of a mapped medium: read-only mappings of 4 MiB windows of the pool file,
- * mapped as the reader reaches them, at most 8 at a time (the oldest unmapped first). What lies
+ * mapped as the reader reaches them, at most 8 at a time (the oldest unmapped first; fewer
+ * when several readers scan at once, so that together they keep as much mapped as one). What lies
  * past the file's length when the reader was made, and everything if a window cannot be
  * mapped, is read through the medium.
  *
@@ -28,7 +29,8 @@ final class WindowedScan implements ScanReads {
   private static final int SHIFT = 22;
   private static final long SIZE = 1L << SHIFT;
   private static final long MASK = SIZE - 1;
-  private static final int KEPT = 8;
+  /** Windows kept mapped by a reader alone. */
+  static final int KEPT = 8;
   /** Mappings per window of the file past which the reader reads through the medium. */
   static final int REMAPS = 4;
   private static final Unsafe UNSAFE = unsafe();
@@ -39,7 +41,7 @@ final class WindowedScan implements ScanReads {
   private final ByteBuffer[] windows;
   private final LongBuffer[] views;
   /** The windows mapped now, oldest at {@link #next} once the ring is full; -1 = free. */
-  private final int[] ring = new int[KEPT];
+  private final int[] ring;
   private int next;
   private boolean failed;
   /** Windows mapped so far, and how many the reader may map before it reads the medium. */
@@ -47,8 +49,9 @@ final class WindowedScan implements ScanReads {
 
   private final long mappingLimit;
 
-  WindowedScan(MappedMedium medium, FileChannel channel, long length) {
+  WindowedScan(MappedMedium medium, FileChannel channel, long length, int kept) {
     this.medium = medium;
+    this.ring = new int[Math.max(1, kept)];
     this.channel = channel;
     this.length = length;
     int n = (int) ((length + MASK) >>> SHIFT);
@@ -104,7 +107,7 @@ final class WindowedScan implements ScanReads {
     windows[w] = b;
     views[w] = b.asLongBuffer();
     ring[next] = w;
-    next = (next + 1) % KEPT;
+    next = (next + 1) % ring.length;
     return b;
   }
 
@@ -177,7 +180,7 @@ final class WindowedScan implements ScanReads {
 
   @Override
   public void close() {
-    for (int i = 0; i < KEPT; i++) {
+    for (int i = 0; i < ring.length; i++) {
       if (ring[i] >= 0) unmap(ring[i]);
       ring[i] = -1;
     }
