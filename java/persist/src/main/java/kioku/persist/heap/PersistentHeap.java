@@ -2208,8 +2208,18 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     if (!mayHoldGarbage && sections.rollbackCount() == rollbacksAtLastGc) return false;
     long cap = alloc.approxCapacityBytes();
     long used = alloc.approxUsedBytes();
-    return used > cap * 0.9 && used > liveAtLastGc * 1.25;
+    return used > liveAtLastGc * 1.25
+        && (used > cap * 0.9 || used - liveAtLastGc > garbageBudgetBytes);
   }
+
+  /**
+   * Replica bytes allocated since the last GC past which a GC is due even in a heap far from
+   * full. The Java objects of replicas are listed strongly ({@link SideTable}), so garbage
+   * replicas keep their objects in the Java heap until a GC: without this bound a heap that
+   * was once large, then shrank and churns, would hold up to its old size of dead objects.
+   * An eighth of the Java heap's limit; a field so that tests can lower it.
+   */
+  long garbageBudgetBytes = Runtime.getRuntime().maxMemory() / 8;
 
   /** GC when {@link #gcDue}. Lock held (exclusive). */
   private void maybeCollect() {

@@ -199,6 +199,63 @@ class PersistentHeapTest {
   }
 
   @Test
+  void aHeapThatShrankThenChurnsKeepsFewDeadObjectsInMemory() throws Exception {
+    // Objects with their own replica word are listed strongly until a GC finds them dead, so
+    // a heap far from full must still be collected every few MiB of garbage.
+    long bounded = deadKeptAfterChurning(2L << 20);
+    long unbounded = deadKeptAfterChurning(Long.MAX_VALUE);
+    assertTrue(bounded <= 24 && bounded * 2 < unbounded, "dead objects kept in memory: " + bounded
+        + " of 63, against " + unbounded + " when only a heap 90 % full is collected");
+  }
+
+  /**
+   * Grows a heap to 8 MiB, shrinks it, then churns 8 MiB of objects each replaced by the next;
+   * how many of those that died are still in Java memory after a Java GC.
+   */
+  private static long deadKeptAfterChurning(long garbageBudget) throws Exception {
+    SimMedium m = SimMedium.create(0);
+    PersistentHeap h = HeapHarness.create(m); // 1 MiB chunks
+    h.garbageBudgetBytes = garbageBudget;
+    Object[] slots = new Object[64];
+    HeapHarness.setRoot(h, slots);
+    for (int i = 0; i < slots.length; i++) {
+      store(h, slots, i, bigNode());
+    }
+    for (int i = 1; i < slots.length; i++) {
+      store(h, slots, i, new Node());
+    }
+    long gcs = h.stats().gcRuns();
+    var churned = new ArrayList<java.lang.ref.WeakReference<Node>>();
+    for (int round = 0; round < 64; round++) {
+      Node n = bigNode();
+      churned.add(new java.lang.ref.WeakReference<>(n));
+      store(h, slots, 0, n);
+    }
+    if (garbageBudget < Long.MAX_VALUE) {
+      assertTrue(h.stats().gcRuns() - gcs >= 3, "GCs while churning: " + (h.stats().gcRuns() - gcs));
+    }
+    Node last = (Node) slots[0];
+    System.gc();
+    long kept = churned.stream().filter(r -> r.get() != null && r.get() != last).count();
+    Object[] again = (Object[]) HeapHarness.recoveredRoot(HeapHarness.open(reopen(m)));
+    assertEquals(32_768, ((Node) again[0]).numbers.length);
+    assertNull(((Node) again[63]).numbers);
+    return kept;
+  }
+
+  private static Node bigNode() {
+    Node n = new Node();
+    n.numbers = new int[32_768]; // 128 KiB
+    return n;
+  }
+
+  private static void store(PersistentHeap h, Object[] slots, int i, Object value) {
+    Object old = slots[i];
+    slots[i] = value;
+    h.storeReference(slots, i, value, old);
+  }
+
+  @Test
   void makingThingsPersistentRunsNoGcUntilAReferenceIsOverwritten() throws Exception {
     SimMedium m = SimMedium.create(0);
     PersistentHeap h = HeapHarness.create(m); // 1 MiB chunks
