@@ -58,6 +58,8 @@ final class Sections {
     final ReentrantLock lock = new ReentrantLock();
     /** The thread's writer epoch, found here by stores that look this section up anyway. */
     WriterEpochs.State epoch;
+    /** The thread's identity as a replica stripe's owner, found here by stores likewise. */
+    ReplicaLocks.Owner stripes;
     int depth;
     boolean atomic;
     int head = -1;
