@@ -117,6 +117,18 @@ final class ReplicaLocks {
     return lockSlow(i, me);
   }
 
+  /**
+   * {@link #lock(long, Owner)} if {@code me} owns the stripe of {@code replica} (the token), -1
+   * otherwise (nothing taken: the caller goes the general way).
+   */
+  int lockOwned(long replica, Owner me) {
+    int i = stripeOf(replica);
+    STORING.setRelease(me, me.storing + 1);
+    if (states[i] == me) return i | OWNED;
+    STORING.setRelease(me, me.storing + 1);
+    return -1;
+  }
+
   /** Gives back what {@link #lock} took. */
   void unlock(int token, Owner me) {
     if ((token & OWNED) != 0) {
