@@ -298,6 +298,11 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     return pool;
   }
 
+  /** The replica stripes (for tests of their ownership). */
+  ReplicaLocks replicaLocks() {
+    return replicaLocks;
+  }
+
   HeapSpace space() {
     return space;
   }

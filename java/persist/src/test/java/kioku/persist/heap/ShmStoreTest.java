@@ -2,7 +2,9 @@ package kioku.persist.heap;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import java.nio.file.Files;
@@ -88,6 +90,86 @@ class ShmStoreTest {
     try {
       long[] got = (long[]) HeapHarness.recoveredRoot(again);
       assertArrayEquals(want, got);
+      assertEquals(0, again.stats().repairedAtOpen(), "a replica needed repair: its checks were not exact");
+    } finally {
+      again.close();
+    }
+  }
+
+  /** Runs {@code r} in a new thread and waits for it, rethrowing what it threw. */
+  private static void inThread(String name, Runnable r) throws Exception {
+    Throwable[] failed = new Throwable[1];
+    Thread t = new Thread(() -> {
+      try {
+        r.run();
+      } catch (Throwable e) {
+        failed[0] = e;
+      }
+    }, name);
+    t.start();
+    t.join();
+    if (failed[0] != null) throw new AssertionError(name + " failed", failed[0]);
+  }
+
+  /**
+   * A replica's stripe is owned by the thread that stored into it first, moves to the next
+   * thread with one handshake, and is shared (a lock per store) after a second move; through
+   * all of it, and with two threads storing into it at once afterwards, the replica and its
+   * checks stay exact (a reopen repairs nothing and finds every value).
+   */
+  @Test
+  void aStripeMovesOnceByHandshakeThenIsSharedAndTheChecksStayExact() throws Exception {
+    Path file = dir.resolve("pool");
+    int n = 64;
+    long[] a = longs(n);
+    PersistentHeap h = PersistentHeap.create(Pool.create(file, PersistentHeap.POOL_KIND, MediumChoice.SHM),
+        HeapHarness.small());
+    Holder.root = null;
+    h.rootsDeclared(Holder.class);
+    HeapHarness.setRoot(h, a);
+    long replica = PersistentHeap.addressOf(h.word(a));
+    ReplicaLocks locks = h.replicaLocks();
+    int before = locks.handshakes();
+
+    a[0] = 11;
+    h.storePrimitive(a, 0, 11);
+    assertTrue(locks.ownedByMe(replica), "the first storing thread does not own the stripe");
+    inThread("second", () -> {
+      a[1] = 22;
+      h.storePrimitive(a, 1, 22);
+      assertTrue(locks.ownedByMe(replica), "the stripe did not move to the second thread");
+    });
+    assertEquals(before + 1, locks.handshakes(), "one move, one handshake");
+    assertFalse(locks.ownedByMe(replica));
+    inThread("third", () -> {
+      a[2] = 33;
+      h.storePrimitive(a, 2, 33);
+    });
+    assertTrue(locks.shared(replica), "a stripe moved twice is not shared");
+    assertEquals(before + 2, locks.handshakes());
+
+    Thread[] ts = new Thread[2];
+    for (int t = 0; t < 2; t++) {
+      int first = t;
+      ts[t] = new Thread(() -> {
+        for (int round = 0; round < 2000; round++) {
+          for (int i = first; i < n; i += 2) {
+            long v = a[i] * 31 + round;
+            a[i] = v;
+            h.storePrimitive(a, i, v);
+          }
+        }
+      });
+      ts[t].start();
+    }
+    for (Thread t : ts) t.join();
+    assertTrue(locks.shared(replica), "a shared stripe became owned again");
+    long[] want = a.clone();
+    h.close();
+
+    PersistentHeap again = PersistentHeap.open(Pool.open(file, MediumChoice.SHM));
+    try {
+      assertArrayEquals(want, (long[]) HeapHarness.recoveredRoot(again));
       assertEquals(0, again.stats().repairedAtOpen(), "a replica needed repair: its checks were not exact");
     } finally {
       again.close();
