@@ -961,8 +961,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
     try {
       if (s == null) {
-        // The common store, outside any section on shm: a small method of its own, which the
-        // compiler can inline here, instead of the whole of writeChecked.
+        // Outside any section on shm: the stores through the replica's native address.
         long base = durableInStoreOrder ? space.address(replica, at + 8 - replica) : 0;
         if (base != 0) {
           writeInStoreOrder(stripeOwner(mine), base, replica, at, bits, mask);
@@ -1081,24 +1080,22 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   /** The stores of {@link #writeInStoreOrder}, its stripe held. */
   private static void writeLocked(long base, long replica, long at, long bits, long mask) {
-    {
-      long word = base + (at - replica);
-      long old = Unsafes.U.getLong(word);
-      long neu = (old & ~mask) | (bits & mask);
-      if (neu != old) {
-        long s1 = base + ReplicaCheck.S1;
-        long s2 = base + ReplicaCheck.S2;
-        long s1New = Unsafes.U.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
-        long s2New = ReplicaCheck.s2Add(Unsafes.U.getLong(s2),
-            ReplicaCheck.s2Delta((at - replica) >>> 3, old, neu));
-        Unsafes.U.putLong(word, neu);
-        VarHandle.storeStoreFence();
-        Unsafes.U.putLong(s2, s2New);
-        VarHandle.storeStoreFence();
-        Unsafes.U.putLong(s1, s1New);
-      }
-      VarHandle.storeStoreFence(); // the medium's drain: durable before what follows
+    long word = base + (at - replica);
+    long old = Unsafes.U.getLong(word);
+    long neu = (old & ~mask) | (bits & mask);
+    if (neu != old) {
+      long s1 = base + ReplicaCheck.S1;
+      long s2 = base + ReplicaCheck.S2;
+      long s1New = Unsafes.U.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
+      long s2New = ReplicaCheck.s2Add(Unsafes.U.getLong(s2),
+          ReplicaCheck.s2Delta((at - replica) >>> 3, old, neu));
+      Unsafes.U.putLong(word, neu);
+      VarHandle.storeStoreFence();
+      Unsafes.U.putLong(s2, s2New);
+      VarHandle.storeStoreFence();
+      Unsafes.U.putLong(s1, s1New);
     }
+    VarHandle.storeStoreFence(); // the medium's drain: durable before what follows
   }
 
   /** The thread's stripe owner, kept in its section object (no lookup after the first). */
@@ -1166,10 +1163,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * stored into last, by a thread outside any section whose section object is in {@link
    * Sections#recent}, while no section owns words, on shm, into a stripe the thread owns. The
    * same steps as {@link #putPrimitiveSlow} in the same order (the epoch, the word read again
-   * under it, the three stores in order), with every lookup answered from a field, so that the
-   * compiled method stays small enough for the compiler to inline into the store site's
-   * barrier: a call to the whole store path cost more than the store (docs/perf.md, section
-   * 13). Returns false, having written nothing, when any of that does not hold.
+   * under it, the three stores in order), with every lookup answered from a field: the
+   * {@code ThreadLocal}, the {@code ClassValue} and the general path's calls cost a quarter of
+   * the store (docs/perf.md, persist section 13). Returns false, having written nothing, when
+   * any of that does not hold.
    */
   private boolean putPrimitiveFast(Persistent o, long bits, int fieldId) {
     if (!durableInStoreOrder) return false;

@@ -109,8 +109,13 @@ final class ReplicaLocks {
   int lock(long replica, Owner me) {
     int i = stripeOf(replica);
     // Odd before the owner is read: a taker that sees it even after its safepoint knows this
-    // store will read its mark. HotSpot's compilers move no memory access across the release
-    // store's barrier; the CPU's StoreLoad order is the safepoint's business.
+    // store reads its mark. The read may be made before the odd store (the CPU, or the JIT,
+    // which orders no load after a release store), but not before the release's compiler
+    // barrier (HotSpot's barriers order every memory access; this also keeps the read in any
+    // loop), and in compiled code no safepoint poll lies between that barrier and the read:
+    // a thread stopped by the taker's safepoint is before both or past both. (Interpreted, it
+    // keeps program order: stopped between them, its odd counter makes the taker wait, and
+    // its read then finds the mark and makes the counter even again.)
     STORING.setRelease(me, me.storing + 1);
     if (states[i] == me) return i | OWNED;
     STORING.setRelease(me, me.storing + 1);
