@@ -16,6 +16,13 @@ import org.openjdk.jcstress.infra.results.L_Result;
  * and different bytes of one 8-byte word of a byte array. Each store also updates the
  * replica's two check words; afterwards the checks must match the contents (verify compares
  * them too), or a later open would call the replica damaged.
+ *
+ * <p>The constructor stores into both replicas first, so that the thread that made the state
+ * owns their stripes (heap.ReplicaLocks) and the actors take them over with a handshake while
+ * the other actor may be inside a store (or, once the JVM's budget of handshakes is spent,
+ * find them shared, or see every owned stripe made shared in one last handshake while they
+ * store). A taker that did not wait for the owner's store would let two stores update one
+ * replica's checks at once.
  */
 @JCStressTest
 @Description("Two actors store into different fields of one persistent object and different"
@@ -31,6 +38,8 @@ public class CheckWordsRaceTest {
   public CheckWordsRaceTest() {
     holder.left = node;
     holder.right = bytes;
+    node.id = 7; // this thread's stores: it owns the replicas' stripes now
+    bytes[7] = 7;
   }
 
   @Actor

@@ -298,6 +298,11 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     return pool;
   }
 
+  /** The replica stripes (for tests of their ownership). */
+  ReplicaLocks replicaLocks() {
+    return replicaLocks;
+  }
+
   HeapSpace space() {
     return space;
   }
@@ -956,13 +961,19 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
     }
     try {
       if (s == null) {
-        writeChecked(replica, at, bits, mask, true);
+        // Outside any section on shm: the stores through the replica's native address.
+        long base = durableInStoreOrder ? space.address(replica, at + 8 - replica) : 0;
+        if (base != 0) {
+          writeInStoreOrder(stripeOwner(mine), base, replica, at, bits, mask);
+        } else {
+          writeChecked(mine, replica, at, bits, mask, true);
+        }
         return false;
       }
       s.lock.lock();
       try {
         sections.log(s, at, isRef, target, replica, oldRef);
-        writeChecked(replica, at, bits, mask, false);
+        writeChecked(mine, replica, at, bits, mask, false);
       } finally {
         s.lock.unlock();
       }
@@ -983,15 +994,10 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * one msync of the three, a write-back of the page that started before it could copy the
    * page while the stores are being made, in any order, and leave S2 alone new).
    */
-  private void writeChecked(long replica, long at, long bits, long mask, boolean durable) {
-    if (durable && durableInStoreOrder) {
-      long base = space.address(replica, at + 8 - replica);
-      if (base != 0) {
-        writeInStoreOrder(base, replica, at, bits, mask);
-        return;
-      }
-    }
-    int stripe = replicaLocks.lock(replica);
+  private void writeChecked(Sections.Section mine, long replica, long at, long bits, long mask,
+      boolean durable) {
+    ReplicaLocks.Owner me = stripeOwner(mine);
+    int stripe = replicaLocks.lock(replica, me);
     try {
       long old = space.getLong(at);
       long neu = (old & ~mask) | (bits & mask);
@@ -1035,7 +1041,7 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
         space.drain();
       }
     } finally {
-      replicaLocks.unlock(stripe);
+      replicaLocks.unlock(stripe, me);
     }
   }
 
@@ -1044,29 +1050,59 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
    * the replica's native address ({@code base}, from {@link HeapSpace#address}): the same
    * stores in the same order, without a window lookup and a bounds check per word.
    */
-  private void writeInStoreOrder(long base, long replica, long at, long bits, long mask) {
-    int stripe = replicaLocks.lock(replica);
+  private void writeInStoreOrder(ReplicaLocks.Owner me, long base, long replica, long at, long bits,
+      long mask) {
+    int stripe = replicaLocks.lock(replica, me);
     try {
-      long word = base + (at - replica);
-      long old = Unsafes.U.getLong(word);
-      long neu = (old & ~mask) | (bits & mask);
-      if (neu != old) {
-        long s1 = base + ReplicaCheck.S1;
-        long s2 = base + ReplicaCheck.S2;
-        long s1New = Unsafes.U.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
-        long s2New = ReplicaCheck.s2Add(Unsafes.U.getLong(s2),
-            ReplicaCheck.s2Delta((at - replica) >>> 3, old, neu));
-        Unsafes.U.putLong(word, neu);
-        VarHandle.storeStoreFence();
-        Unsafes.U.putLong(s2, s2New);
-        VarHandle.storeStoreFence();
-        Unsafes.U.putLong(s1, s1New);
-      }
-      VarHandle.storeStoreFence(); // the medium's drain: durable before what follows
+      writeLocked(base, replica, at, bits, mask);
     } finally {
-      replicaLocks.unlock(stripe);
+      replicaLocks.unlock(stripe, me);
       Reference.reachabilityFence(medium); // keeps the mapping behind base
     }
+  }
+
+  /**
+   * {@link #writeInStoreOrder} if the calling thread ({@code me}) owns the replica's stripe;
+   * false, having written nothing, if it does not.
+   */
+  private boolean writeOwned(ReplicaLocks.Owner me, long base, long replica, long at, long bits,
+      long mask) {
+    int stripe = replicaLocks.lockOwned(replica, me);
+    if (stripe < 0) return false;
+    try {
+      writeLocked(base, replica, at, bits, mask);
+    } finally {
+      replicaLocks.unlock(stripe, me);
+      Reference.reachabilityFence(medium);
+    }
+    return true;
+  }
+
+  /** The stores of {@link #writeInStoreOrder}, its stripe held. */
+  private static void writeLocked(long base, long replica, long at, long bits, long mask) {
+    long word = base + (at - replica);
+    long old = Unsafes.U.getLong(word);
+    long neu = (old & ~mask) | (bits & mask);
+    if (neu != old) {
+      long s1 = base + ReplicaCheck.S1;
+      long s2 = base + ReplicaCheck.S2;
+      long s1New = Unsafes.U.getLong(s1) ^ ReplicaCheck.s1Delta(old, neu);
+      long s2New = ReplicaCheck.s2Add(Unsafes.U.getLong(s2),
+          ReplicaCheck.s2Delta((at - replica) >>> 3, old, neu));
+      Unsafes.U.putLong(word, neu);
+      VarHandle.storeStoreFence();
+      Unsafes.U.putLong(s2, s2New);
+      VarHandle.storeStoreFence();
+      Unsafes.U.putLong(s1, s1New);
+    }
+    VarHandle.storeStoreFence(); // the medium's drain: durable before what follows
+  }
+
+  /** The thread's stripe owner, kept in its section object (no lookup after the first). */
+  private ReplicaLocks.Owner stripeOwner(Sections.Section mine) {
+    ReplicaLocks.Owner me = mine.stripes;
+    if (me == null) mine.stripes = me = replicaLocks.mine();
+    return me;
   }
 
   // ---------------------------------------------------------------- the barrier's slow paths
@@ -1118,6 +1154,51 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   @Override
   public void putPrimitive(Object o, long bits, int fieldId) {
+    if (o instanceof Persistent && putPrimitiveFast((Persistent) o, bits, fieldId)) return;
+    putPrimitiveSlow(o, bits, fieldId);
+  }
+
+  /**
+   * The common durable store of a primitive field: an instrumented object, black, of the class
+   * stored into last, by a thread outside any section whose section object is in {@link
+   * Sections#recent}, while no section owns words, on shm, into a stripe the thread owns. The
+   * same steps as {@link #putPrimitiveSlow} in the same order (the epoch, the word read again
+   * under it, the three stores in order), with every lookup answered from a field: the
+   * {@code ThreadLocal}, the {@code ClassValue} and the general path's calls cost a quarter of
+   * the store (docs/perf.md, persist section 13). Returns false, having written nothing, when
+   * any of that does not hold.
+   */
+  private boolean putPrimitiveFast(Persistent o, long bits, int fieldId) {
+    if (!durableInStoreOrder) return false;
+    long w = o.$kioku$r();
+    if (w == 0 || (w & GREY) != 0) return false;
+    Layout layout = lastLayout;
+    if (layout == null || layout.type != o.getClass()) return false;
+    int slot = layout.slotOf(fieldId);
+    if (slot < 0) return false;
+    Sections.Section mine = sections.recent();
+    if (mine == null || mine.depth != 0) return false;
+    WriterEpochs.State st = mine.epoch;
+    ReplicaLocks.Owner me = mine.stripes;
+    if (st == null || me == null) return false;
+    boolean done;
+    WriterEpochs.enter(st);
+    try {
+      w = o.$kioku$r();
+      if (w == 0 || sections.mayBeOwned()) return false;
+      long replica = addressOf(w);
+      long at = replica + HeapFormat.HEADER + 8L * layout.wordOfSlot(slot);
+      long base = space.address(replica, at + 8 - replica);
+      if (base == 0) return false;
+      done = writeOwned(me, base, replica, at, bits, -1L);
+    } finally {
+      WriterEpochs.exit(st);
+    }
+    if (done && sections.anyRollbacks()) reassert(o, layout.slots[slot], bits, null);
+    return done;
+  }
+
+  private void putPrimitiveSlow(Object o, long bits, int fieldId) {
     // Not persistent (the common case for JDK objects): done, before any bookkeeping, which
     // itself uses instrumented JDK classes.
     long w = word(o);
@@ -1309,6 +1390,45 @@ public final class PersistentHeap implements Hooks, Sections.DramUndo, AutoClose
 
   @Override
   public void storePrimitive(Object array, int index, long bits) {
+    if (storePrimitiveFast(array, index, bits)) return;
+    storePrimitiveSlow(array, index, bits);
+  }
+
+  /**
+   * {@link #putPrimitiveFast} of an array element: the array of the class stored into last, its
+   * word (from the side table) read once, under the epoch, as the general path reads it there.
+   */
+  private boolean storePrimitiveFast(Object array, int index, long bits) {
+    if (!durableInStoreOrder) return false;
+    Layout layout = lastLayout;
+    if (layout == null || layout.type != array.getClass()) return false;
+    Sections.Section mine = sections.recent();
+    if (mine == null || mine.depth != 0) return false;
+    WriterEpochs.State st = mine.epoch;
+    ReplicaLocks.Owner me = mine.stripes;
+    if (st == null || me == null) return false;
+    boolean done;
+    WriterEpochs.enter(st);
+    try {
+      long w = side.word(array);
+      if (w == 0 || (w & GREY) != 0 || sections.mayBeOwned()) return false;
+      int es = layout.elementSize;
+      long replica = addressOf(w);
+      long at = replica + HeapFormat.HEADER + (long) index * es;
+      int shift = (int) (at & 7) * 8;
+      long mask = es == 8 ? -1L : ((1L << (es * 8)) - 1) << shift;
+      long word = at & ~7L;
+      long base = space.address(replica, word + 8 - replica);
+      if (base == 0) return false;
+      done = writeOwned(me, base, replica, word, bits << shift, mask);
+    } finally {
+      WriterEpochs.exit(st);
+    }
+    if (done && sections.anyRollbacks()) reassertElement(array, index, bits);
+    return done;
+  }
+
+  private void storePrimitiveSlow(Object array, int index, long bits) {
     long w = word(array);
     if (w == 0) return;
     if ((w & GREY) != 0 && awaitCopied(array) == 0) return;

@@ -101,7 +101,22 @@ final class ReplicaCheck {
 
   /** What word p's change from {@code oldWord} to {@code newWord} adds to S2 (mod P). */
   static long s2Delta(long p, long oldWord, long newWord) {
-    return mul(weight(p), sub(reduce(newWord), reduce(oldWord)));
+    return mulWeight(weight(p), sub(reduce(newWord), reduce(oldWord)));
+  }
+
+  /**
+   * {@link #mul} of a weight (in [1, 2^63), from {@link #weight}) and a residue: the same value
+   * with less work, for the store path. The product is below 2^127, so its high word is below
+   * 2^63 and needs no unsigned correction for the weight, and that high word times 59 has a high
+   * word below 59 computed with a signed multiply.
+   */
+  static long mulWeight(long weight, long d) {
+    long hi = Math.multiplyHigh(weight, d) + ((d >> 63) & weight);
+    long lo = weight * d;
+    // hi * 2^64 + lo = hi * 59 + lo (mod P); hi * 59 = hh * 2^64 + hl with hh < 59.
+    long hl = hi * TWO64;
+    long hh = Math.multiplyHigh(hi, TWO64);
+    return add(add(reduce(lo), reduce(hl)), hh * TWO64);
   }
 
   /** S2 after adding {@code delta} from {@link #s2Delta}. */

@@ -58,6 +58,8 @@ final class Sections {
     final ReentrantLock lock = new ReentrantLock();
     /** The thread's writer epoch, found here by stores that look this section up anyway. */
     WriterEpochs.State epoch;
+    /** The thread's identity as a replica stripe's owner, found here by stores likewise. */
+    ReplicaLocks.Owner stripes;
     int depth;
     boolean atomic;
     int head = -1;
@@ -131,9 +133,36 @@ final class Sections {
 
   // ---------------------------------------------------------------- entering and leaving
 
+  /** Slots of {@link #recent}: threads whose ids agree in their low bits share one. */
+  private static final int RECENT = 64;
+  /** References per slot of {@link #recent}: 64 bytes, so that threads do not share a line. */
+  private static final int RECENT_SPREAD = 16;
+
+  /**
+   * The section objects of recent storing threads, by thread id: {@link #mine} finds its own
+   * with two loads and a compare instead of a {@code ThreadLocal} lookup (a store's dearest part
+   * once its atomic was gone: WriteBench, docs/perf.md section 13). Written and read racily: a
+   * thread uses an entry only if its final {@code thread} field is itself, and a thread's own
+   * entry was written by itself.
+   */
+  private final Section[] recent = new Section[RECENT * RECENT_SPREAD];
+
+  /** The thread's section object if {@link #recent} has it (no lookup), else null. */
+  Section recent() {
+    Thread t = Thread.currentThread();
+    Section s = recent[((int) t.getId() & (RECENT - 1)) * RECENT_SPREAD];
+    return s != null && s.thread == t ? s : null;
+  }
+
   /** The thread's section object, open or not (one lookup for a store's several needs). */
   Section mine() {
-    return current.get();
+    Thread t = Thread.currentThread();
+    int i = ((int) t.getId() & (RECENT - 1)) * RECENT_SPREAD;
+    Section s = recent[i];
+    if (s != null && s.thread == t) return s;
+    s = current.get();
+    recent[i] = s;
+    return s;
   }
 
   /** The thread's open section, or null outside one. */

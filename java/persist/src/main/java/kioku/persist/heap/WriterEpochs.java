@@ -62,7 +62,7 @@ final class WriterEpochs {
     return enter(s);
   }
 
-  private static State enter(State s) {
+  static State enter(State s) {
     SEQ.setRelease(s, s.seq + 1);
     // The replica word is read after this. HotSpot's compilers move no memory access across a
     // fence (the barrier relies on the same for its read of Barrier.active); the CPU's
