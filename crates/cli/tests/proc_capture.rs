@@ -398,6 +398,50 @@ fn a_failed_capture_skips_that_checkpoint_and_the_run_goes_on() {
     );
 }
 
+/// A capture that is not committed (here every other one, dropped by a test build's hook,
+/// `KIOKU_TEST_DROP_CAPTURE`, as one during which a process was killed is) leaves the file
+/// journal as it was: what the program writes to its files after it is not undone by a
+/// restore of the checkpoint taken next (a dropped capture used to begin the journal's next
+/// epoch, so that a restore of the next checkpoint cut the files back to before the dropped
+/// one). The program (writing two files of its own, one `O_APPEND`) is killed at random
+/// moments and restored until it ends; its files must equal the uninterrupted run's.
+#[test]
+fn a_dropped_capture_leaves_the_file_journal_exact() {
+    let p = program("writer", false);
+    let cmd = [p.to_str().unwrap(), ".", "400"];
+    let plain = RunDir::new();
+    reference(&cmd.map(String::from), &plain);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let env = [("KIOKU_TEST_DROP_CAPTURE", "alternate")];
+    let mut child = spawn_kioku_env(&run_args(pool, "15ms", &cmd), &dir, &env);
+    let mut rng = rng("dropped-capture");
+    let mut kills = 0;
+    loop {
+        let after = Duration::from_millis(rng.gen_range(300..900));
+        match kill_after(child, after, false) {
+            Outcome::Finished(0) => break,
+            Outcome::Finished(1) if kills > 0 && ended_before_the_kill(&stderr_of(&dir)) => break,
+            Outcome::Finished(c) => panic!("kioku exited with {c}: {}", stderr_of(&dir)),
+            Outcome::Killed => kills += 1,
+        }
+        assert!(kills < 20, "never finishes");
+        child = spawn_kioku_env(
+            &["restore", "--pool", pool, "--interval", "15ms"],
+            &dir,
+            &env,
+        );
+    }
+    for f in ["stdout.txt", "data.txt", "log.txt"] {
+        assert!(
+            plain.read(f) == dir.read(f),
+            "{f} differs from the uninterrupted run's after {kills} kills:\n{}",
+            stderr_of(&dir)
+        );
+    }
+}
+
 /// Captures that fail at every checkpoint are not passing: after a few in a row checkpoints
 /// stop, saying so (and noting it in the pool), and the program runs on to its end, its exit
 /// status passed on — it is never killed for kioku's failure.

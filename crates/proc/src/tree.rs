@@ -237,7 +237,12 @@ impl Tree {
                         if vfork {
                             self.vforked.insert(pid);
                         }
-                        self.add(Tracee::adopt(pid));
+                        // Adopted already when its fork's report came late (after another
+                        // process ended: `adopt_unreported`); a second handle would kill it
+                        // when dropped.
+                        if self.process(pid).is_none() {
+                            self.add(Tracee::adopt(pid));
+                        }
                     }
                     Notice::Trap { tid } => {
                         let procs = self.procs.clone();

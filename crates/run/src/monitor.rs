@@ -369,10 +369,18 @@ impl Monitor {
         // After a failed capture the same look tells a death (the failure's likely cause)
         // from an error of its own, without waiting.
         let killed = match &captured {
-            Ok(_) => cap.killed_in_stop(&self.tree),
+            Ok(_) => cap.killed_in_stop(&self.tree).or_else(|| {
+                crate::capture::injected_drop(cap.engine().epoch()).then(|| self.tree.root_pid())
+            }),
             Err(_) => cap.killed_in_stop(&self.tree).filter(|&p| dying(p)),
         };
         cap.verified(killed);
+        if captured.is_ok() && killed.is_none() {
+            // To be committed: the file journal's records undo back to it from here (the
+            // tree still stopped). (A capture dropped here used to begin its epoch too, and
+            // a later checkpoint of the same number then undid changes made before it.)
+            cap.begin_epoch();
+        }
         // Resume whatever happened: the program must not stay stopped because of us.
         let resumed = self.tree.resume_all();
         // A process killed during the capture makes whatever the capture concluded unsure (a
@@ -383,15 +391,18 @@ impl Monitor {
             self.skipped(Skip::Died(killed));
             return Ok(Outcome::None);
         }
-        if resumed.is_err() && any_gone(&pids) {
-            if captured.is_err() {
-                cap.capture_failed();
-            }
+        if captured.is_err() && resumed.is_err() && any_gone(&pids) {
+            cap.capture_failed();
             self.skipped(Skip::Died(pids.iter().copied().find(|&p| dying(p))));
             return Ok(Outcome::None);
         }
         match resumed {
             Ok(()) | Err(ProcError::Exited { .. }) => {}
+            // The capture was whole and exact before the resume (and its epoch begun): it is
+            // committed; the tree's next run meets the failure again if it lasts.
+            Err(e) if captured.is_ok() && killed.is_none() => {
+                tracing::debug!("resuming the tree after a capture failed: {e}")
+            }
             Err(e) => return Err(e.into()),
         }
         if let Some(pid) = killed {

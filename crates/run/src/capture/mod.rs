@@ -710,12 +710,18 @@ impl Capturer {
         image.recent = self.recent.clone();
         self.shared.captured();
         self.ended_seen = tree.ended_count();
-        // Captured: from here (the tree still stopped), what it changes in files undoes back
-        // to this checkpoint.
+        Ok(Captured { image, stats })
+    }
+
+    /// Call once a capture is to be committed, while the tree is still stopped after it: from
+    /// here, what the tree changes in files undoes back to this checkpoint. A capture not
+    /// committed must not have called it: the file journal's records from that moment on
+    /// would be tagged with the next checkpoint, and a restore of that checkpoint, taken
+    /// later, would undo changes made before it.
+    pub fn begin_epoch(&mut self) {
         if let Some(j) = self.journal.as_mut() {
             j.begin_epoch(self.engine.epoch() + 1);
         }
-        Ok(Captured { image, stats })
     }
 
     /// After a capture that failed (the checkpoint is skipped, the tree runs on): the next
@@ -915,6 +921,28 @@ pub(crate) fn injected_failure(epoch: u64) -> bool {
                     n => Some(n - 1),
                 })
                 .is_ok()
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = epoch;
+        false
+    }
+}
+
+/// A test build's hook (`KIOKU_TEST_DROP_CAPTURE=alternate`, read once; none in a release
+/// build): whether this whole capture, after checkpoint `epoch`, is dropped as one during
+/// which a process was killed would be — every other capture after the first checkpoint.
+pub(crate) fn injected_drop(epoch: u64) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::OnceLock;
+        static ON: OnceLock<bool> = OnceLock::new();
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let on = *ON.get_or_init(|| {
+            std::env::var("KIOKU_TEST_DROP_CAPTURE").is_ok_and(|v| v == "alternate")
+        });
+        on && epoch >= 1 && COUNT.fetch_add(1, Ordering::Relaxed).is_multiple_of(2)
     }
     #[cfg(not(debug_assertions))]
     {
