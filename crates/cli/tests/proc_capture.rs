@@ -317,7 +317,10 @@ fn a_process_group_whose_leader_ended_is_restored() {
     let before = oks();
     let (outcome, log) = restore_until(&dir, pool, "20ms", before + 30, oks);
     assert!(
-        !log.contains("pgroup[") && !log.contains("ERROR") && !log.contains("cannot"),
+        !log.contains("pgroup[")
+            && !log.contains("ERROR")
+            && !log.contains("not permitted")
+            && !log.contains("cannot bring back"),
         "the group was not restored:\n{log}"
     );
     assert_eq!(outcome, Outcome::Killed, "{log}");
@@ -378,13 +381,18 @@ fn a_failed_capture_skips_that_checkpoint_and_the_run_goes_on() {
         "checkpoints stopped:\n{log}"
     );
     let s: serde_json::Value = serde_json::from_slice(&dir.read("s.json")).unwrap();
-    assert_eq!(s["summary"]["skipped"], 2, "{s}");
-    assert!(
-        s["summary"]["skipped_because"][1]
-            .as_str()
-            .is_some_and(|w| w.contains("KIOKU_TEST_FAIL_CAPTURE")),
-        "{s}"
-    );
+    // Two failed; the kill may have landed in a stop too ("killed during it").
+    let failed = s["summary"]["skipped_because"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| {
+            w.as_str()
+                .is_some_and(|w| w.contains("KIOKU_TEST_FAIL_CAPTURE"))
+        })
+        .count();
+    assert_eq!(failed, 2, "{s}");
+    assert!(s["summary"]["skipped"].as_u64().unwrap() >= 2, "{s}");
     assert!(
         s["summary"]["checkpoints"].as_u64().unwrap() >= 2,
         "no checkpoint after the skips: {s}"
