@@ -359,6 +359,13 @@ fn finish(
     let s = monitor.summary();
     if summary {
         eprintln!("{}", describe(s, pool, &exit));
+    } else if s.skipped > 0 {
+        tracing::warn!(
+            "kioku: {} of {} checkpoints were skipped (the one before each stayed the restorable one); the last because: {}",
+            s.skipped,
+            s.skipped + s.checkpoints,
+            s.skipped_because.last().map_or("", |w| w.as_str())
+        );
     }
     if let Some(p) = summary_json {
         let v = serde_json::json!({ "pool": pool, "exit": exit.to_string(), "summary": s });
@@ -417,6 +424,14 @@ fn describe(s: &Summary, pool: &Path, exit: &Exit) -> String {
         s.captured_bytes as f64 / (1 << 20) as f64,
         pool.display()
     );
+    if s.skipped > 0 {
+        out.push_str(&format!(
+            "\nkioku: {} checkpoint{} skipped (the one before stayed the restorable one); the last because: {}",
+            s.skipped,
+            if s.skipped == 1 { " was" } else { "s were" },
+            s.skipped_because.last().map_or("", |w| w.as_str())
+        ));
+    }
     if let Some(w) = &s.stopped_because {
         out.push_str(&format!("\nkioku: checkpoints stopped early: {w}"));
     }

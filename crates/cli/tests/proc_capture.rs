@@ -289,6 +289,221 @@ fn shared_memory_written_by_children_that_exit_is_checkpointed() {
     );
 }
 
+/// A process group that outlived its leader — a member lives on in it after the leader ended
+/// and was reaped, as in a pipeline whose first command ended first — comes back: a restore
+/// makes the group with a short-lived holder of the leader's id (joining it refused with
+/// `EPERM` before: the group did not exist). The program checks every round, in the member
+/// and in the parent, that the member is still in the group.
+#[test]
+fn a_process_group_whose_leader_ended_is_restored() {
+    let p = program("pgroup", false);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let oks = || count_lines(&dir, |l| l.starts_with("ok "));
+    let mut child = spawn_kioku(&run_args(pool, "0", &[p.to_str().unwrap(), "100000"]), &dir);
+    let prog = program_of(child.id()).expect("the program starts");
+    wait_for_control_socket(prog);
+    wait_until(&dir, "rounds", 10, oks);
+    let o = kioku_in(&dir, &["checkpoint", "--pool", pool]);
+    assert!(
+        o.status.success(),
+        "kioku checkpoint: {}{}",
+        stderr(&o),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    sigkill(child.id() as i32);
+    child.wait().unwrap();
+    let before = oks();
+    let (outcome, log) = restore_until(&dir, pool, "20ms", before + 30, oks);
+    assert!(
+        !log.contains("pgroup[")
+            && !log.contains("ERROR")
+            && !log.contains("not permitted")
+            && !log.contains("cannot bring back"),
+        "the group was not restored:\n{log}"
+    );
+    assert_eq!(outcome, Outcome::Killed, "{log}");
+    assert!(
+        oks() >= before + 30,
+        "the restored program made no round:\n{log}"
+    );
+}
+
+/// A checkpoint whose capture fails with a transient error (here a test build's hook,
+/// `KIOKU_TEST_FAIL_CAPTURE`, failing two captures right after their scans took the written
+/// pages' write-protect bits) is skipped with a warning naming why; the program runs on, later
+/// checkpoints are taken — exact, though the failed scans consumed what they found (captures
+/// are verified: a page lost would be logged as an ERROR) — and the run's summary counts them.
+/// The program, killed after the skips and restored, ends with the uninterrupted run's output
+/// (it checks every word of its memory each round).
+#[test]
+fn a_failed_capture_skips_that_checkpoint_and_the_run_goes_on() {
+    let p = program("rewrite", false);
+    // 4 MiB rewritten one word a page every 200 ms: a capture after each round finds them.
+    let cmd = [p.to_str().unwrap(), "4", "16", "200"];
+    let plain = RunDir::new();
+    reference(&cmd.map(String::from), &plain);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "--pool",
+        pool,
+        "--interval",
+        "15ms",
+        "--summary-json",
+        "s.json",
+        "--",
+    ];
+    args.extend_from_slice(&cmd);
+    let child = spawn_kioku_env(
+        &args,
+        &dir,
+        &[("KIOKU_TEST_FAIL_CAPTURE", "2"), ("KIOKU_NO_ADAPTIVE", "1")],
+    );
+    let skips = || stderr_of(&dir).matches("checkpoint skipped").count();
+    wait_until(&dir, "skipped checkpoints", 2, skips);
+    // Checkpoints after the skips, with rounds written between them.
+    let rounds = count_lines(&dir, |l| l.starts_with("round "));
+    wait_until(&dir, "rounds", rounds + 2, || {
+        count_lines(&dir, |l| l.starts_with("round "))
+    });
+    assert_eq!(kill_after(child, Duration::ZERO, false), Outcome::Killed);
+    let log = stderr_of(&dir);
+    assert!(
+        log.contains("KIOKU_TEST_FAIL_CAPTURE") && !log.contains("ERROR"),
+        "the skip does not say why, or a later capture was not exact:\n{log}"
+    );
+    assert!(
+        !log.contains("no more checkpoints"),
+        "checkpoints stopped:\n{log}"
+    );
+    let s: serde_json::Value = serde_json::from_slice(&dir.read("s.json")).unwrap();
+    // Two failed; the kill may have landed in a stop too ("killed during it").
+    let failed = s["summary"]["skipped_because"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| {
+            w.as_str()
+                .is_some_and(|w| w.contains("KIOKU_TEST_FAIL_CAPTURE"))
+        })
+        .count();
+    assert_eq!(failed, 2, "{s}");
+    assert!(s["summary"]["skipped"].as_u64().unwrap() >= 2, "{s}");
+    assert!(
+        s["summary"]["checkpoints"].as_u64().unwrap() >= 2,
+        "no checkpoint after the skips: {s}"
+    );
+    let o = kioku_in(&dir, &["restore", "--pool", pool, "--interval", "15ms"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        plain.read("stdout.txt") == dir.read("stdout.txt"),
+        "output differs from the uninterrupted run's:\n{}",
+        stderr_of(&dir)
+    );
+}
+
+/// A capture that is not committed (here every other one, dropped by a test build's hook,
+/// `KIOKU_TEST_DROP_CAPTURE`, as one during which a process was killed is) leaves the file
+/// journal as it was: what the program writes to its files after it is not undone by a
+/// restore of the checkpoint taken next (a dropped capture used to begin the journal's next
+/// epoch, so that a restore of the next checkpoint cut the files back to before the dropped
+/// one). The program (writing two files of its own, one `O_APPEND`) is killed at random
+/// moments and restored until it ends; its files must equal the uninterrupted run's.
+#[test]
+fn a_dropped_capture_leaves_the_file_journal_exact() {
+    let p = program("writer", false);
+    let cmd = [p.to_str().unwrap(), ".", "400"];
+    let plain = RunDir::new();
+    reference(&cmd.map(String::from), &plain);
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let env = [("KIOKU_TEST_DROP_CAPTURE", "alternate")];
+    let mut child = spawn_kioku_env(&run_args(pool, "15ms", &cmd), &dir, &env);
+    let mut rng = rng("dropped-capture");
+    let mut kills = 0;
+    loop {
+        let after = Duration::from_millis(rng.gen_range(300..900));
+        match kill_after(child, after, false) {
+            Outcome::Finished(0) => break,
+            Outcome::Finished(1) if kills > 0 && ended_before_the_kill(&stderr_of(&dir)) => break,
+            // Killed before the first checkpoint (a slow start on a loaded machine): afresh.
+            Outcome::Finished(1) if stderr_of(&dir).contains("no checkpoint yet") => {
+                std::fs::write(dir.path("stderr.txt"), b"").unwrap();
+                std::fs::write(dir.path("stdout.txt"), b"").unwrap();
+                child = spawn_kioku_env(&run_args(pool, "15ms", &cmd), &dir, &env);
+                continue;
+            }
+            Outcome::Finished(c) => panic!("kioku exited with {c}: {}", stderr_of(&dir)),
+            Outcome::Killed => kills += 1,
+        }
+        assert!(kills < 20, "never finishes");
+        child = spawn_kioku_env(
+            &["restore", "--pool", pool, "--interval", "15ms"],
+            &dir,
+            &env,
+        );
+    }
+    for f in ["stdout.txt", "data.txt", "log.txt"] {
+        assert!(
+            plain.read(f) == dir.read(f),
+            "{f} differs from the uninterrupted run's after {kills} kills:\n{}",
+            stderr_of(&dir)
+        );
+    }
+}
+
+/// Captures that fail at every checkpoint are not passing: after a few in a row checkpoints
+/// stop, saying so (and noting it in the pool), and the program runs on to its end, its exit
+/// status passed on — it is never killed for kioku's failure.
+#[test]
+fn captures_failing_in_a_row_stop_checkpoints_and_the_program_runs_on() {
+    let p = program("rewrite", false);
+    // Written without a pause: every capture finds written pages, and fails.
+    let cmd = [p.to_str().unwrap(), "2", "1500", "0"];
+    let dir = RunDir::new();
+    let pool = dir.pool();
+    let pool = pool.to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "--pool",
+        pool,
+        "--interval",
+        "10ms",
+        "--summary-json",
+        "s.json",
+        "--",
+    ];
+    args.extend_from_slice(&cmd);
+    let mut child = spawn_kioku_env(&args, &dir, &[("KIOKU_TEST_FAIL_CAPTURE", "all")]);
+    let st = child.wait().unwrap();
+    let log = stderr_of(&dir);
+    assert!(st.success(), "{st:?}:\n{log}");
+    assert!(
+        log.contains("no more checkpoints: 8 checkpoints failed in a row")
+            && log.contains("KIOKU_TEST_FAIL_CAPTURE"),
+        "{log}"
+    );
+    assert_eq!(
+        count_lines(&dir, |l| l.starts_with("round ")),
+        1500,
+        "the program did not run to its end:\n{log}"
+    );
+    let s: serde_json::Value = serde_json::from_slice(&dir.read("s.json")).unwrap();
+    // (A capture that finds nothing written succeeds and starts the count again.)
+    assert!(s["summary"]["skipped"].as_u64().unwrap() >= 8, "{s}");
+    assert!(
+        s["summary"]["stopped_because"]
+            .as_str()
+            .is_some_and(|w| w.contains("failed in a row")),
+        "{s}"
+    );
+}
+
 /// Lines of the program's standard output (stdout.txt) for which `want` holds.
 fn count_lines(dir: &RunDir, want: impl Fn(&str) -> bool) -> usize {
     String::from_utf8_lossy(&dir.read("stdout.txt"))

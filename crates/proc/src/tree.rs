@@ -154,7 +154,7 @@ impl Tree {
                 }
             }
             let added = self.take_notices(&mut none)?;
-            self.drop_ended();
+            let adopted = self.drop_ended();
             if self.in_vfork() {
                 // Caught in the middle of a vfork: let it finish.
                 self.resume_all()?;
@@ -162,7 +162,7 @@ impl Tree {
                     what: "a process is in vfork (its child shares its memory until it execs)",
                 });
             }
-            if !added {
+            if !added && !adopted {
                 return Ok(());
             }
         }
@@ -176,6 +176,7 @@ impl Tree {
                 Err(e) => return Err(e),
             }
         }
+        // (A process adopted here runs once its first stop is seen, as a new child does.)
         self.drop_ended();
         Ok(())
     }
@@ -236,7 +237,12 @@ impl Tree {
                         if vfork {
                             self.vforked.insert(pid);
                         }
-                        self.add(Tracee::adopt(pid));
+                        // Adopted already when its fork's report came late (after another
+                        // process ended: `adopt_unreported`); a second handle would kill it
+                        // when dropped.
+                        if self.process(pid).is_none() {
+                            self.add(Tracee::adopt(pid));
+                        }
                     }
                     Notice::Trap { tid } => {
                         let procs = self.procs.clone();
@@ -261,8 +267,9 @@ impl Tree {
         Ok(any)
     }
 
-    /// Moves processes that ended out of the live list.
-    fn drop_ended(&mut self) {
+    /// Moves processes that ended out of the live list; whether processes were adopted then
+    /// ([`Tree::adopt_unreported`]).
+    fn drop_ended(&mut self) -> bool {
         let root = self.root;
         let mut ended = Vec::new();
         self.procs.retain(|p| match p.exit() {
@@ -272,6 +279,7 @@ impl Tree {
             }
             None => true,
         });
+        let any = !ended.is_empty();
         for (pid, e) in ended {
             tracing::debug!(pid, exit = %e, "process of the tree ended");
             if pid == root {
@@ -280,6 +288,56 @@ impl Tree {
             self.ended.insert(pid, e);
             self.ended_total += 1;
         }
+        any && self.adopt_unreported()
+    }
+
+    /// Adopts every process of the namespace that this thread traces but the tree does not
+    /// know; whether there was one. A process forked as its parent was being killed (or as
+    /// another thread of its parent ended the process) is attached by the kernel
+    /// (`PTRACE_O_TRACEFORK`) though its fork's event never comes: it would wait in its first
+    /// stop, never run, until the tree ended (issue 18). Adopted, it runs on as the orphan it
+    /// is, in the tree (checkpointed, its exit reaped). Looked for when a process of the tree
+    /// ends — such a fork is never reported, but its parent's end is — among the namespace's
+    /// processes (its init's descendants, where orphans go).
+    fn adopt_unreported(&mut self) -> bool {
+        let Some(init) = self.ns.as_ref().map(|n| n.init_pid()) else {
+            return false;
+        };
+        // SAFETY: asking our own thread id.
+        let me = unsafe { libc::syscall(libc::SYS_gettid) } as i32;
+        let mut found = Vec::new();
+        let mut todo = vec![init];
+        let mut seen = HashSet::new();
+        while let Some(pid) = todo.pop() {
+            if !seen.insert(pid) {
+                continue;
+            }
+            if pid != init
+                && self.process(pid).is_none()
+                && !self.ended.contains_key(&pid)
+                && tracer_of(pid) == Some(me)
+            {
+                found.push(pid);
+            }
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            for tid in tasks.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+                if let Ok(text) =
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children"))
+                {
+                    todo.extend(
+                        text.split_whitespace()
+                            .filter_map(|c| c.parse::<i32>().ok()),
+                    );
+                }
+            }
+        }
+        for &pid in &found {
+            tracing::debug!(pid, "adopting a process whose fork was never reported");
+            self.add(Tracee::adopt(pid));
+        }
+        !found.is_empty()
     }
 
     /// Kills every process (and the namespace's init) and reaps them.
@@ -296,6 +354,18 @@ impl Tree {
         }
         self.ns = None;
     }
+}
+
+/// The thread tracing process `pid` (`TracerPid` of its status; `None`: untraced or gone).
+fn tracer_of(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let tracer: i32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("TracerPid:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    (tracer != 0).then_some(tracer)
 }
 
 impl Drop for Tree {

@@ -63,6 +63,29 @@ pub struct Summary {
     pub processes: usize,
     /// Why checkpoints stopped, if they did.
     pub stopped_because: Option<String>,
+    /// Checkpoints that were due (or asked for) but skipped: a capture that failed in a way a
+    /// later one need not (docs/run.md, "A checkpoint that fails"), or a process of the tree
+    /// killed during it. The checkpoint before each stayed the restorable one.
+    pub skipped: u64,
+    /// Why, for the last [`SKIP_REASONS`] skipped checkpoints (oldest first).
+    pub skipped_because: Vec<String>,
+}
+
+/// Reasons of skipped checkpoints the summary keeps.
+pub const SKIP_REASONS: usize = 16;
+
+/// Failed captures in a row after which checkpoints stop: a cause that fails this many in a
+/// row is not passing (a transient cause — a process dying, an interrupted read — does not
+/// repeat at every checkpoint), and a checkpoint that can never be taken must not cost the
+/// program a stop at every interval.
+pub const FAILED_IN_ROW_LIMIT: u32 = 8;
+
+/// Why a checkpoint was skipped.
+enum Skip {
+    /// A process of the tree (this pid, when known) was killed during the checkpoint.
+    Died(Option<i32>),
+    /// The capture failed with a transient error.
+    Failed(RunError),
 }
 
 /// What happened to a checkpoint request.
@@ -84,6 +107,8 @@ pub struct Monitor {
     /// The checkpoint being taken is the early first one of a fresh run: what it cannot take
     /// does not stop checkpoints (the regular first checkpoint, one interval in, decides).
     tentative: bool,
+    /// Captures that failed since the last checkpoint taken ([`FAILED_IN_ROW_LIMIT`]).
+    failed_in_row: u32,
 }
 
 /// The slice the tree runs between looks at the control socket.
@@ -114,6 +139,7 @@ impl Monitor {
             opts,
             summary: Summary::default(),
             tentative: false,
+            failed_in_row: 0,
         })
     }
 
@@ -174,9 +200,10 @@ impl Monitor {
                     }
                 }
                 Outcome::Postponed(_) => {
-                    return Err(RunError::Unsupported {
+                    self.skipped(Skip::Failed(RunError::Unsettled {
                         what: "no checkpoint could be taken for 10 s (a process stays in vfork, or data stays in flight)".into(),
-                    })
+                    }));
+                    return Ok(None);
                 }
             }
         }
@@ -196,13 +223,78 @@ impl Monitor {
                 let _ = self.tree.resume_all();
                 Ok(Outcome::Postponed(UNSETTLED_RETRY))
             }
-            Err(e @ RunError::Unsupported { .. }) => Err(e),
-            Err(e) if self.tree_changed_under_us() => {
-                tracing::debug!("a process died during a checkpoint: {e}");
+            // The tree was killed rather than run on a damaged checkpoint: nothing runs on.
+            Err(e @ RunError::DamagedCheckpoint { .. }) => Err(e),
+            Err(RunError::Unsupported { what }) if self.tentative => {
+                tracing::debug!("early first checkpoint not taken: {what}");
                 let _ = self.tree.resume_all();
                 Ok(Outcome::None)
             }
-            r => r,
+            Err(RunError::Unsupported { what }) => {
+                let _ = self.tree.resume_all();
+                self.stop_checkpoints(what);
+                Ok(Outcome::None)
+            }
+            Err(e) if self.tree_changed_under_us() => {
+                tracing::debug!("a process died during a checkpoint: {e}");
+                let _ = self.tree.resume_all();
+                if let Some(cap) = self.capturer.as_mut() {
+                    cap.capture_failed();
+                }
+                self.skipped(Skip::Died(None));
+                Ok(Outcome::None)
+            }
+            // Whatever else failed before or around the capture (stopping the tree, a
+            // restore's fill, syncing) is transient as a failed capture is: the tree runs on.
+            Err(e) => {
+                let _ = self.tree.resume_all();
+                if let Some(cap) = self.capturer.as_mut() {
+                    cap.capture_failed();
+                }
+                self.skipped(Skip::Failed(e));
+                Ok(Outcome::None)
+            }
+            Ok(o) => Ok(o),
+        }
+    }
+
+    /// Records a checkpoint not taken (`why`): said, counted in the summary; the last
+    /// checkpoint stays the restorable one. [`FAILED_IN_ROW_LIMIT`] failed captures in a row
+    /// stop checkpoints (the tree runs on).
+    fn skipped(&mut self, why: Skip) {
+        let epoch = self.capturer.as_ref().map_or(0, |c| c.engine().epoch());
+        let kept = match epoch {
+            0 => "the pool holds no checkpoint yet".to_string(),
+            e => format!("checkpoint {e} stays the one a restore resumes"),
+        };
+        let reason = match why {
+            Skip::Died(pid) => {
+                let which = pid.map(|p| format!(" ({p})")).unwrap_or_default();
+                let r = format!("a process of the program{which} was killed during it");
+                // The program's own doing (or its killer's), not a failure of kioku's.
+                tracing::info!("kioku: checkpoint skipped: {r}; {kept}");
+                r
+            }
+            Skip::Failed(e) => {
+                self.failed_in_row += 1;
+                let r = e.to_string();
+                if self.failed_in_row >= FAILED_IN_ROW_LIMIT {
+                    self.stop_checkpoints(format!(
+                        "{FAILED_IN_ROW_LIMIT} checkpoints failed in a row, the last with: {r}"
+                    ));
+                } else {
+                    tracing::warn!(
+                        "kioku: checkpoint skipped: {r}; {kept}, the program runs on and the next checkpoint is tried at the next interval"
+                    );
+                }
+                r
+            }
+        };
+        let s = &mut self.summary;
+        s.skipped += 1;
+        s.skipped_because.push(reason);
+        if s.skipped_because.len() > SKIP_REASONS {
+            s.skipped_because.remove(0);
         }
     }
 
@@ -266,36 +358,56 @@ impl Monitor {
         if matches!(captured, Err(RunError::Proc(ProcError::Busy { .. }))) {
             return captured.map(|_| Outcome::None);
         }
-        // Resume whatever happened: the program must not stay stopped because of us.
-        let resumed = self.tree.resume_all();
-        // Refusals and failures of the pool's medium are decided by the error itself; other
-        // failures may come from a process killed while stopped (SIGKILL does not wait).
-        let decided = match &captured {
-            Err(RunError::Unsupported { .. } | RunError::Unsettled { .. }) => true,
-            // An operation in the traced processes (a userfaultfd injected, a range mapped)
-            // fails the same way when a process was killed meanwhile: asked below.
-            Err(RunError::Ckpt(kioku_ckpt::CkptError::Os { .. })) => false,
-            Err(e) => medium_failure(e),
-            Ok(_) => false,
-        };
-        if !decided && (captured.is_err() || resumed.is_err()) && any_gone(&pids) {
-            tracing::debug!("a process died during a checkpoint");
-            return Ok(Outcome::None);
-        }
-        match resumed {
-            Ok(()) | Err(ProcError::Exited { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
         // A SIGKILL does not wait for the stop: a process killed while the tree was stopped
         // ends during the capture, and what the capture read after that — its zombie
         // children reaped by the namespace's init, its pipes closed — no longer goes with the
         // state it read of it before. Such a capture is not committed (issue 18: a restored
-        // tree whose parent had not reaped its zombie yet, while the zombie was gone).
-        if captured.is_ok() {
-            if let Some(pid) = pids.iter().copied().find(|&p| dying(p)) {
-                tracing::debug!(pid, "a process was killed during the checkpoint: not taken");
-                return Ok(Outcome::None);
+        // tree whose parent had not reaped its zombie yet, while the zombie was gone). Asked
+        // while the tree is still stopped, which makes the answer exact: a process killed
+        // after this look died after everything the capture read (and one that dies after the
+        // resume costs no checkpoint).
+        // After a failed capture the same look tells a death (the failure's likely cause)
+        // from an error of its own, without waiting.
+        let killed = match &captured {
+            Ok(_) => cap.killed_in_stop(&self.tree).or_else(|| {
+                crate::capture::injected_drop(cap.engine().epoch()).then(|| self.tree.root_pid())
+            }),
+            Err(_) => cap.killed_in_stop(&self.tree).filter(|&p| dying(p)),
+        };
+        cap.verified(killed);
+        if captured.is_ok() && killed.is_none() {
+            // To be committed: the file journal's records undo back to it from here (the
+            // tree still stopped). (A capture dropped here used to begin its epoch too, and
+            // a later checkpoint of the same number then undid changes made before it.)
+            cap.begin_epoch();
+        }
+        // Resume whatever happened: the program must not stay stopped because of us.
+        let resumed = self.tree.resume_all();
+        // A process killed during the capture makes whatever the capture concluded unsure (a
+        // refusal too: it may have read the dying process half gone): skipped, not a verdict.
+        // A state that really cannot be checkpointed is found again at the next checkpoint.
+        if captured.is_err() && killed.is_some() {
+            cap.capture_failed();
+            self.skipped(Skip::Died(killed));
+            return Ok(Outcome::None);
+        }
+        if captured.is_err() && resumed.is_err() && any_gone(&pids) {
+            cap.capture_failed();
+            self.skipped(Skip::Died(pids.iter().copied().find(|&p| dying(p))));
+            return Ok(Outcome::None);
+        }
+        match resumed {
+            Ok(()) | Err(ProcError::Exited { .. }) => {}
+            // The capture was whole and exact before the resume (and its epoch begun): it is
+            // committed; the tree's next run meets the failure again if it lasts.
+            Err(e) if captured.is_ok() && killed.is_none() => {
+                tracing::debug!("resuming the tree after a capture failed: {e}")
             }
+            Err(e) => return Err(e.into()),
+        }
+        if let Some(pid) = killed {
+            self.skipped(Skip::Died(Some(pid)));
+            return Ok(Outcome::None);
         }
         let captured = match captured {
             Ok(c) => c,
@@ -314,7 +426,13 @@ impl Monitor {
                 self.stop_checkpoints(format!("the pool's medium failed: {e}"));
                 return Ok(Outcome::None);
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                // Transient (docs/run.md, "A checkpoint that fails"): skipped, the last
+                // checkpoint stays the pool's, the tree runs on.
+                cap.capture_failed();
+                self.skipped(Skip::Failed(e));
+                return Ok(Outcome::None);
+            }
         };
         let report = match cap.commit(captured) {
             Ok(r) => r,
@@ -325,6 +443,7 @@ impl Monitor {
             }
             Err(e) => return Err(e),
         };
+        self.failed_in_row = 0;
         let s = &mut self.summary;
         s.checkpoints += 1;
         s.last_epoch = report.epoch;
@@ -406,6 +525,7 @@ impl Monitor {
                 self.control.as_mut().map(|c| c.poll()).unwrap_or_default();
             let due = next.is_some_and(|n| Instant::now() >= n);
             if due || !requests.is_empty() {
+                let skipped_before = self.summary.skipped;
                 let r = if requests.is_empty() && early {
                     // The early first checkpoint: taken if it can be now, else the regular
                     // first one (one interval after the start) is.
@@ -462,9 +582,12 @@ impl Monitor {
                 };
                 let answer = match &r {
                     Ok(Some(rep)) => serde_json::to_string(rep).unwrap_or_default(),
-                    Ok(None) => match &self.summary.stopped_because {
-                        Some(w) => format!("error: checkpoints stopped: {w}"),
-                        None => "error: the program ended".into(),
+                    Ok(None) => match (&self.summary.stopped_because, self.summary.skipped_because.last()) {
+                        (Some(w), _) => format!("error: checkpoints stopped: {w}"),
+                        (None, Some(w)) if self.summary.skipped > skipped_before => format!(
+                            "error: the checkpoint was skipped ({w}); the last checkpoint stays the restorable one — ask again"
+                        ),
+                        (None, _) => "error: the program ended".into(),
                     },
                     Err(e) => format!("error: {e}"),
                 };

@@ -123,6 +123,8 @@ pub struct Capturer {
     /// A restore by mapping still filling (or serving events): the next checkpoint waits for
     /// it first ([`Capturer::finish_restore`]).
     lazy: Option<crate::restore::lazy::LazyFill>,
+    /// Differences the verification of the capture in progress found ([`Capturer::verified`]).
+    mismatches: Vec<String>,
     /// Pages copied out of the stopped tree for a pool on a disk file, written into the pool
     /// file after the tree resumes (`None`: copied straight into the running context).
     staging: Option<staging::Staging>,
@@ -211,6 +213,7 @@ impl Capturer {
             recent: vec![],
             lazy: None,
             staging: None,
+            mismatches: Vec::new(),
         };
         c.staging = c.new_staging();
         c.sync_processes(tree)?;
@@ -248,6 +251,7 @@ impl Capturer {
             recent: image.recent.clone(),
             lazy,
             staging: None,
+            mismatches: Vec::new(),
         }
         .with_staging()
     }
@@ -624,6 +628,7 @@ impl Capturer {
             }));
         }
         let t_enter = Instant::now();
+        self.mismatches.clear();
         self.sync()?;
         if !self.surveyed {
             self.survey(tree)?;
@@ -647,7 +652,8 @@ impl Capturer {
         for (pid, pc) in self.procs.iter_mut() {
             let t = tree.process(*pid).expect("synced with the tree");
             pc.state_watched = self.state_watched;
-            let (mut image, ps) = pc.capture(t, &mut st)?;
+            let (mut image, mut ps) = pc.capture(t, &mut st)?;
+            self.mismatches.append(&mut ps.mismatches);
             image.escalated = self.escalated.contains(pid);
             stats.pages += ps.copied / kioku_track::page_size() as u64;
             stats.written += ps.written_pages;
@@ -658,7 +664,7 @@ impl Capturer {
         }
         if verify_enabled() {
             for pc in self.procs.values() {
-                pc.verify_shared(&st);
+                self.mismatches.extend(pc.verify_shared(&st));
             }
         }
         let held = self
@@ -704,12 +710,77 @@ impl Capturer {
         image.recent = self.recent.clone();
         self.shared.captured();
         self.ended_seen = tree.ended_count();
-        // Captured: from here (the tree still stopped), what it changes in files undoes back
-        // to this checkpoint.
+        Ok(Captured { image, stats })
+    }
+
+    /// Call once a capture is to be committed, while the tree is still stopped after it: from
+    /// here, what the tree changes in files undoes back to this checkpoint. A capture not
+    /// committed must not have called it: the file journal's records from that moment on
+    /// would be tagged with the next checkpoint, and a restore of that checkpoint, taken
+    /// later, would undo changes made before it.
+    pub fn begin_epoch(&mut self) {
         if let Some(j) = self.journal.as_mut() {
             j.begin_epoch(self.engine.epoch() + 1);
         }
-        Ok(Captured { image, stats })
+    }
+
+    /// After a capture that failed (the checkpoint is skipped, the tree runs on): the next
+    /// capture must not rely on what the failed one consumed — write-protect bits of pages it
+    /// may not have copied, the surveys of its stop — so it copies the captured memory and
+    /// the shared objects whole, once.
+    pub fn capture_failed(&mut self) {
+        for pc in self.procs.values_mut() {
+            pc.retake_all();
+        }
+        self.shared.writers_gone();
+        self.surveyed = false;
+        self.fd_cache = None;
+    }
+
+    /// Asked after a capture while the tree is still stopped: a process of the tree that was
+    /// killed (or is exiting) since it was stopped, if any — the capture may have read part of
+    /// the tree before that death and part after it (a zombie reaped, a pipe closed), so it
+    /// must not be committed. Exact (see [`ProcessCapture::still_stopped`]): a process
+    /// killed before or during the capture is always found; one killed after this look died
+    /// after everything the capture read.
+    pub fn killed_in_stop(&mut self, tree: &Tree) -> Option<i32> {
+        for t in tree.processes() {
+            let intact = match self.procs.get_mut(&t.pid()) {
+                Some(pc) => pc.still_stopped(t),
+                // A process the capture did not see: not in this checkpoint either.
+                None => false,
+            };
+            if !intact {
+                return Some(t.pid());
+            }
+        }
+        None
+    }
+
+    /// Reports what the verification of the last capture (`KIOKU_VERIFY_CAPTURE=1`) found,
+    /// once it is known whether process `killed` of the tree was killed during it: then a
+    /// difference is the dying process's exit writing into memory (or another process's
+    /// shared memory) after the copy — each thread's `clear_child_tid` word zeroed, robust
+    /// futexes marked `FUTEX_OWNER_DIED` — and the capture is not committed, so it is said at
+    /// debug level; otherwise each difference is an error of the capture.
+    pub fn verified(&mut self, killed: Option<i32>) {
+        let found = std::mem::take(&mut self.mismatches);
+        if found.is_empty() {
+            return;
+        }
+        match killed {
+            Some(pid) => tracing::debug!(
+                pid,
+                differences = found.len(),
+                first = %found[0],
+                "the capture differs from the program's memory, but process {pid} was killed during it: its exit wrote into memory after the copy (clear_child_tid, robust futexes); the capture is not committed"
+            ),
+            None => {
+                for m in &found {
+                    tracing::error!("{m}");
+                }
+            }
+        }
     }
 
     /// Ended processes of the tree that their parents (in the tree) have not reaped.
@@ -820,6 +891,63 @@ impl Capturer {
         self.finish_restore()?;
         self.engine.checkpoint(&image.encode())?;
         Ok(())
+    }
+}
+
+/// A test build's hook (`KIOKU_TEST_FAIL_CAPTURE`, read once; none in a release build): whether
+/// this capture, which found written pages after checkpoint `epoch`, is made to fail as a
+/// transient error would. `N`: the first N such captures after the first checkpoint fail;
+/// `all`: every one does.
+pub(crate) fn injected_failure(epoch: u64) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::OnceLock;
+        static LEFT: OnceLock<AtomicU64> = OnceLock::new();
+        let left = LEFT.get_or_init(|| {
+            AtomicU64::new(
+                match std::env::var("KIOKU_TEST_FAIL_CAPTURE").ok().as_deref() {
+                    Some("all") => u64::MAX,
+                    Some(n) => n.parse().unwrap_or(0),
+                    None => 0,
+                },
+            )
+        });
+        epoch >= 1
+            && left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| match n {
+                    0 => None,
+                    u64::MAX => Some(n),
+                    n => Some(n - 1),
+                })
+                .is_ok()
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = epoch;
+        false
+    }
+}
+
+/// A test build's hook (`KIOKU_TEST_DROP_CAPTURE=alternate`, read once; none in a release
+/// build): whether this whole capture, after checkpoint `epoch`, is dropped as one during
+/// which a process was killed would be — every other capture after the first checkpoint.
+pub(crate) fn injected_drop(epoch: u64) -> bool {
+    #[cfg(debug_assertions)]
+    {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::OnceLock;
+        static ON: OnceLock<bool> = OnceLock::new();
+        static COUNT: AtomicU64 = AtomicU64::new(0);
+        let on = *ON.get_or_init(|| {
+            std::env::var("KIOKU_TEST_DROP_CAPTURE").is_ok_and(|v| v == "alternate")
+        });
+        on && epoch >= 1 && COUNT.fetch_add(1, Ordering::Relaxed).is_multiple_of(2)
+    }
+    #[cfg(not(debug_assertions))]
+    {
+        let _ = epoch;
+        false
     }
 }
 

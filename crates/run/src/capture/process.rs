@@ -91,6 +91,9 @@ pub(crate) struct ProcessStats {
     pub captured_bytes: u64,
     pub areas: usize,
     pub threads: usize,
+    /// Pages found different from the program's memory (`KIOKU_VERIFY_CAPTURE=1`), each
+    /// described; reported once the capture knows whether a process died meanwhile.
+    pub mismatches: Vec<String>,
 }
 
 /// A shared mapping of the process: its range and where it lies in its object.
@@ -172,6 +175,9 @@ pub(crate) struct ProcessCapture {
     stat_file: Option<sys::ProcFile>,
     /// `/proc/PID/task/TID/status` by thread, kept open while the thread lives.
     status_files: HashMap<i32, sys::ProcFile>,
+    /// A capture failed after it may have consumed write-protect bits it did not copy the
+    /// pages of: the next capture copies the captured areas whole ([`ProcessCapture::retake_all`]).
+    retake: bool,
 }
 
 /// `slot`'s file, opened at `path` first if need be, read from its start.
@@ -281,6 +287,7 @@ impl ProcessCapture {
             maps_file: None,
             stat_file: None,
             status_files: HashMap::new(),
+            retake: false,
         })
     }
 
@@ -686,6 +693,14 @@ impl ProcessCapture {
         // (3) Written pages, and pages dropped since the last capture.
         let mut written = Vec::new();
         self.tracker.scan_into(&mut written)?;
+        if !written.is_empty() && super::injected_failure(st.engine.epoch()) {
+            // (A test build's hook: fails here, after the scan took the pages' write-protect
+            // bits, the worst moment for the next capture.)
+            return Err(RunError::io(
+                format!("reading process {pid}'s memory (KIOKU_TEST_FAIL_CAPTURE)"),
+                std::io::Error::from_raw_os_error(libc::EINTR),
+            ));
+        }
         // Populated pages of the areas: what `wanted_areas` found in the stopped process.
         let mut populated = intersect(&full_populated, &want);
         normalize(&mut populated);
@@ -703,6 +718,11 @@ impl ProcessCapture {
         normalize(&mut failed);
         copy.extend(intersect(&failed, &want));
         copy.extend(intersect(&self.populated, &whole));
+        if self.retake {
+            // The capture before this one failed after its scan: pages it found written (and
+            // write-protected again) may not have been copied. All of the areas is.
+            copy.extend_from_slice(&want);
+        }
         normalize(&mut copy);
 
         let mut chunks = Vec::new();
@@ -739,13 +759,14 @@ impl ProcessCapture {
         }
         let t_copied = t0.elapsed();
         self.zero_shadow(&zero, st)?;
+        let mut mismatches = Vec::new();
         if verify_enabled() {
             // Staged pages are written out first (inside the stop: a debugging aid), so that
             // the comparison also checks where the staging put them.
             if let Some(s) = st.staging.as_mut() {
                 s.write_out(st.engine)?;
             }
-            self.verify(&vmas, st)?;
+            mismatches = self.verify(&vmas, st);
         }
         self.adapt_tracking(&written, &vmas)?;
         let t_adapted = t0.elapsed();
@@ -859,6 +880,7 @@ impl ProcessCapture {
             state: Some(state),
             escalated: false,
         };
+        self.retake = false;
         let written_pages = pages_in(&written) as u64;
         tracing::debug!(
             pid,
@@ -876,8 +898,55 @@ impl ProcessCapture {
             captured_bytes: self.captured_bytes(),
             areas: self.areas.len(),
             threads: image.threads.len(),
+            mismatches,
         };
         Ok((image, stats))
+    }
+
+    /// After a capture that failed (a checkpoint skipped): its scans may have taken
+    /// write-protect bits of pages it then did not copy, so the next capture copies every
+    /// captured area whole (once), and is exact whatever the failed one had done.
+    pub fn retake_all(&mut self) {
+        self.retake = true;
+        self.survey = None;
+    }
+
+    /// Whether the process is still as the capture read it, asked while the tree is still
+    /// stopped after the capture: every thread in its ptrace-stop and the process not exiting.
+    /// Exact: a SIGKILL wakes every thread of the process out of its ptrace-stop at once (its
+    /// state is no longer `t`), and the monitor, its tracer, has not reaped it (a reaped
+    /// process shows in [`Tracee::exit`]), so its pid names it still. A kill that comes after
+    /// this look came after everything the capture read.
+    pub fn still_stopped(&mut self, tracee: &Tracee) -> bool {
+        const PF_EXITING: u64 = 0x4;
+        if tracee.exit().is_some() {
+            return false;
+        }
+        let pid = self.pid;
+        let Ok(stat) = read_kept(&mut self.stat_file, || format!("/proc/{pid}/stat"), true) else {
+            return false;
+        };
+        let st = kioku_pool::procstat::ProcStat::parse(&stat);
+        if st.number::<u64>(9).is_some_and(|f| f & PF_EXITING != 0) {
+            return false;
+        }
+        match st.state() {
+            Some('t') => true,
+            // The leader thread ended (pthread_exit) while the others run on: the process
+            // lives in its other threads, each of which must still be stopped.
+            Some('Z') => {
+                let others: Vec<i32> = tracee.threads().into_iter().filter(|&t| t != pid).collect();
+                !others.is_empty()
+                    && others.iter().all(|tid| {
+                        kioku_pool::procstat::ProcStat::read(format!("/proc/{pid}/task/{tid}/stat"))
+                            .is_ok_and(|s| {
+                                s.state() == Some('t')
+                                    && s.number::<u64>(9).is_some_and(|f| f & PF_EXITING == 0)
+                            })
+                    })
+            }
+            _ => false,
+        }
     }
 
     /// Registers the shared mappings that are not write-tracked (new, replaced); returns them.
@@ -952,8 +1021,13 @@ impl ProcessCapture {
     }
 
     /// Compares every captured page of the stopped process with the running context (a
-    /// debugging aid, `KIOKU_VERIFY_CAPTURE=1`): a difference is a bug of the capture.
-    fn verify(&self, vmas: &[Vma], st: &Store<'_>) -> Result<()> {
+    /// debugging aid, `KIOKU_VERIFY_CAPTURE=1`); returns the differences. One is a bug of the
+    /// capture unless a process of the tree was killed meanwhile: a dying process's exit
+    /// writes into its memory after the copy (each thread's `clear_child_tid` word is zeroed,
+    /// its robust futexes get `FUTEX_OWNER_DIED`), so the caller decides
+    /// ([`super::Capturer::verified`]).
+    fn verify(&self, vmas: &[Vma], st: &Store<'_>) -> Vec<String> {
+        let mut out = Vec::new();
         let ps = self.page;
         let mut buf = vec![0u8; ps];
         let zero = vec![0u8; ps];
@@ -1008,16 +1082,22 @@ impl ProcessCapture {
                         .and_then(|c| c.get(k / ps).copied());
                     let prog_crc = crc32c::crc32c(&buf);
                     let com_crc = committed_page(k).map(crc32c::crc32c);
-                    tracing::error!(pid = self.image_pid, page = format_args!("{page:#x}"), area = %a.region, vma = ?v, hole, ?in_committed, program_zero = buf == zero, is_marked, ?stored, prog_crc, ?com_crc, "capture differs from the program's memory");
+                    out.push(format!(
+                        "capture differs from the program's memory: pid {} page {page:#x} area {} vma {v:?} hole {hole} in_committed {in_committed:?} program_zero {} is_marked {is_marked} stored {stored:?} prog_crc {prog_crc} com_crc {com_crc:?}",
+                        self.image_pid,
+                        a.region,
+                        buf == zero
+                    ));
                 }
             }
         }
-        Ok(())
+        out
     }
 
     /// Compares the process's shared mappings with their objects' regions (after every process
     /// of the tree copied its part: a page another process wrote is copied from that one).
-    pub fn verify_shared(&self, st: &Store<'_>) {
+    pub fn verify_shared(&self, st: &Store<'_>) -> Vec<String> {
+        let mut out = Vec::new();
         let ps = self.page;
         let mut buf = vec![0u8; ps];
         for v in &self.shared_vmas {
@@ -1030,16 +1110,15 @@ impl ProcessCapture {
                 let off = v.offset + (page - v.range.start) as u64;
                 if let Some(may) = st.shared.page_candidates(v.object, off, st.engine) {
                     if may.iter().all(|m| *m != &buf[..]) {
-                        tracing::error!(
-                            pid = self.image_pid,
-                            page = format_args!("{page:#x}"),
-                            object = v.object,
-                            "capture differs from the program's shared memory"
-                        );
+                        out.push(format!(
+                            "capture differs from the program's shared memory: pid {} page {page:#x} object {}",
+                            self.image_pid, v.object
+                        ));
                     }
                 }
             }
         }
+        out
     }
 
     /// Splits program range `r` (inside the areas) into (remote, shadow, len) chunks.

@@ -442,7 +442,7 @@ fn create_processes(
                 });
             }
         }
-        join_group(&t, p, image)?;
+        start_session(&t, p, image)?;
         // Filters are inherited: an escalated parent's children are escalated already.
         let inherited = parent.is_some_and(|pp| pp.escalated);
         if p.escalated && p.zombie.is_none() {
@@ -459,10 +459,14 @@ fn create_processes(
             }
             escalated.insert(t.pid());
         }
-        if let Some(z) = p.zombie {
-            end_as(&t, z)?;
-        }
         made.insert(p.pid, t);
+    }
+    join_groups(image, ns, made)?;
+    // Zombies end once in their groups (a zombie may hold its group for live members).
+    for p in &image.processes {
+        if let Some(z) = p.zombie {
+            end_as(&made[&p.pid], z)?;
+        }
     }
     Ok(escalated)
 }
@@ -530,23 +534,112 @@ fn fork_placeholder(
     Ok(t)
 }
 
-/// Puts a new process into its session and process group.
-fn join_group(t: &Tracee, p: &ProcessImage, image: &TreeImage) -> Result<()> {
+/// Makes a new process the leader of its own session when it was one (before it forks: its
+/// children inherit the session).
+fn start_session(t: &Tracee, p: &ProcessImage, image: &TreeImage) -> Result<()> {
     if !image.pid_namespace {
         return Ok(());
     }
-    let tid = t.control_thread()?;
-    let parent = image.process(p.ppid);
-    let parent_sid = parent.map(|x| x.sid).unwrap_or(0);
-    let parent_pgid = parent.map(|x| x.pgid).unwrap_or(0);
+    let parent_sid = image.process(p.ppid).map(|x| x.sid).unwrap_or(0);
     if p.sid == p.pid && parent_sid != p.pid {
+        let tid = t.control_thread()?;
         t.syscall(tid, libc::SYS_setsid, &[])?;
+    }
+    Ok(())
+}
+
+/// Puts every process into its process group, once all exist: leaders first (each makes its
+/// group), then the members. A group's leader may come after a member in the parents-first
+/// order (a parent that joined its child's group), or be gone: a group outlives its leader
+/// while members remain (a pipeline whose first command ended). Such a group is made by a
+/// short-lived holder with the leader's id ([`make_group`]). (Joining each process as it was
+/// created refused those with `EPERM`: issue 18, "setpgid injected … failed: Operation not
+/// permitted".)
+fn join_groups(
+    image: &TreeImage,
+    ns: Option<&Namespace>,
+    made: &BTreeMap<i32, Tracee>,
+) -> Result<()> {
+    let Some(ns) = ns.filter(|_| image.pid_namespace) else {
         return Ok(());
+    };
+    // A session leader is its group's leader already (setsid), and may not move; a group id
+    // of 0 is a group outside the namespace, inherited from the init.
+    let joining = |p: &&ProcessImage| p.pgid != 0 && p.sid != p.pid;
+    let leaders = image
+        .processes
+        .iter()
+        .filter(joining)
+        .filter(|p| p.pgid == p.pid);
+    let members = image
+        .processes
+        .iter()
+        .filter(joining)
+        .filter(|p| p.pgid != p.pid);
+    let mut groups: std::collections::HashSet<i32> = std::collections::HashSet::new();
+    for p in leaders.chain(members) {
+        let t = &made[&p.pid];
+        let tid = t.control_thread()?;
+        if p.pgid != p.pid && image.process(p.pgid).is_none() && !groups.contains(&p.pgid) {
+            make_group(t, p.pgid, ns)?;
+        } else {
+            let to = if p.pgid == p.pid { 0 } else { p.pgid };
+            t.syscall(tid, libc::SYS_setpgid, &[0, to as u64])
+                .map_err(|e| match e.errno() {
+                    Some(libc::EPERM) => RunError::CannotRecreate {
+                        what: format!(
+                            "process group {} of process {} (setpgid: {e}; the group's leader is in another session)",
+                            p.pgid, p.pid
+                        ),
+                    },
+                    _ => e.into(),
+                })?;
+        }
+        groups.insert(p.pgid);
     }
-    if p.pgid != parent_pgid && p.pgid != 0 {
-        let to = if p.pgid == p.pid { 0 } else { p.pgid };
-        t.syscall(tid, libc::SYS_setpgid, &[0, to as u64])?;
+    Ok(())
+}
+
+/// Makes group `pgid`, whose leader is gone, for process `t` (one of its members): a holder
+/// forked from `t` (so in its session) with the leader's id makes the group, `t` joins it, and
+/// the holder ends, reaped by `t` at once (forked without an exit signal: `t` gets no
+/// SIGCHLD). The group lives on in its members, as it did when its leader ended.
+fn make_group(t: &Tracee, pgid: i32, ns: &Namespace) -> Result<()> {
+    const WALL: u64 = 0x4000_0000;
+    ns.next_pid(pgid)?;
+    let tid = t.control_thread()?;
+    t.syscall(tid, libc::SYS_clone, &[0, 0, 0, 0, 0])?;
+    let holder = t
+        .take_notices()
+        .into_iter()
+        .find_map(|n| match n {
+            Notice::Child { pid, .. } => Some(pid),
+            _ => None,
+        })
+        .ok_or_else(|| RunError::Unsupported {
+            what: format!("the holder of process group {pgid} did not appear"),
+        })?;
+    let h = Tracee::adopt(holder);
+    h.stop_all()?;
+    if kioku_proc::ns::ns_pid_of(holder) != Some(pgid) {
+        let _ = h.kill();
+        return Err(RunError::CannotRecreate {
+            what: format!("process group {pgid} (its id is taken)"),
+        });
     }
+    let htid = h.control_thread()?;
+    h.syscall(htid, libc::SYS_setpgid, &[0, 0])?;
+    t.syscall(tid, libc::SYS_setpgid, &[0, pgid as u64])?;
+    match h.syscall(htid, libc::SYS_exit_group, &[0]) {
+        Ok(_) | Err(kioku_proc::ProcError::Exited { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Collected by the injection (as the holder's tracer): reaped now by its parent.
+    t.syscall(tid, libc::SYS_wait4, &[pgid as u64, 0, WALL, 0])?;
+    tracing::debug!(
+        pgid,
+        "a process group whose leader had ended was made again"
+    );
     Ok(())
 }
 
