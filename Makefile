@@ -44,11 +44,17 @@ soak: soak-rust soak-java soak-hugepage soak-group soak-cache soak-dsm soak-capt
 # over to show it is deterministic; power cuts of tree checkpoints with random crash images too.
 # A failure prints KIOKU_SEED, which replays its kill moments. Then 20 s of seeded mutations
 # of each fuzz corpus (make test: 1 s; `make fuzz` is the coverage-guided search).
+# Power-cut tests enumerate every crash image of a cut point with up to 16 pending lines
+# (make test: 10, and 1,024 of the images drawn for more; KIOKU_EXHAUSTIVE_LINES).
 SOAK_KILLS ?= 50
 soak-rust: deps
 	KIOKU_PROC_KILLS=$(SOAK_KILLS) KIOKU_PROC_REFERENCES=3 \
 	  $(CARGO) test -p kioku-cli --test proc_programs --test proc_restore -- --nocapture
-	KIOKU_POWER_CUT_IMAGES=4 $(CARGO) test -p kioku-run --test power_cut -- --nocapture
+	KIOKU_POWER_CUT_IMAGES=4 KIOKU_EXHAUSTIVE_LINES=16 \
+	  $(CARGO) test -p kioku-run --test power_cut -- --nocapture
+	KIOKU_EXHAUSTIVE_LINES=16 $(CARGO) test -p kioku-ckpt --test power_cut --test sparse \
+	  -- --nocapture
+	KIOKU_EXHAUSTIVE_LINES=16 $(CARGO) test -p kioku-pool --test commit_crash -- --nocapture
 	KIOKU_FUZZ_SECS=20 $(CARGO) test -p kioku-fuzz --test corpus -- --nocapture
 
 # Group checkpoints at length: the property test over 24 random sequences of levels, sizes
@@ -89,9 +95,10 @@ soak-hugepage: deps
 	done
 
 # kioku-cache: power cuts at every ordering point of 32 more traffic seeds (random crash images
-# included), and the hot-item placement test ten times over.
+# included, every image of up to 16 pending lines), and the hot-item placement test ten times.
 soak-cache: deps
-	KIOKU_CACHE_POWER_CUT_SEEDS=32 $(CARGO) test -p kioku-cache --test power_cut -- --nocapture
+	KIOKU_CACHE_POWER_CUT_SEEDS=32 KIOKU_EXHAUSTIVE_LINES=16 \
+	  $(CARGO) test -p kioku-cache --test power_cut -- --nocapture
 	for i in 1 2 3 4 5 6 7 8 9 10; do \
 	  $(CARGO) test -q -p kioku-cache --test hot_placement || exit 1; \
 	done

@@ -92,7 +92,8 @@ both!(endpoints, |via| {
                     assert_eq!(e, peer6);
                     break;
                 }
-                Ok(()) => assert!(t0.elapsed() < Duration::from_secs(5), "never refused"),
+                // The peer's refusal comes when its node gets to it: seconds on a loaded machine.
+                Ok(()) => assert!(t0.elapsed() < Duration::from_secs(60), "never refused"),
                 Err(e) => panic!("{e}"),
             }
             std::thread::sleep(Duration::from_millis(1));
@@ -341,7 +342,8 @@ both!(receiver_close_fails_the_sender, |via| {
             loop {
                 match n.pktchan_send(h, b"more") {
                     Err(McapiError::ChanNotOpen) => break,
-                    Ok(()) => assert!(t0.elapsed() < Duration::from_secs(5)),
+                    // Until the peer's close arrives (seconds on a loaded machine).
+                    Ok(()) => assert!(t0.elapsed() < Duration::from_secs(60), "never closed"),
                     Err(e) => panic!("{e}"),
                 }
                 std::thread::sleep(Duration::from_millis(1));

@@ -9,6 +9,7 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::OnceLock;
 
 use crate::sys;
 use crate::{PageRange, TrackError};
@@ -95,6 +96,29 @@ pub fn probe_support() -> Result<UffdSupport, TrackError> {
         features,
         user_mode_only,
     })
+}
+
+/// [`probe_support`], asked of the kernel once per process: its answer cannot change while the
+/// process runs, and each probe costs a userfaultfd and two opens of `/proc/self/pagemap`
+/// (trackers are made per checkpoint engine, and recoveries make engines by the thousand). A
+/// failure is not kept: the next call probes again.
+pub fn support() -> Result<UffdSupport, TrackError> {
+    static SUPPORT: OnceLock<UffdSupport> = OnceLock::new();
+    if let Some(s) = SUPPORT.get() {
+        return Ok(*s);
+    }
+    let s = probe_support()?;
+    Ok(*SUPPORT.get_or_init(|| s))
+}
+
+/// [`probe_pagemap_scan`] once per process, as [`support`].
+pub fn pagemap_scan_supported() -> Result<(), TrackError> {
+    static SUPPORTED: OnceLock<()> = OnceLock::new();
+    if SUPPORTED.get().is_none() {
+        probe_pagemap_scan()?;
+        let _ = SUPPORTED.set(());
+    }
+    Ok(())
 }
 
 fn check_features(features: u64) -> Result<(), TrackError> {
@@ -218,7 +242,7 @@ pub fn ensure_wp_async(fd: RawFd) -> Result<u64, TrackError> {
         }
         return Ok(info.features);
     }
-    let support = probe_support()?;
+    let support = support()?;
     let want = REQUIRED_FEATURES | (OPTIONAL_FEATURES & support.features);
     handshake(fd, want).map_err(|source| TrackError::Sys {
         what: "UFFDIO_API handshake",

@@ -25,7 +25,7 @@ pub struct UffdTracker {
 impl UffdTracker {
     /// A tracker for the calling process with a userfaultfd of its own.
     pub fn new() -> Result<UffdTracker, TrackError> {
-        let support = uffd::probe_support()?;
+        let support = uffd::support()?;
         let (fd, _) = uffd::create()?;
         let want = uffd::REQUIRED_FEATURES | (uffd::OPTIONAL_FEATURES & support.features);
         uffd::handshake(fd.as_raw_fd(), want).map_err(|source| TrackError::Sys {
@@ -49,7 +49,7 @@ impl UffdTracker {
 
     /// A tracker for process `pid` through `uffd`, a userfaultfd created in that process.
     pub fn for_process(pid: i32, uffd: OwnedFd) -> Result<UffdTracker, TrackError> {
-        uffd::probe_pagemap_scan()?;
+        uffd::pagemap_scan_supported()?;
         let features = uffd::ensure_wp_async(uffd.as_raw_fd())?;
         let pagemap = open_pagemap(pid)?;
         Ok(UffdTracker {

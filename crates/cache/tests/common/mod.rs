@@ -66,16 +66,12 @@ impl Server {
 
     /// The real memcached on a free port; None if it is not installed.
     ///
-    /// The port is found by binding port 0 and letting it go, so another process (a
-    /// `kioku-cache -p 0` of a test running beside this one) may take it first: then memcached
-    /// exits and the probe would reach the other server. So the server that answers must be
-    /// this memcached (alive, and its `version` is not kioku's); otherwise try another port.
+    /// The port comes from below the ephemeral range (`kioku_testkit::ports`), where no
+    /// outgoing connection nor `kioku-cache -p 0` takes it; a listener of another program may
+    /// still bind it first, so the server that answers must be this memcached (alive, and its
+    /// `version` is not kioku's); otherwise another port is tried.
     pub fn memcached(args: &[&str]) -> Option<Server> {
-        for _ in 0..5 {
-            let port = {
-                let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
-                l.local_addr().ok()?.port()
-            };
+        for port in kioku_testkit::ports::free_ports(5) {
             let mut child = match Command::new("memcached")
                 .args([
                     "-U",
@@ -102,7 +98,7 @@ impl Server {
                     break false;
                 }
                 if let Ok(mut stream) = TcpStream::connect(addr) {
-                    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
                     let mut reply = [0u8; 128];
                     let n = stream
                         .write_all(b"version\r\n")
@@ -113,7 +109,8 @@ impl Server {
                         && !v.contains("kioku")
                         && child.try_wait().ok().flatten().is_none();
                 }
-                if start.elapsed() > Duration::from_secs(5) {
+                // memcached starts in milliseconds; a loaded machine may take seconds.
+                if start.elapsed() > Duration::from_secs(30) {
                     break false;
                 }
                 std::thread::sleep(Duration::from_millis(20));

@@ -11,7 +11,10 @@ from pymemcache.client.base import Client
 from pymemcache.exceptions import MemcacheClientError, MemcacheServerError
 
 host, port, item_max, mem_limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-c = Client((host, port), connect_timeout=10, timeout=20, default_noreply=False)
+# TCP_NODELAY, as pymemcache advises for latency: with Nagle's algorithm each request sent
+# while the last is unacknowledged waits for the peer's delayed ACK (40 ms; the 4,800 requests
+# of many_clients_same_keys took 9.6 s against the real memcached, 0.4 s with it).
+c = Client((host, port), connect_timeout=10, timeout=20, default_noreply=False, no_delay=True)
 failures = []
 
 
@@ -179,7 +182,7 @@ def many_clients_same_keys():
     errors = []
 
     def worker(t):
-        cl = Client((host, port), timeout=20)
+        cl = Client((host, port), timeout=20, no_delay=True)
         for i in range(200):
             v = bytes([65 + (t + i) % 26]) * (50 + (i * 37) % 3000)
             cl.set("shared", v)

@@ -156,10 +156,11 @@ pub fn wait_for_epoch(dir: &RunDir, pool: &str, epoch: u64) {
     }
 }
 
-/// The traced program of monitor `pid` (its only child), waiting up to 5 s for it.
+/// The traced program of monitor `pid` (its only child), waiting up to 60 s for it (a loaded
+/// machine may take seconds to start kioku and its program); `None` once the monitor is gone.
 pub fn program_of(monitor: u32) -> Option<i32> {
     let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(5) {
+    while t0.elapsed() < Duration::from_secs(60) {
         let text =
             std::fs::read_to_string(format!("/proc/{monitor}/task/{monitor}/children")).ok()?;
         if let Some(p) = text.split_whitespace().next() {

@@ -38,6 +38,21 @@ pub const LINE: usize = 64;
 pub const WORD: usize = 8;
 /// The most pending lines `crash_images` enumerates (2^16 images).
 pub const EXHAUSTIVE_LIMIT: usize = 16;
+/// The most pending lines `crash_image_sample` enumerates in full (2^10 images) unless
+/// `KIOKU_EXHAUSTIVE_LINES` says otherwise (up to [`EXHAUSTIVE_LIMIT`]; `make soak` sets it).
+pub const SAMPLE_EXHAUSTIVE_LINES: usize = 10;
+
+/// `KIOKU_EXHAUSTIVE_LINES`, else [`SAMPLE_EXHAUSTIVE_LINES`]; at most [`EXHAUSTIVE_LIMIT`].
+fn sample_exhaustive_lines() -> usize {
+    static LINES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LINES.get_or_init(|| {
+        std::env::var("KIOKU_EXHAUSTIVE_LINES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(SAMPLE_EXHAUSTIVE_LINES)
+            .min(EXHAUSTIVE_LIMIT)
+    })
+}
 
 /// Which image `SimControl::crash` builds from the state at the power cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -520,14 +535,35 @@ impl SimControl {
     }
 
     /// The images a power-cut test should check: every image (`crash_images`) when there are
-    /// few enough pending lines, else both extremes (`DrainedOnly`, `AllFlushed`) and `randoms`
-    /// random images with torn words and evicted unflushed lines.
+    /// at most `KIOKU_EXHAUSTIVE_LINES` pending lines (default [`SAMPLE_EXHAUSTIVE_LINES`]);
+    /// with more, up to [`EXHAUSTIVE_LIMIT`], 2^`KIOKU_EXHAUSTIVE_LINES` of those images drawn
+    /// reproducibly; beyond, none of them. Then both extremes (`DrainedOnly`, `AllFlushed`) and
+    /// `randoms` random images with torn words and evicted unflushed lines.
+    ///
+    /// (A cut point with 16 pending lines has 65,536 images: enumerating them all made a few
+    /// cut points most of a power-cut test's time.)
     pub fn crash_image_sample(&self, randoms: u64) -> Result<Vec<Vec<u8>>> {
-        if let Ok(all) = self.crash_images() {
-            return Ok(all.collect());
+        let pending = self.shared.lock().pending_spans().len();
+        let full = sample_exhaustive_lines();
+        if pending <= full {
+            if let Ok(all) = self.crash_images() {
+                return Ok(all.collect());
+            }
         }
+        let subsets: Vec<CrashMode> = if pending <= EXHAUSTIVE_LIMIT {
+            let mut rng = ChaCha8Rng::seed_from_u64(pending as u64);
+            rand::seq::index::sample(&mut rng, 1 << pending, 1 << full)
+                .into_iter()
+                .map(|index| CrashMode::Exhaustive {
+                    index: index as u64,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         [CrashMode::DrainedOnly, CrashMode::AllFlushed]
             .into_iter()
+            .chain(subsets)
             .chain((0..randoms).map(|seed| CrashMode::Random {
                 seed,
                 tear_words: true,
