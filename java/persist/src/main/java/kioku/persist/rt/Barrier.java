@@ -400,11 +400,15 @@ public final class Barrier {
   }
 
   public static void storeS(short[] a, int i, short v) {
-    if (mayS() && active && maybePersistentPrimitives(a, SHORTS)) hooks.storePrimitive(a, i, v & 0xffffL);
+    if (mayS() && active && maybePersistentPrimitives(a, SHORTS)) {
+      hooks.storePrimitive(a, i, v & 0xffffL);
+    }
   }
 
   public static void storeI(int[] a, int i, int v) {
-    if (mayI() && active && maybePersistentPrimitives(a, INTS)) hooks.storePrimitive(a, i, v & 0xffffffffL);
+    if (mayI() && active && maybePersistentPrimitives(a, INTS)) {
+      hooks.storePrimitive(a, i, v & 0xffffffffL);
+    }
   }
 
   public static void storeJ(long[] a, int i, long v) {
