@@ -49,6 +49,14 @@ public final class AgentStartup {
     openJavaBase(inst);
     // The rewritten JDK classes of an earlier start, if this jar and JDK made them: their
     // field numbers are registered before anything else is rewritten.
+    // Barrier's static initializer builds its call sites with java.lang.invoke, which uses
+    // java.util: it runs now, before a retransformed java.util method can call Barrier (one
+    // would otherwise find Barrier half initialized, its call sites still null).
+    try {
+      Class.forName(Barrier.class.getName(), true, null);
+    } catch (ClassNotFoundException e) {
+      throw new AssertionError(e); // it was loaded just above
+    }
     TransformCache cache =
         TransformCache.open(options.cache(), java.nio.file.Path.of(agentJar), options.excluded());
     if (cache != null && !cache.registerFields()) cache = null;

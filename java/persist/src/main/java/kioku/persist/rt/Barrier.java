@@ -1,5 +1,8 @@
 package kioku.persist.rt;
 
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MutableCallSite;
 import java.lang.invoke.VarHandle;
 
 /**
@@ -13,7 +16,8 @@ import java.lang.invoke.VarHandle;
  *
  * <p>A store into a primitive array first tests a filter of classes ({@link #SIDE_CLASSES}):
  * while no {@code int[]} is persistent, a store into an {@code int[]} ends on one load of the
- * filter (a constant offset and mask), without the fence flag or the array's header. Object
+ * filter (a constant offset and mask), without the fence flag or the array's header; in code
+ * C2 compiled, on nothing at all (the call sites per primitive array class, below). Object
  * arrays and JDK objects are not filtered: their class is known only at run time, and reaching
  * its identity hash (object, class, mirror, mirror's header) cost more than the header read it
  * saves (WriteBench: a store into an {@code Object[]} 5.1 → 8.5 ns when tried).
@@ -81,7 +85,61 @@ public final class Barrier {
       long now = IdentityHashes.U.getLongVolatile(SIDE_CLASSES, at);
       if ((now & (1L << h)) != 0) return false;
       IdentityHashes.U.putLongVolatile(SIDE_CLASSES, at, now | (1L << h));
+      openPrimitiveSites(h);
       return true;
+    }
+  }
+
+  // One call site per primitive array class, answering whether a store into such an array may
+  // need the barrier's slow path: false (a constant) until the class filter's bit of any of
+  // the eight classes that share a bit with it is set. C2 folds a static final invoker of a
+  // MutableCallSite into the constant and records a dependency on the site's target, so while
+  // no array of the class can be persistent a store into one compiles to no barrier at all: no
+  // volatile read in the loop, which then unrolls and vectorizes as without the agent (the
+  // volatile read of `active` and of the filter kept C2 from doing either: commons-math, whose
+  // loops store into double[], ran +120 % with persistence active). setTarget deoptimizes every
+  // compiled method that folded the old target before it returns (a handshake with all threads:
+  // a frame inside such a loop is sent to the interpreter at its next safepoint poll), so a
+  // writer that skipped the barrier did its store before setTarget returned, and the caller's
+  // safepoint that follows (SideTable) orders it before any copy, as with the filter's bit.
+  private static final MutableCallSite BYTES_OPEN = closedSite();
+  private static final MutableCallSite BOOLEANS_OPEN = closedSite();
+  private static final MutableCallSite CHARS_OPEN = closedSite();
+  private static final MutableCallSite SHORTS_OPEN = closedSite();
+  private static final MutableCallSite INTS_OPEN = closedSite();
+  private static final MutableCallSite LONGS_OPEN = closedSite();
+  private static final MutableCallSite FLOATS_OPEN = closedSite();
+  private static final MutableCallSite DOUBLES_OPEN = closedSite();
+  private static final MethodHandle BYTES_MAY = BYTES_OPEN.dynamicInvoker();
+  private static final MethodHandle BOOLEANS_MAY = BOOLEANS_OPEN.dynamicInvoker();
+  private static final MethodHandle CHARS_MAY = CHARS_OPEN.dynamicInvoker();
+  private static final MethodHandle SHORTS_MAY = SHORTS_OPEN.dynamicInvoker();
+  private static final MethodHandle INTS_MAY = INTS_OPEN.dynamicInvoker();
+  private static final MethodHandle LONGS_MAY = LONGS_OPEN.dynamicInvoker();
+  private static final MethodHandle FLOATS_MAY = FLOATS_OPEN.dynamicInvoker();
+  private static final MethodHandle DOUBLES_MAY = DOUBLES_OPEN.dynamicInvoker();
+
+  private static final MethodHandle OPEN = MethodHandles.constant(boolean.class, true);
+
+  private static MutableCallSite closedSite() {
+    return new MutableCallSite(MethodHandles.constant(boolean.class, false));
+  }
+
+  /**
+   * After bit {@code h & 1023} of the filter was set: opens the sites of the primitive array
+   * classes whose hash selects that bit (called under SIDE_CLASSES_LOCK).
+   */
+  private static void openPrimitiveSites(int h) {
+    MutableCallSite[] sites = {
+      BYTES_OPEN, BOOLEANS_OPEN, CHARS_OPEN, SHORTS_OPEN,
+      INTS_OPEN, LONGS_OPEN, FLOATS_OPEN, DOUBLES_OPEN
+    };
+    int[] hashes = {BYTES, BOOLEANS, CHARS, SHORTS, INTS, LONGS, FLOATS, DOUBLES};
+    for (int i = 0; i < sites.length; i++) {
+      if (((hashes[i] ^ h) & 1023) == 0 && sites[i].getTarget() != OPEN) {
+        sites[i].setTarget(OPEN);
+        MutableCallSite.syncAll(new MutableCallSite[] {sites[i]});
+      }
     }
   }
 
@@ -261,38 +319,110 @@ public final class Barrier {
     if (h != null) h.rootsDeclared(c);
   }
 
+  // Whether a store into a primitive array of each class may need more than the fast path:
+  // the folded call sites above, or a test that wants every store reported.
+
+  private static boolean mayB() {
+    try {
+      return (boolean) BYTES_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayZ() {
+    try {
+      return (boolean) BOOLEANS_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayC() {
+    try {
+      return (boolean) CHARS_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayS() {
+    try {
+      return (boolean) SHORTS_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayI() {
+    try {
+      return (boolean) INTS_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayJ() {
+    try {
+      return (boolean) LONGS_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayF() {
+    try {
+      return (boolean) FLOATS_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
+  private static boolean mayD() {
+    try {
+      return (boolean) DOUBLES_MAY.invokeExact() || reportUnhashed;
+    } catch (Throwable t) {
+      throw new AssertionError(t); // a constant handle throws nothing
+    }
+  }
+
   // Array stores. bastore serves byte[] and boolean[], so it takes Object.
 
   public static void storeB(Object a, int i, int v) {
+    if (a instanceof byte[] ? !mayB() : !mayZ()) return;
     if (active && maybePersistentPrimitives(a, a instanceof byte[] ? BYTES : BOOLEANS)) {
       hooks.storePrimitive(a, i, v & 0xffL);
     }
   }
 
   public static void storeC(char[] a, int i, char v) {
-    if (active && maybePersistentPrimitives(a, CHARS)) hooks.storePrimitive(a, i, v);
+    if (mayC() && active && maybePersistentPrimitives(a, CHARS)) hooks.storePrimitive(a, i, v);
   }
 
   public static void storeS(short[] a, int i, short v) {
-    if (active && maybePersistentPrimitives(a, SHORTS)) hooks.storePrimitive(a, i, v & 0xffffL);
+    if (mayS() && active && maybePersistentPrimitives(a, SHORTS)) {
+      hooks.storePrimitive(a, i, v & 0xffffL);
+    }
   }
 
   public static void storeI(int[] a, int i, int v) {
-    if (active && maybePersistentPrimitives(a, INTS)) hooks.storePrimitive(a, i, v & 0xffffffffL);
+    if (mayI() && active && maybePersistentPrimitives(a, INTS)) {
+      hooks.storePrimitive(a, i, v & 0xffffffffL);
+    }
   }
 
   public static void storeJ(long[] a, int i, long v) {
-    if (active && maybePersistentPrimitives(a, LONGS)) hooks.storePrimitive(a, i, v);
+    if (mayJ() && active && maybePersistentPrimitives(a, LONGS)) hooks.storePrimitive(a, i, v);
   }
 
   public static void storeF(float[] a, int i, float v) {
-    if (active && maybePersistentPrimitives(a, FLOATS)) {
+    if (mayF() && active && maybePersistentPrimitives(a, FLOATS)) {
       hooks.storePrimitive(a, i, Float.floatToRawIntBits(v) & 0xffffffffL);
     }
   }
 
   public static void storeD(double[] a, int i, double v) {
-    if (active && maybePersistentPrimitives(a, DOUBLES)) {
+    if (mayD() && active && maybePersistentPrimitives(a, DOUBLES)) {
       hooks.storePrimitive(a, i, Double.doubleToRawLongBits(v));
     }
   }
