@@ -343,10 +343,14 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// The running context still holds pages of before (a full copy made by recovery): empty
     /// it at the next checkpoint's end.
     empty_running: bool,
-    /// A sparse engine keeps the running context's pages of the last checkpoint after it (copies
-    /// of the valid context's) instead of punching them, so that pages written again in the next
-    /// epoch are stored into pages the file already has. See [`Engine::set_keep_running`].
+    /// A sparse engine keeps the running context's pages that the last two checkpoints both
+    /// wrote (copies of the valid context's) instead of punching them, so that pages written
+    /// again in the next epoch are stored into pages the file already has (see
+    /// [`Engine::set_sparse`]; `KIOKU_KEEP_RUNNING=0` turns it off).
     keep_running: bool,
+    /// The last checkpoint's written pages, `(first page, pages)` by region id (sparse engines
+    /// keeping their running pages).
+    last_runs: std::collections::HashMap<u64, Vec<(usize, usize)>>,
     /// Bytes of pool pages this engine read or wrote through the pool's mapping (checksums,
     /// copies into the other context) since it last let go of them (dense engines; see
     /// [`release_pool_mapping`]).
@@ -514,6 +518,7 @@ impl<S: AddressSpace> Engine<S> {
             // `KIOKU_KEEP_RUNNING=0`: punch every running page after each checkpoint, as
             // before (for comparisons).
             keep_running: std::env::var_os("KIOKU_KEEP_RUNNING").is_none_or(|v| v != "0"),
+            last_runs: Default::default(),
             pool_touched: 0,
             read_buf: Vec::new(),
             known_crcs: Default::default(),
@@ -763,8 +768,9 @@ impl<S: AddressSpace> Engine<S> {
     ///   zero at a checkpoint becomes a hole again, in both contexts;
     /// * the running context holds only the pages written in the current epoch and the last
     ///   one: once a checkpoint has synced its pages into the other context (now the valid
-    ///   one, complete), the running context keeps them (copies of the valid context's) and
-    ///   gives back every other page it holds, so a page written again in the next epoch is
+    ///   one, complete), the running context keeps those the checkpoint before wrote too
+    ///   (copies of the valid context's) and gives back every other page it holds, so a page
+    ///   written again and again (a program's hot tables) is
     ///   stored into a page the file already has — punching and re-allocating every page
     ///   each epoch was about a fifth of a process monitor's CPU on xz (`KIOKU_KEEP_RUNNING=0`
     ///   punches them all, as before). A checkpoint whose second commit a crash prevented is
@@ -982,11 +988,51 @@ impl<S: AddressSpace> Engine<S> {
         Ok(())
     }
 
+    /// The pages of this checkpoint's `runs` that the checkpoint before wrote too (by region
+    /// id, `last_runs`): the ones likely to be written again in the next epoch (a program's
+    /// hot tables), not memory written once (a buffer being filled), whose kept copy would
+    /// only take space.
+    fn rewritten_runs(&self, runs: &[(usize, usize, usize)]) -> Vec<(usize, usize, usize)> {
+        let mut out = Vec::new();
+        let mut at: Option<(u64, usize)> = None;
+        for &(i, first, n) in runs {
+            let id = self.regions[i].rec.id;
+            let Some(last) = self.last_runs.get(&id) else {
+                continue;
+            };
+            // `runs` and `last` are sorted by first page; walk `last` from where the previous
+            // run of this region left it.
+            let mut j = match at {
+                Some((aid, j)) if aid == id => j,
+                _ => 0,
+            };
+            let (a, b) = (first, first + n);
+            while j < last.len() && last[j].0 + last[j].1 <= a {
+                j += 1;
+            }
+            let mut k = j;
+            while k < last.len() && last[k].0 < b {
+                let (la, lb) = (last[k].0, last[k].0 + last[k].1);
+                let (x, y) = (a.max(la), b.min(lb));
+                if x < y {
+                    out.push((i, x, y - x));
+                }
+                if lb > b {
+                    break;
+                }
+                k += 1;
+            }
+            at = Some((id, j));
+        }
+        out
+    }
+
     /// A sparse engine keeping its running pages, after a checkpoint: the running context keeps
-    /// the pages of `runs` (this checkpoint's, now copies of the valid context's) and gives
-    /// back every other page it holds (kept from the checkpoint before and not written again).
-    /// So it holds at most one checkpoint's pages at rest, and a page written in two epochs
-    /// in a row is stored into the page the file already has: no punch and no allocation.
+    /// the pages of `runs` (pages of this checkpoint, now copies of the valid context's) and
+    /// gives back every other page it holds (kept from the checkpoint before and not written
+    /// again, or written for the first time). So it holds at most one checkpoint's pages at
+    /// rest, and a page written in epochs in a row is stored into the page the file already
+    /// has: no punch and no allocation.
     /// Unordered, as [`Engine::empty_running_context`]: every page it holds equals the valid
     /// context's (the sync copied it), and a recovery checks each page anyway.
     fn trim_running_context(&mut self, runs: &[(usize, usize, usize)]) -> Result<()> {
@@ -1603,9 +1649,17 @@ impl<S: AddressSpace> Engine<S> {
         self.adapt_tracking(&p.runs)?;
         if self.sparse {
             if self.keep_running && !self.empty_running {
-                self.trim_running_context(&p.runs)?;
+                let keep = self.rewritten_runs(&p.runs);
+                self.trim_running_context(&keep)?;
             } else {
                 self.empty_running_context()?;
+            }
+            if self.keep_running {
+                self.last_runs.clear();
+                for &(i, first, n) in &p.runs {
+                    let id = self.regions[i].rec.id;
+                    self.last_runs.entry(id).or_default().push((first, n));
+                }
             }
             self.release_mapped_pages(false)?;
         } else {
