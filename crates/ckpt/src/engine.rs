@@ -346,7 +346,7 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// A sparse engine keeps the running context's pages that the last two checkpoints both
     /// wrote (copies of the valid context's) instead of punching them, so that pages written
     /// again in the next epoch are stored into pages the file already has (see
-    /// [`Engine::set_sparse`]; `KIOKU_KEEP_RUNNING=0` turns it off).
+    /// [`Engine::set_keep_running`]).
     keep_running: bool,
     /// The last checkpoint's written pages, `(first page, pages)` by region id (sparse engines
     /// keeping their running pages).
@@ -515,9 +515,8 @@ impl<S: AddressSpace> Engine<S> {
             lazy: None,
             sparse: false,
             empty_running: false,
-            // `KIOKU_KEEP_RUNNING=0`: punch every running page after each checkpoint, as
-            // before (for comparisons).
-            keep_running: std::env::var_os("KIOKU_KEEP_RUNNING").is_none_or(|v| v != "0"),
+            // `KIOKU_KEEP_RUNNING=1` turns it on (see `Engine::set_keep_running`).
+            keep_running: std::env::var_os("KIOKU_KEEP_RUNNING").is_some_and(|v| v == "1"),
             last_runs: Default::default(),
             pool_touched: 0,
             read_buf: Vec::new(),
@@ -766,20 +765,14 @@ impl<S: AddressSpace> Engine<S> {
     /// (the process monitor), not for regions a program writes directly:
     /// * region sections are sparse: a page never written takes no space, and a page that is
     ///   zero at a checkpoint becomes a hole again, in both contexts;
-    /// * the running context holds only the pages written in the current epoch and the last
-    ///   one: once a checkpoint has synced its pages into the other context (now the valid
-    ///   one, complete), the running context keeps those the checkpoint before wrote too
-    ///   (copies of the valid context's) and gives back every other page it holds, so a page
-    ///   written again and again (a program's hot tables) is
-    ///   stored into a page the file already has — punching and re-allocating every page
-    ///   each epoch was about a fifth of a process monitor's CPU on xz (`KIOKU_KEEP_RUNNING=0`
-    ///   punches them all, as before). A checkpoint whose second commit a crash prevented is
-    ///   then the running context's pages over the other context's: recovery takes every page
-    ///   that is not in the running context, or that fails its checksum there, from the other
-    ///   context, which holds it intact — the repair it always made, now by design. So the
-    ///   pool holds the memory once plus the last epoch's written pages, and while a
-    ///   checkpoint is taken the pages written in it besides (the same pages, for a program
-    ///   that rewrites the same memory every epoch);
+    /// * the running context holds only the pages written in the current epoch: once a
+    ///   checkpoint has synced them into the other context (now the valid one, complete),
+    ///   they are punched from the running context (unless [`Engine::set_keep_running`]). A
+    ///   checkpoint whose second commit a crash prevented is then the running context's pages
+    ///   over the other context's: recovery takes every page that is not in the running
+    ///   context, or that fails its checksum there, from the other context, which holds it
+    ///   intact — the repair it always made, now by design. So the pool holds the memory once
+    ///   plus one epoch's written pages;
     /// * after each checkpoint the engine lets go of the pool pages it mapped once they exceed
     ///   a few tens of MiB (`MADV_DONTNEED`; the bytes stay in the pool): its own resident
     ///   memory stays small.
@@ -796,6 +789,22 @@ impl<S: AddressSpace> Engine<S> {
             self.release_mapped_pages(true)?;
         }
         Ok(())
+    }
+
+    /// A sparse engine keeps, after each checkpoint, the running context's pages that this
+    /// checkpoint and the one before both wrote (copies of the valid context's), and punches
+    /// only the others — instead of punching every page and allocating it again when the next
+    /// epoch stores there: a page written again and again (a program's hot tables) is stored
+    /// into a page the file already has. Punching and re-allocating was about a fifth of the
+    /// process monitor's CPU on xz (docs/perf.md, run-xz). The cost is space: the pool holds
+    /// the kept pages besides the memory (at rest, and at a checkpoint those of them the epoch
+    /// did not write again besides its own). Off by default; `KIOKU_KEEP_RUNNING=1` turns it on
+    /// for every engine made in the process. Recovery is unchanged: a kept page is either the
+    /// valid context's copy or a page the checkpoint wrote, and every page is checked against
+    /// its checksum.
+    pub fn set_keep_running(&mut self, on: bool) {
+        self.keep_running = on;
+        self.last_runs.clear();
     }
 
     /// Whether [`Engine::set_sparse`] is on.

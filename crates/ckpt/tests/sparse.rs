@@ -100,11 +100,19 @@ fn assert_committed(engine: &Engine, model: &Model, what: &str) {
     }
 }
 
-fn run(base: usize, seed: u64, epochs: u64, cut: Option<u64>) -> (SimControl, Vec<Model>, u64) {
+/// `keep`: the engine keeps its running pages (`Engine::set_keep_running`).
+fn run(
+    base: usize,
+    seed: u64,
+    epochs: u64,
+    cut: Option<u64>,
+    keep: bool,
+) -> (SimControl, Vec<Model>, u64) {
     let sim = SimMedium::new(0).unwrap();
     let ctl = sim.control();
     let mut engine = Engine::create_on(Box::new(sim)).unwrap();
     engine.set_sparse(true).unwrap();
+    engine.set_keep_running(keep);
     let start = ctl.ordering_points();
     if let Some(c) = cut {
         ctl.cut_power_at(start + c);
@@ -141,14 +149,23 @@ fn run(base: usize, seed: u64, epochs: u64, cut: Option<u64>) -> (SimControl, Ve
 
 #[test]
 fn crash_at_every_ordering_point_of_sparse_checkpoints() {
-    let base = 0x2600_0000_0000;
-    let (seed, epochs) = (21, 5);
-    let (ctl, _, start) = run(base, seed, epochs, None);
+    crash_at_every_ordering_point(0x2600_0000_0000, 21, false);
+}
+
+/// The same with the running context's pages kept between checkpoints.
+#[test]
+fn crash_at_every_ordering_point_of_sparse_checkpoints_keeping_running_pages() {
+    crash_at_every_ordering_point(0x2800_0000_0000, 22, true);
+}
+
+fn crash_at_every_ordering_point(base: usize, seed: u64, keep: bool) {
+    let epochs = 5;
+    let (ctl, _, start) = run(base, seed, epochs, None, keep);
     let total = ctl.ordering_points() - start;
     let mut checked = 0;
     let mut seen = std::collections::BTreeSet::new();
     for p in 0..=total {
-        let (ctl, models, _) = run(base, seed, epochs, Some(p));
+        let (ctl, models, _) = run(base, seed, epochs, Some(p), keep);
         for img in ctl.crash_image_sample(4).unwrap() {
             let (engine, rec) = Engine::recover_on(Box::new(SimMedium::from_image(img).unwrap()))
                 .unwrap_or_else(|e| panic!("cut at {p}: recovery failed: {e}"));
@@ -247,7 +264,7 @@ fn a_lazy_recovery_of_sparse_checkpoints_cut_anywhere_gives_each_page_and_finish
     use kioku_pool::{OpenOptions, Pool};
     let base = 0x2700_0000_0000;
     let (seed, epochs) = (23, 4);
-    let (ctl, _, start) = run(base, seed, epochs, None);
+    let (ctl, _, start) = run(base, seed, epochs, None, true);
     let total = ctl.ordering_points() - start;
     let lazily = |img: &[u8]| {
         let sim = SimMedium::from_image(img.to_vec()).unwrap();
@@ -270,7 +287,7 @@ fn a_lazy_recovery_of_sparse_checkpoints_cut_anywhere_gives_each_page_and_finish
     let (mut checked, mut cut_finishes, mut from_other) = (0, 0, 0);
     let mut seen = std::collections::BTreeSet::new();
     for p in 0..=total {
-        let (ctl, models, _) = run(base, seed, epochs, Some(p));
+        let (ctl, models, _) = run(base, seed, epochs, Some(p), true);
         for img in ctl.crash_image_sample(2).unwrap() {
             let (mut eng, rec, c) = lazily(&img);
             let model = &models[rec.epoch as usize];
@@ -415,10 +432,6 @@ fn a_sparse_engine_keeps_only_the_last_checkpoints_running_pages() {
         eprintln!("SKIPPED: no /dev/shm (tmpfs) to put a pool on");
         return;
     };
-    if std::env::var_os("KIOKU_KEEP_RUNNING").is_some_and(|v| v == "0") {
-        eprintln!("SKIPPED: KIOKU_KEEP_RUNNING=0 turns keeping the running pages off");
-        return;
-    }
     let path = dir.path().join("k.pool");
     let opts = EngineOptions {
         medium: MediumChoice::Exactly(MediumKind::Shm),
@@ -426,6 +439,7 @@ fn a_sparse_engine_keeps_only_the_last_checkpoints_running_pages() {
     };
     let mut engine = Engine::create(&path, &opts).unwrap();
     engine.set_sparse(true).unwrap();
+    engine.set_keep_running(true);
     let r = engine
         .create_region(
             "m",
