@@ -343,6 +343,14 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     /// The running context still holds pages of before (a full copy made by recovery): empty
     /// it at the next checkpoint's end.
     empty_running: bool,
+    /// A sparse engine keeps the running context's pages that the last two checkpoints both
+    /// wrote (copies of the valid context's) instead of punching them, so that pages written
+    /// again in the next epoch are stored into pages the file already has (see
+    /// [`Engine::set_keep_running`]).
+    keep_running: bool,
+    /// The last checkpoint's written pages, `(first page, pages)` by region id (sparse engines
+    /// keeping their running pages).
+    last_runs: std::collections::HashMap<u64, Vec<(usize, usize)>>,
     /// Bytes of pool pages this engine read or wrote through the pool's mapping (checksums,
     /// copies into the other context) since it last let go of them (dense engines; see
     /// [`release_pool_mapping`]).
@@ -352,7 +360,9 @@ pub struct Engine<S: AddressSpace = SelfSpace> {
     read_buf: Vec<u8>,
     /// Checksums of running-context pages stored by [`Engine::store_running`] in this epoch,
     /// by (region id, page): the next checkpoint takes them instead of reading the pages.
-    known_crcs: std::collections::HashMap<(u64, usize), u32>,
+    /// (A fast hasher: SipHash over one key per page stored was a few % of a process
+    /// monitor's CPU on xz.)
+    known_crcs: std::collections::HashMap<(u64, usize), u32, foldhash::fast::RandomState>,
 }
 
 /// What [`Engine::finish_recovery`] needs of a lazy recovery.
@@ -505,6 +515,9 @@ impl<S: AddressSpace> Engine<S> {
             lazy: None,
             sparse: false,
             empty_running: false,
+            // `KIOKU_KEEP_RUNNING=1` turns it on (see `Engine::set_keep_running`).
+            keep_running: std::env::var_os("KIOKU_KEEP_RUNNING").is_some_and(|v| v == "1"),
+            last_runs: Default::default(),
             pool_touched: 0,
             read_buf: Vec::new(),
             known_crcs: Default::default(),
@@ -612,6 +625,7 @@ impl<S: AddressSpace> Engine<S> {
                 source,
                 target,
                 Some((&[], &[])),
+                true,
             )?;
             (0, vec![], 0)
         } else {
@@ -753,11 +767,12 @@ impl<S: AddressSpace> Engine<S> {
     ///   zero at a checkpoint becomes a hole again, in both contexts;
     /// * the running context holds only the pages written in the current epoch: once a
     ///   checkpoint has synced them into the other context (now the valid one, complete),
-    ///   they are punched from the running context. A checkpoint whose second commit a crash
-    ///   prevented is then the running context's pages over the other context's: recovery
-    ///   takes every page that is not in the running context (a hole that fails its checksum)
-    ///   from the other context, which holds it intact — the repair it always made, now by
-    ///   design. So the pool holds the memory once plus one epoch's written pages;
+    ///   they are punched from the running context (unless [`Engine::set_keep_running`]). A
+    ///   checkpoint whose second commit a crash prevented is then the running context's pages
+    ///   over the other context's: recovery takes every page that is not in the running
+    ///   context, or that fails its checksum there, from the other context, which holds it
+    ///   intact — the repair it always made, now by design. So the pool holds the memory once
+    ///   plus one epoch's written pages;
     /// * after each checkpoint the engine lets go of the pool pages it mapped once they exceed
     ///   a few tens of MiB (`MADV_DONTNEED`; the bytes stay in the pool): its own resident
     ///   memory stays small.
@@ -774,6 +789,22 @@ impl<S: AddressSpace> Engine<S> {
             self.release_mapped_pages(true)?;
         }
         Ok(())
+    }
+
+    /// A sparse engine keeps, after each checkpoint, the running context's pages that this
+    /// checkpoint and the one before both wrote (copies of the valid context's), and punches
+    /// only the others — instead of punching every page and allocating it again when the next
+    /// epoch stores there: a page written again and again (a program's hot tables) is stored
+    /// into a page the file already has. Punching and re-allocating was about a fifth of the
+    /// process monitor's CPU on xz (docs/perf.md, run-xz). The cost is space: the pool holds
+    /// the kept pages besides the memory (at rest, and at a checkpoint those of them the epoch
+    /// did not write again besides its own). Off by default; `KIOKU_KEEP_RUNNING=1` turns it on
+    /// for every engine made in the process. Recovery is unchanged: a kept page is either the
+    /// valid context's copy or a page the checkpoint wrote, and every page is checked against
+    /// its checksum.
+    pub fn set_keep_running(&mut self, on: bool) {
+        self.keep_running = on;
+        self.last_runs.clear();
     }
 
     /// Whether [`Engine::set_sparse`] is on.
@@ -867,11 +898,36 @@ impl<S: AddressSpace> Engine<S> {
         for (i, p0, p1) in under {
             let off = self.section_off(i, self.running) + (p0 * page) as u64;
             let part = &bytes[at..at + (p1 - p0) * page];
-            self.pool.write_at(off, part)?;
-            self.pool.flush(off, part.len() as u64)?;
             let id = self.regions[i].rec.id;
+            let mut crcs = Vec::with_capacity(p1 - p0);
             for (k, p) in part.chunks_exact(page).enumerate() {
-                self.known_crcs.insert((id, p0 + k), crc32c::crc32c(p));
+                let c = crc32c::crc32c(p);
+                crcs.push(c);
+                self.known_crcs.insert((id, p0 + k), c);
+            }
+            if self.sparse {
+                // Zero pages become holes here, not pages written and then read back, found
+                // zero and punched at the checkpoint (a program clearing its tables — xz
+                // between blocks — stores many); the rest is written in runs.
+                let zero = |k: usize| {
+                    crcs[k] == self.zero_page_crc && is_zero(&part[k * page..(k + 1) * page])
+                };
+                let mut k = 0;
+                while k < crcs.len() {
+                    let z = zero(k);
+                    let m = (k..crcs.len()).take_while(|&j| zero(j) == z).count();
+                    let (a, b) = (k * page, (k + m) * page);
+                    if z {
+                        self.pool.zero(off + a as u64, (b - a) as u64)?;
+                    } else {
+                        self.pool.write_at(off + a as u64, &part[a..b])?;
+                        self.pool.flush(off + a as u64, (b - a) as u64)?;
+                    }
+                    k += m;
+                }
+            } else {
+                self.pool.write_at(off, part)?;
+                self.pool.flush(off, part.len() as u64)?;
             }
             at += part.len();
         }
@@ -936,6 +992,96 @@ impl<S: AddressSpace> Engine<S> {
             // Only where it holds data: a punch costs a file system transaction on a disk.
             for (a, b) in self.pool.data_extents(off, self.regions[i].rec.len)? {
                 self.pool.discard(a, b - a)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pages of this checkpoint's `runs` that the checkpoint before wrote too (by region
+    /// id, `last_runs`): the ones likely to be written again in the next epoch (a program's
+    /// hot tables), not memory written once (a buffer being filled), whose kept copy would
+    /// only take space.
+    fn rewritten_runs(&self, runs: &[(usize, usize, usize)]) -> Vec<(usize, usize, usize)> {
+        let mut out = Vec::new();
+        let mut at: Option<(u64, usize)> = None;
+        for &(i, first, n) in runs {
+            let id = self.regions[i].rec.id;
+            let Some(last) = self.last_runs.get(&id) else {
+                continue;
+            };
+            // `runs` and `last` are sorted by first page; walk `last` from where the previous
+            // run of this region left it.
+            let mut j = match at {
+                Some((aid, j)) if aid == id => j,
+                _ => 0,
+            };
+            let (a, b) = (first, first + n);
+            while j < last.len() && last[j].0 + last[j].1 <= a {
+                j += 1;
+            }
+            let mut k = j;
+            while k < last.len() && last[k].0 < b {
+                let (la, lb) = (last[k].0, last[k].0 + last[k].1);
+                let (x, y) = (a.max(la), b.min(lb));
+                if x < y {
+                    out.push((i, x, y - x));
+                }
+                if lb > b {
+                    break;
+                }
+                k += 1;
+            }
+            at = Some((id, j));
+        }
+        out
+    }
+
+    /// A sparse engine keeping its running pages, after a checkpoint: the running context keeps
+    /// the pages of `runs` (pages of this checkpoint, now copies of the valid context's) and
+    /// gives back every other page it holds (kept from the checkpoint before and not written
+    /// again, or written for the first time). So it holds at most one checkpoint's pages at
+    /// rest, and a page written in epochs in a row is stored into the page the file already
+    /// has: no punch and no allocation.
+    /// Unordered, as [`Engine::empty_running_context`]: every page it holds equals the valid
+    /// context's (the sync copied it), and a recovery checks each page anyway.
+    fn trim_running_context(&mut self, runs: &[(usize, usize, usize)]) -> Result<()> {
+        let page = self.page;
+        let run = self.running;
+        let mut k = 0;
+        for i in 0..self.regions.len() {
+            let off = self.section_off(i, run);
+            let mut keep: Vec<(u64, u64)> = Vec::new();
+            while k < runs.len() && runs[k].0 < i {
+                k += 1;
+            }
+            while k < runs.len() && runs[k].0 == i {
+                let (_, first, n) = runs[k];
+                keep.push((off + first as u64 * page, off + (first + n) as u64 * page));
+                k += 1;
+            }
+            let mut kk = 0;
+            for (a, b) in self.pool.data_extents(off, self.regions[i].rec.len)? {
+                // The parts of `a..b` outside every kept run.
+                let mut at = a;
+                while kk < keep.len() && keep[kk].1 <= at {
+                    kk += 1;
+                }
+                let mut j = kk;
+                while at < b {
+                    match keep.get(j) {
+                        Some(&(ka, kb)) if ka < b => {
+                            if ka > at {
+                                self.pool.discard(at, ka - at)?;
+                            }
+                            at = at.max(kb);
+                            j += 1;
+                        }
+                        _ => {
+                            self.pool.discard(at, b - at)?;
+                            at = b;
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -1503,6 +1649,7 @@ impl<S: AddressSpace> Engine<S> {
             run,
             other,
             Some((&p.runs, &p.holes)),
+            !self.keep_running,
         )?;
         write_meta(&mut self.pool, other, &p.meta)?;
         self.pool
@@ -1510,7 +1657,19 @@ impl<S: AddressSpace> Engine<S> {
         self.committed_meta = (p.meta.len() as u64, p.meta_crc);
         self.adapt_tracking(&p.runs)?;
         if self.sparse {
-            self.empty_running_context()?;
+            if self.keep_running && !self.empty_running {
+                let keep = self.rewritten_runs(&p.runs);
+                self.trim_running_context(&keep)?;
+            } else {
+                self.empty_running_context()?;
+            }
+            if self.keep_running {
+                self.last_runs.clear();
+                for &(i, first, n) in &p.runs {
+                    let id = self.regions[i].rec.id;
+                    self.last_runs.entry(id).or_default().push((first, n));
+                }
+            }
             self.release_mapped_pages(false)?;
         } else {
             // The checkpoint read its pages of the running context and wrote them into the
@@ -1856,7 +2015,7 @@ fn sync_and_commit(
     meta_damaged: [bool; 2],
 ) -> Result<u64> {
     let page = meta.page_size as u64;
-    let pages_synced = sync_context(pool, &meta.regions, page, source, target, None)?;
+    let pages_synced = sync_context(pool, &meta.regions, page, source, target, None, true)?;
     for ctx in [source, target] {
         if ctx == target || meta_damaged[ctx] {
             write_meta(pool, ctx, meta_bytes)?;
@@ -1933,6 +2092,7 @@ type RunsAndHoles<'a> = (&'a [(usize, usize, usize)], &'a [Vec<(usize, usize)>])
 /// Makes context `to` equal to context `from` for the regions of `meta`: sections created,
 /// resized or deleted to match, then pages copied — only `runs` (region index, first page,
 /// pages) when given, else every page that differs. Returns the pages copied; all flushed.
+/// `move_pages`: a sparse `from`'s copied pages are punched from it once durable in `to`.
 fn sync_context(
     pool: &mut Pool,
     regions: &[RegionRecord],
@@ -1940,6 +2100,7 @@ fn sync_context(
     from: usize,
     to: usize,
     runs: Option<RunsAndHoles<'_>>,
+    move_pages: bool,
 ) -> Result<u64> {
     // Sections of `to` for regions that no longer exist.
     let wanted: std::collections::HashSet<String> =
@@ -1976,7 +2137,8 @@ fn sync_context(
         // Pages may be moved out of `from` only where a recovery finds them in `to`: a section
         // the last commit names as it is now.
         movable.push(
-            dst.is_sparse()
+            move_pages
+                && dst.is_sparse()
                 && pool
                     .committed_sections()
                     .iter()
@@ -2135,7 +2297,11 @@ fn data_map(pool: &Pool, off: u64, pages: usize, page: usize) -> Vec<bool> {
 }
 
 fn is_zero(b: &[u8]) -> bool {
-    b.iter().all(|&x| x == 0)
+    // Eight bytes at a time (a byte loop with an early exit does not vectorise: it was 6 % of
+    // a process monitor's CPU on xz).
+    let mut words = b.chunks_exact(8);
+    words.all(|w| u64::from_ne_bytes(w.try_into().expect("eight bytes")) == 0)
+        && words.remainder().iter().all(|&x| x == 0)
 }
 
 /// Appends page `p` to sorted `(first, pages)` runs.

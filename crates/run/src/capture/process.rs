@@ -211,9 +211,14 @@ type ThreadFixed = ((u64, u64), (u64, u32, u32));
 /// An area of which at least this share was written in `HOT_STREAK` consecutive captures is
 /// no longer write-tracked: each capture copies its populated pages instead. The program
 /// then takes no write-protect fault there after it resumes (≈ 1–2 µs per page and epoch,
-/// paid by the program and invisible in the stop), while copying a page costs ≈ 0.3 µs: past
-/// about a quarter of the area written, copying it all costs the program less.
-const HOT_FRACTION: f64 = 0.25;
+/// paid by the program and invisible in the stop), while copying a page costs ≈ 0.3 µs in the
+/// stop — but every page copied also costs the monitor its write into the pool, its copy into
+/// the other context and its checksum after the resume (≈ 4–5 µs a page in all, measured on
+/// xz): taken whole, the unwritten pages cost that too. At a quarter (the share used before),
+/// xz -T2, writing about half of its memory each second, was taken whole: 249 MiB copied per
+/// checkpoint instead of 135, 1.5× the monitor's CPU and a longer stop with its faults
+/// counted (docs/perf.md, run-xz). Past about three quarters, copying all costs less.
+const HOT_FRACTION: f64 = 0.75;
 const HOT_STREAK: u32 = 3;
 /// Captures an area is taken whole before it is tracked again, to see whether its writes
 /// became sparse.
