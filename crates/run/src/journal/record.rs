@@ -167,6 +167,10 @@ impl Journal {
             }
             Target::Path(p) => (p.clone(), std::fs::symlink_metadata(p)),
         };
+        // A descriptor gone from /proc here or in the steps after (`path_of`, `open_handle`)
+        // means its process is being killed (SIGKILL ends it at this trap: the call never
+        // runs) or another thread closed it (the call fails): nothing to record. Seen under
+        // load: a SIGKILL between the stat and the naming made the journal give up.
         let m = match m {
             Ok(m) => m,
             Err(e) if not_there(&e) => return Ok(None),
@@ -198,9 +202,16 @@ impl Journal {
             Target::Path(p) => Some(p.clone()),
             Target::Fd { tid, fd } => {
                 let proc_fd = PathBuf::from(format!("/proc/{tid}/fd/{fd}"));
-                let link = std::fs::read_link(&proc_fd).map_err(|e| {
-                    Fail::Incomplete(format!("cannot name {}: {e}", proc_fd.display()))
-                })?;
+                let link = match std::fs::read_link(&proc_fd) {
+                    Ok(link) => link,
+                    Err(e) if not_there(&e) => return Ok(None),
+                    Err(e) => {
+                        return Err(Fail::Incomplete(format!(
+                            "cannot name {}: {e}",
+                            proc_fd.display()
+                        )))
+                    }
+                };
                 if super::stash::same_inode(&link, key) {
                     Some(link)
                 } else if let Some(s) = self.stash_path_of(key.dev, key.ino) {
@@ -227,16 +238,26 @@ impl Journal {
         Ok(p)
     }
 
-    fn open_handle(t: &Target, key: FileKey) -> R<File> {
+    /// A read handle on the file of `t`; `None` if its descriptor is gone (see `stat_target`).
+    fn open_handle(t: &Target, key: FileKey) -> R<Option<File>> {
         let p = match t {
             Target::Fd { tid, fd } => PathBuf::from(format!("/proc/{tid}/fd/{fd}")),
             Target::Path(p) => p.clone(),
         };
-        let f = std::fs::OpenOptions::new()
+        let f = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK)
             .open(&p)
-            .map_err(|e| Fail::Incomplete(format!("cannot read {}: {e}", p.display())))?;
+        {
+            Ok(f) => f,
+            Err(e) if matches!(t, Target::Fd { .. }) && not_there(&e) => return Ok(None),
+            Err(e) => {
+                return Err(Fail::Incomplete(format!(
+                    "cannot read {}: {e}",
+                    p.display()
+                )))
+            }
+        };
         let m = f
             .metadata()
             .map_err(|e| Fail::Incomplete(format!("cannot read {}: {e}", p.display())))?;
@@ -246,7 +267,7 @@ impl Journal {
                 p.display()
             )));
         }
-        Ok(f)
+        Ok(Some(f))
     }
 
     /// The journal's state of the file `t` names (made at its first change in the epoch, with
@@ -260,7 +281,9 @@ impl Journal {
             let Some(path) = self.path_of(store, t, key)? else {
                 return Ok(None);
             };
-            let handle = Journal::open_handle(t, key)?;
+            let Some(handle) = Journal::open_handle(t, key)? else {
+                return Ok(None);
+            };
             self.files.insert(
                 key,
                 FileState {
