@@ -17,9 +17,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
-from runlib import read_summary, remove_present
+from runlib import read_summary, remove_present, watch_cpu
 
 BIN = os.environ["BENCH_BIN"]
 KIOKUS = [kv.split("=", 1) for kv in os.environ["KIOKUS"].split()]
@@ -27,15 +26,6 @@ SIZES = [int(x) for x in os.environ.get("SIZES", "48 160").split()]
 REPS = int(os.environ.get("REPS", "2"))
 INTERVAL = os.environ.get("INTERVAL", "500ms")
 SECONDS = os.environ.get("SECONDS", "8")
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_of(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 def one(kioku, mib, shm):
     pool = os.path.join(shm, "m.pool")
     summary = os.path.join(shm, "m.json")
@@ -43,13 +33,7 @@ def one(kioku, mib, shm):
     p = subprocess.Popen([kioku, "run", "--pool", pool, "--medium", "shm", "--interval", INTERVAL,
                           "--summary-json", summary, "--", os.path.join(BIN, "stall"), str(mib), "100",
                           SECONDS], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cpu = 0.0
-    while p.poll() is None:
-        try:
-            cpu = cpu_of(p.pid)
-        except (OSError, IndexError, ValueError):
-            pass
-        time.sleep(0.05)
+    cpu = watch_cpu(p)
     s = read_summary(summary)
     os.remove(pool)
     return cpu, s

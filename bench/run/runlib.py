@@ -24,6 +24,29 @@ def timed_cpu(cmd, env=None):
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pid):
+    """CPU seconds (user + system) process `pid` has used so far, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def watch_cpu(p):
+    """Waits for Popen `p` to end, reading its own CPU time every 50 ms: the last reading (a
+    process's CPU is gone from /proc once it is reaped)."""
+    cpu = 0.0
+    while p.poll() is None:
+        try:
+            cpu = cpu_of(p.pid)
+        except (OSError, IndexError, ValueError):
+            pass
+        time.sleep(0.05)
+    return cpu
+
+
 def write_xz_text(path, mib=50):
     """`mib` MiB of text (lines of 12 words drawn from 5,000 random ones, seeded: every run
     and every benchmark compresses the same bytes) for the xz workloads."""

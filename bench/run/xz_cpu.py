@@ -14,36 +14,20 @@ import os
 import resource
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 
-from runlib import log, read_summary, remove_present, write_xz_text
+from runlib import log, read_summary, remove_present, watch_cpu, write_xz_text
 
 KIOKUS = [kv.split("=", 1) for kv in os.environ["KIOKUS"].split()]
 INTERVALS = os.environ.get("INTERVALS", "1s 100ms").split()
 REPS = int(os.environ.get("REPS", "1"))
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_of(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 def one(cmd, summary=None):
     """(wall s, CPU s of everything, monitor CPU s, summary) of one run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
-    mon = 0.0
-    while p.poll() is None:
-        try:
-            mon = cpu_of(p.pid)
-        except (OSError, IndexError, ValueError):
-            pass
-        time.sleep(0.05)
+    mon = watch_cpu(p)
     if p.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed: exit {p.returncode}")
     wall = time.monotonic() - t0
